@@ -1,0 +1,48 @@
+"""Test doubles: a backend whose outputs are scripted, and small datasets and rewards."""
+
+from __future__ import annotations
+
+import random
+
+from datasets import Dataset
+
+from trl_multiagent.rollout.backends.base import GenerationRequest, GenerationResult
+
+
+class ScriptedBackend:
+    """Tokenizes prompts like the real backend and answers with scripted text.
+
+    ``respond(requests, rng) -> list[str]`` picks the outputs of one batch; each text is tokenized and ends with
+    EOS.
+    """
+
+    def __init__(self, tokenizer, respond, seed: int = 0, chat_template_kwargs=None):
+        self.tokenizer = tokenizer
+        self.respond = respond
+        self.rng = random.Random(seed)
+        self.requests: list[GenerationRequest] = []
+        self.batch_sizes: list[int] = []
+        self.chat_template_kwargs = chat_template_kwargs or {}
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        self.requests += requests
+        self.batch_sizes.append(len(requests))
+        results = []
+        for request, text in zip(requests, self.respond(requests, self.rng)):
+            prompt_ids = self.tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            results.append(GenerationResult(prompt_ids=prompt_ids, completion_ids=ids, text=text, truncated=False))
+        return results
+
+
+def addition_dataset(n: int = 8) -> Dataset:
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "answer": str(i + 2)} for i in range(n)]
+    )
+
+
+def boxed_answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 when the final answer contains the expected number."""
+    return [float(str(a) in (c[0]["content"] if isinstance(c, list) else c)) for c, a in zip(completions, answer)]

@@ -1,0 +1,230 @@
+"""The core trainer on a tiny offline Qwen3: shapes, routing, what changes after a step, and TRL equivalence."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from peft import LoraConfig
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from transformers import AutoTokenizer
+
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers, SingleAgent, Voting
+from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.workflows import Workflow, problem_text
+
+LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
+
+
+def make_config(tmp_path, **overrides) -> MultiAgentGRPOConfig:
+    settings = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+    )
+    settings.update(overrides)
+    return MultiAgentGRPOConfig(**settings)
+
+
+def record_episodes(trainer) -> list:
+    episodes = []
+    run = trainer.engine.run
+
+    def recording_run(prompts):
+        result = run(prompts)
+        episodes.extend(result)
+        return result
+
+    trainer.engine.run = recording_run
+    return episodes
+
+
+def train_logs(trainer) -> list[dict]:
+    return [h for h in trainer.state.log_history if "loss" in h]
+
+
+WORKFLOWS = {
+    "single_agent": SingleAgent,
+    "eval_opt": lambda: EvalOpt(max_iterations=2),
+    "voting": Voting,
+    "orch_workers": OrchWorkers,
+}
+
+
+@pytest.mark.parametrize("sharing", ["shared", "isolated"])
+@pytest.mark.parametrize("name", list(WORKFLOWS))
+def test_builtin_workflow_trains_two_steps(tiny_model_dir, tmp_path, name, sharing):
+    workflow = WORKFLOWS[name]()
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=workflow,
+        reward_funcs=boxed_answer_reward,
+        args=make_config(tmp_path, policy_sharing=sharing),
+        train_dataset=addition_dataset(),
+        peft_config=LORA,
+    )
+    episodes = record_episodes(trainer)
+    trainer.train()
+
+    expected_adapters = ["shared"] if sharing == "shared" else list(workflow.roles)
+    assert list(trainer.model.peft_config) == expected_adapters
+    logs = train_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert all(h["workflow/samples_trained"] == h["workflow/samples_generated"] for h in logs)
+    assert len(episodes) == 2 * 4  # 2 steps x (4 episodes on this process)
+    for episode in episodes:
+        roles = [(c.role, c.instance) for c in episode.calls]
+        if name == "single_agent":
+            assert roles == [("generator", 0)]
+        elif name == "voting":
+            assert sorted(roles) == [("aggregator", 0), ("generator", 0), ("generator", 1), ("generator", 2)]
+            assert roles[-1] == ("aggregator", 0)
+        elif name == "orch_workers":
+            assert roles[0] == ("orchestrator", 0) and roles[-1] == ("synthesizer", 0)
+            assert sorted(roles[1:-1]) == [("worker", 0), ("worker", 1), ("worker", 2)]
+            assert episode.final_answer == episode.calls[-1].text
+        else:
+            assert 2 <= len(roles) <= 4 and len(roles) % 2 == 0
+            assert roles == [("generator", 0), ("evaluator", 0)] * (len(roles) // 2)
+            assert episode.final_answer == [c for c in episode.calls if c.role == "generator"][-1].text
+        for call in episode.calls:
+            assert call.adapter == trainer.role_adapters[call.role]
+
+
+class SometimesHelped(Workflow):
+    """The helper is only consulted on hard problems; the solver always answers."""
+
+    roles = ("solver", "helper")
+
+    async def run(self, prompt, generate):
+        question = problem_text(prompt)
+        if "hard" in question:
+            hint = await generate("helper", [{"role": "user", "content": f"Hint for: {question}"}])
+            question = f"{question}\nHint: {hint}"
+        return await generate("solver", [{"role": "user", "content": question}])
+
+
+def alternating_yes_no(requests, rng):
+    return [
+        "hint" if "Hint for" in r.messages[-1]["content"] else ("yes", "no")[i % 2] for i, r in enumerate(requests)
+    ]
+
+
+def hard_is_constant_reward(completions, prompts, **kwargs):
+    # Hard problems always score 1: their group has no reward variance, so their samples get zero advantage.
+    return [
+        1.0 if "hard" in p[-1]["content"] else float("yes" in c[0]["content"]) for p, c in zip(prompts, completions)
+    ]
+
+
+def snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def helper_trainer(tiny_model_dir, tmp_path, **overrides):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = addition_dataset(2).map(
+        lambda row, i: {
+            "prompt": [{"role": "user", "content": ("hard " if i == 0 else "easy ") + row["prompt"][0]["content"]}]
+        },
+        with_indices=True,
+    )  # noqa: E501
+    return MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=SometimesHelped(),
+        reward_funcs=hard_is_constant_reward,
+        args=make_config(tmp_path, max_steps=1, per_device_train_batch_size=8, **overrides),
+        train_dataset=dataset,
+        peft_config=LORA,
+        processing_class=tokenizer,
+        rollout_backend=ScriptedBackend(tokenizer, alternating_yes_no),
+    )
+
+
+def test_isolated_step_moves_only_roles_with_nonzero_advantage(tiny_model_dir, tmp_path):
+    trainer = helper_trainer(tiny_model_dir, tmp_path, policy_sharing="isolated")
+    before = snapshot(trainer.model)
+    trainer.train()
+    after = snapshot(trainer.model)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    solver = set(adapter_parameters(trainer.model, "solver"))
+    helper = set(adapter_parameters(trainer.model, "helper"))
+    assert changed and changed <= solver  # the helper only saw zero-advantage episodes; the base never moves
+    assert not changed & helper
+    assert all("lora_" in n for n in changed)
+
+
+@pytest.mark.parametrize("sharing", ["isolated", "shared"])
+def test_role_with_zero_loss_weight_keeps_its_adapter(tiny_model_dir, tmp_path, sharing):
+    trainer = helper_trainer(
+        tiny_model_dir, tmp_path, policy_sharing=sharing, role_loss_weights={"solver": 0.0}, beta=0.05
+    )
+    before = snapshot(trainer.model)
+    trainer.train()
+    after = snapshot(trainer.model)
+    # Every nonzero-advantage sample belongs to the solver, whose weight is 0; the helper's are all zero-advantage
+    # and its KL term starts at exactly zero, so nothing moves, under either sharing.
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+def verdict_by_problem(requests, rng):
+    # Problem "0 + 2" is always judged Incorrect (the generator retries up to max_iterations), others Correct.
+    outputs = []
+    for request in requests:
+        content = request.messages[-1]["content"]
+        if "\\boxed{Correct}" in content or "verdict" in content.lower() or "evaluat" in content.lower():
+            outputs.append("\\boxed{Incorrect}" if "What is 0 + 2" in content else "\\boxed{Correct}")
+        else:
+            outputs.append(f"\\boxed{{{rng.randint(1, 4)}}}")
+    return outputs
+
+
+def test_uneven_sample_counts_are_all_trained(tiny_model_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=EvalOpt(max_iterations=2),
+        reward_funcs=boxed_answer_reward,
+        args=make_config(tmp_path, per_device_train_batch_size=3, num_generations=3, gradient_accumulation_steps=4),
+        train_dataset=addition_dataset(4),
+        peft_config=LORA,
+        processing_class=tokenizer,
+        rollout_backend=ScriptedBackend(tokenizer, verdict_by_problem),
+    )
+    episodes = record_episodes(trainer)
+    trainer.train()
+    logs = train_logs(trainer)
+    # 12 episodes per step: the 3 of "0 + 2" make 4 calls, the other 9 make 2 -> 30 samples, not a multiple of 4
+    assert sorted(len(e.calls) for e in episodes[:12]) == [2] * 9 + [4] * 3
+    assert [h["workflow/samples_generated"] for h in logs] == [30.0, 30.0]
+    assert [h["workflow/samples_trained"] for h in logs] == [30.0, 30.0]
+    sizes = [len(chunk["roles"]) for chunk in trainer._buffered_inputs]
+    assert sizes == [8, 8, 7, 7]
+
+
+def test_every_pending_call_of_a_tick_is_one_backend_batch(tiny_model_dir, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    backend = ScriptedBackend(tokenizer, lambda requests, rng: ["\\boxed{1}"] * len(requests))
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=make_config(tmp_path, max_steps=1),
+        train_dataset=addition_dataset(),
+        peft_config=LORA,
+        processing_class=tokenizer,
+        rollout_backend=backend,
+    )
+    backend.batch_sizes.clear()  # drop the construction-time check
+    trainer.train()
+    assert backend.batch_sizes == [12, 4]  # 4 episodes x 3 voters in one batch, then the 4 aggregators

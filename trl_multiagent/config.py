@@ -1,0 +1,123 @@
+"""``MultiAgentGRPOConfig``: TRL's ``GRPOConfig`` plus the knobs of multi-agent workflow training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+ROLE_LOSS_BALANCES = ("per_output", "per_role")
+ROLLOUT_BACKENDS = ("transformers",)
+
+
+@dataclass
+class MultiAgentGRPOConfig(GRPOConfig):
+    r"""
+    Configuration class for the [`MultiAgentGRPOTrainer`].
+
+    Every [`~trl.GRPOConfig`] parameter keeps its meaning; `num_generations` is the number of *workflow episodes*
+    per prompt, and each model call of an episode becomes one training sample.
+
+    Parameters:
+        > Parameters that control policy sharing
+
+        policy_sharing (`str`, *optional*, defaults to `"shared"`):
+            `"shared"`: one LoRA adapter trained by every role. `"isolated"`: one adapter per role *type* (the three
+            voters of Voting share the `generator` adapter). Ignored when `role_to_adapter` is set.
+        role_to_adapter (`dict[str, str]` or `str`, *optional*):
+            Explicit role-to-adapter grouping, e.g. `{"generator": "solver", "evaluator": "judge"}`. Must map every
+            role of the workflow. A JSON string is accepted on the command line.
+
+        > Parameters that control the loss
+
+        role_loss_weights (`dict[str, float]` or `str`, *optional*):
+            Multiplier of each role type's loss (policy term and KL term). Roles not listed weigh `1.0`; `0.0` freezes
+            a role, also under shared policy.
+        role_loss_balance (`str`, *optional*, defaults to `"per_output"`):
+            `"per_output"`: every model call weighs the same (the reference behaviour: three voters outweigh one
+            aggregator). `"per_role"`: every role type gets the same total share of the loss, whatever its number of
+            calls and, for token-level loss types, tokens.
+        role_beta (`dict[str, float]` or `str`, *optional*):
+            KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
+
+        > Parameters that control rollouts
+
+        rollout_backend (`str`, *optional*, defaults to `"transformers"`):
+            Engine that generates role outputs. `"transformers"` batches every pending call of a tick into one
+            `generate` with per-sample adapters.
+        rollout_batch_size (`int`, *optional*):
+            Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
+    """
+
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["role_to_adapter", "role_loss_weights", "role_beta"]
+
+    policy_sharing: str = field(
+        default="shared",
+        metadata={
+            "help": "'shared': one adapter for all roles; 'isolated': one adapter per role type.",
+            "choices": ["shared", "isolated"],
+        },
+    )
+    role_to_adapter: dict[str, str] | str | None = field(
+        default=None,
+        metadata={"help": "Explicit role-to-adapter mapping (JSON on the command line); overrides policy_sharing."},
+    )
+    role_loss_weights: dict[str, float] | str | None = field(
+        default=None,
+        metadata={"help": "Loss multiplier per role type (JSON on the command line); unlisted roles weigh 1.0."},
+    )
+    role_loss_balance: str = field(
+        default="per_output",
+        metadata={
+            "help": "'per_output': each model call weighs the same; 'per_role': each role type gets an equal share.",
+            "choices": list(ROLE_LOSS_BALANCES),
+        },
+    )
+    role_beta: dict[str, float] | str | None = field(
+        default=None,
+        metadata={"help": "KL coefficient toward the base model per role type; unlisted roles use `beta`."},
+    )
+    rollout_backend: str = field(
+        default="transformers",
+        metadata={"help": "Rollout engine backend.", "choices": list(ROLLOUT_BACKENDS)},
+    )
+    rollout_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Largest batch of one generate call; None sends all pending calls of a tick at once."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.policy_sharing not in ("shared", "isolated"):
+            raise ValueError(f"`policy_sharing` must be 'shared' or 'isolated', got {self.policy_sharing!r}.")
+        if self.role_loss_balance not in ROLE_LOSS_BALANCES:
+            raise ValueError(
+                f"`role_loss_balance` must be one of {ROLE_LOSS_BALANCES}, got {self.role_loss_balance!r}."
+            )
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
+        for name in ("role_loss_weights", "role_beta"):
+            _check_role_numbers(name, getattr(self, name))
+        if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):
+            raise ValueError(f"`role_to_adapter` must be a dict (or JSON object), got {self.role_to_adapter!r}.")
+        if self.use_vllm:
+            raise ValueError(
+                "`use_vllm` drives TRL's single-completion generation, which multi-agent rollouts do not use. "
+                "Choose the rollout engine with `rollout_backend` instead."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "Workflow advantages are grouped over episode outcomes with `multi_objective_aggregation="
+                "'sum_then_normalize'`; other aggregations are not supported."
+            )
+
+
+def _check_role_numbers(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"`{name}` must be a dict of role -> number (or a JSON object), got {value!r}.")
+    for role, number in value.items():
+        if not isinstance(number, int | float) or number < 0:
+            raise ValueError(f"`{name}[{role!r}]` must be a number >= 0, got {number!r}.")

@@ -1,0 +1,105 @@
+"""Per-sample loss weights: role weights and balance, and exact normalisation over uneven micro-batches.
+
+TRL folds every sample's weight into its loss through the aggregation of its ``loss_type``. Multiplying a sample's
+advantage by a positive weight scales its policy-gradient term by exactly that weight for every TRL loss type (the
+clipping and sign tests are invariant to positive scaling), so weights are applied to advantages; the KL term,
+computed here, uses the same weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+SEQUENCE_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # TRL averages over the sequences of a micro-batch
+TOKEN_MEAN_LOSSES = ("bnpo",)  # TRL averages over the tokens of a micro-batch
+GLOBAL_TOKEN_LOSSES = ("dapo", "cispo", "vespo")  # TRL divides by the generation batch's token count
+
+
+def role_weights(
+    roles: list[str],
+    token_counts: torch.Tensor,
+    role_loss_weights: dict[str, float],
+    balance: str,
+    loss_type: str,
+) -> torch.Tensor:
+    """`[N]` weight of each sample from its role (1.0 everywhere by default).
+
+    With ``balance="per_role"`` each role type present gets an equal share of the loss: its samples (sequence-level
+    loss types) or its tokens (token-level loss types) are rescaled so that every role's total equals
+    total / number_of_roles. Role weights multiply on top.
+    """
+    weights = torch.tensor([float(role_loss_weights.get(r, 1.0)) for r in roles], device=token_counts.device)
+    if balance == "per_role":
+        size = token_counts.float() if loss_type not in SEQUENCE_MEAN_LOSSES else torch.ones_like(weights)
+        present = sorted(set(roles))
+        role_size = {r: sum(size[i] for i, x in enumerate(roles) if x == r) for r in present}
+        total = size.sum()
+        balance_scale = torch.tensor(
+            [float(total / (len(present) * role_size[r])) if role_size[r] > 0 else 0.0 for r in roles],
+            device=weights.device,
+        )
+        weights = weights * balance_scale
+    return weights
+
+
+def split_sizes(num_samples: int, num_chunks: int) -> list[int]:
+    """Near-equal micro-batch sizes that cover every sample (TRL's split drops the remainder)."""
+    if num_samples < num_chunks:
+        raise ValueError(
+            f"A generation batch produced {num_samples} samples on this process, fewer than steps_per_generation="
+            f"{num_chunks}. Raise per_device_train_batch_size or lower steps_per_generation."
+        )
+    base, extra = divmod(num_samples, num_chunks)
+    return [base + (1 if i < extra else 0) for i in range(num_chunks)]
+
+
+def chunk_correction(
+    loss_type: str,
+    chunk_samples: int,
+    chunk_tokens: float,
+    global_samples: int,
+    global_tokens: float,
+    num_processes: int,
+    steps_per_generation: int,
+) -> float:
+    """Factor that makes TRL's per-micro-batch average weigh every sample as in one average over the whole batch.
+
+    TRL averages each micro-batch on its own, and DDP averages processes, so with uneven micro-batches (a workflow
+    makes a variable number of calls) a sample's weight would depend on the size of the micro-batch it landed in.
+    """
+    if loss_type in SEQUENCE_MEAN_LOSSES:
+        return chunk_samples * num_processes * steps_per_generation / global_samples
+    if loss_type in TOKEN_MEAN_LOSSES:
+        return chunk_tokens * num_processes * steps_per_generation / max(global_tokens, 1.0)
+    if loss_type in GLOBAL_TOKEN_LOSSES:
+        return 1.0
+    raise ValueError(f"Unsupported loss_type {loss_type!r}.")
+
+
+def aggregate_like_trl(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    gradient_accumulation_steps: int,
+    max_completion_length: int | None,
+    num_items_in_batch: torch.Tensor | None,
+    num_processes: int,
+    steps_per_generation: int,
+    training: bool,
+) -> torch.Tensor:
+    """Reduce a `[N, C]` per-token term the way TRL reduces its policy loss for ``loss_type``."""
+    accumulation = gradient_accumulation_steps if training else 1
+    if loss_type in ("grpo", "sapo"):
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+    if loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.size(0) * max_completion_length) / accumulation
+    if loss_type == "luspo":
+        return (per_token * mask).sum(-1).mean() / accumulation
+    if loss_type in GLOBAL_TOKEN_LOSSES:
+        normalizer = num_items_in_batch.clamp(min=1.0) / num_processes
+        if training:
+            normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
+        return (per_token * mask).sum() / normalizer
+    raise ValueError(f"Unsupported loss_type {loss_type!r}.")

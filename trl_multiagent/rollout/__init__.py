@@ -1,0 +1,1 @@
+"""Rollout engine: runs workflow episodes and batches their model calls; typed records of what happened."""

@@ -1,0 +1,1 @@
+"""Generation backends behind one small protocol (``base.GenerationBackend``)."""

@@ -1,0 +1,31 @@
+"""Typed records that leave the rollout engine: one per model call, one per episode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..workflows.base import Messages
+
+
+@dataclass
+class ModelCall:
+    """One ``generate(role, messages)`` of a workflow: becomes exactly one training sample."""
+
+    role: str  # role type, e.g. "generator"
+    instance: int  # which parallel copy of the role (voter 0, 1, 2); 0 for sequential agents
+    adapter: str  # the adapter that produced it (routing decides; "__base__" means no adapter)
+    messages: Messages
+    prompt_ids: list[int]  # chat-templated prompt, unpadded
+    completion_ids: list[int]  # generated tokens up to and including the first EOS
+    text: str  # decoded completion without special tokens
+    truncated: bool  # stopped by the length limit, no EOS
+    sampling_logprobs: list[float] | None = None  # one per completion token, from backends that report them
+
+
+@dataclass
+class Episode:
+    """One run of a workflow on one prompt."""
+
+    index: int  # position of its row in the generation batch
+    calls: list[ModelCall] = field(default_factory=list)  # in the order their results came back
+    final_answer: str = ""

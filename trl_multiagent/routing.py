@@ -1,0 +1,131 @@
+"""Which adapter serves which role, and per-sample routing of mixed-adapter batches.
+
+Under shared policy every role uses one adapter; under isolated policy each role *type* gets its own (three voters
+share ``generator``); any other grouping is an explicit role-to-adapter mapping.
+
+Routing works through forward pre-hooks on every LoRA layer that inject the per-sample adapter names. PEFT's own
+``adapter_names=`` argument refuses training mode, switching adapters between forwards is silently wrong under
+gradient checkpointing (the recomputed forward uses whatever adapter is active during backward), and
+``disable_adapter()`` re-enables gradients of the active adapter only. The hooks read the routing at call time, so
+the recomputation in backward sees the same routing as the forward, and no adapter is ever switched or disabled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+SHARED_ADAPTER = "shared"
+BASE_MODEL = "__base__"  # routes a sample past every adapter: the reference (base) model
+_ADAPTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+
+def resolve_role_adapters(
+    roles: Sequence[str], policy_sharing: str, role_to_adapter: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Map every role type of a workflow to the name of the adapter that serves it."""
+    if role_to_adapter:
+        unknown = sorted(set(role_to_adapter) - set(roles))
+        if unknown:
+            raise ValueError(
+                f"`role_to_adapter` names role(s) {unknown} that the workflow does not have; its roles are "
+                f"{list(roles)}."
+            )
+        missing = [role for role in roles if role not in role_to_adapter]
+        if missing:
+            raise ValueError(f"`role_to_adapter` must map every role of the workflow; missing {missing}.")
+        mapping = {role: role_to_adapter[role] for role in roles}
+    elif policy_sharing == "shared":
+        mapping = {role: SHARED_ADAPTER for role in roles}
+    elif policy_sharing == "isolated":
+        mapping = {role: role for role in roles}
+    else:
+        raise ValueError(f"`policy_sharing` must be 'shared' or 'isolated', got {policy_sharing!r}.")
+    for adapter in mapping.values():
+        if not _ADAPTER_NAME.match(adapter) or adapter in (BASE_MODEL, "default", "ref"):
+            raise ValueError(
+                f"Adapter name {adapter!r} is not usable: use letters, digits, '_' or '-', and not "
+                f"'{BASE_MODEL}', 'default' or 'ref'."
+            )
+    return mapping
+
+
+def unique_adapters(role_adapters: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys(role_adapters.values()))
+
+
+def install_role_adapters(peft_model, adapter_names: Sequence[str], source: str = "default") -> None:
+    """Give ``peft_model`` one trainable LoRA adapter per name, all starting from the ``source`` adapter's init.
+
+    Starting every role from the same initialisation keeps shared and isolated runs comparable, and keeps a
+    shared-policy run numerically identical to plain TRL (which initialises ``default``).
+    """
+    config = peft_model.peft_config[source]
+    for name in adapter_names:
+        peft_model.add_adapter(name, config)
+    source_params = {n: p for n, p in peft_model.named_parameters() if f".{source}." in n}
+    with torch.no_grad():
+        for name in adapter_names:
+            for param_name, param in source_params.items():
+                peft_model.get_parameter(param_name.replace(f".{source}.", f".{name}.")).copy_(param)
+    peft_model.set_adapter(adapter_names[0])  # deleting the active adapter would warn
+    peft_model.delete_adapter(source)
+    set_adapters_trainable(peft_model, adapter_names)
+
+
+def set_adapters_trainable(peft_model, adapter_names: Sequence[str]) -> None:
+    """Mark the LoRA weights of every named adapter trainable (PEFT only keeps the active one trainable)."""
+    for name, param in peft_model.named_parameters():
+        if "lora_" in name:
+            param.requires_grad = any(f".{adapter}." in name for adapter in adapter_names)
+
+
+def adapter_parameters(peft_model, adapter: str) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in peft_model.named_parameters() if "lora_" in n and f".{adapter}." in n}
+
+
+class AdapterRouter:
+    """Routes each sample of a batch to its adapter through forward pre-hooks on the LoRA layers."""
+
+    def __init__(self, model: torch.nn.Module):
+        from peft.tuners.lora import LoraLayer
+
+        self._names: list[str] | None = None
+        self._handles = [
+            module.register_forward_pre_hook(self._inject, with_kwargs=True)
+            for module in model.modules()
+            if isinstance(module, LoraLayer)
+        ]
+        if not self._handles:
+            raise ValueError("The model has no LoRA layers to route; pass a LoRA `peft_config` to the trainer.")
+
+    def _inject(self, module, args, kwargs):
+        if self._names is None:
+            return None
+        x = args[0] if args else kwargs["x"]
+        if x.shape[0] != len(self._names):
+            raise RuntimeError(
+                f"Adapter routing holds {len(self._names)} samples but a LoRA layer received a batch of {x.shape[0]}."
+            )
+        kwargs["adapter_names"] = self._names
+        return args, kwargs
+
+    def set(self, names: Sequence[str] | None) -> None:
+        """Route the next forwards (and the recomputation of checkpointed ones in backward) sample by sample."""
+        self._names = list(names) if names is not None else None
+
+    @contextmanager
+    def route(self, names: Sequence[str]) -> Iterator[None]:
+        previous = self._names
+        self.set(names)
+        try:
+            yield
+        finally:
+            self._names = previous
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()

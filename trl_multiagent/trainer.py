@@ -1,0 +1,343 @@
+"""``MultiAgentGRPOTrainer``: GRPO over whole-workflow episodes, every role trained from one outcome reward.
+
+One training step, in order (mirrored by the numbered comments below):
+    1. run `num_generations` episodes of the workflow per prompt through the rollout engine;
+    2. score each episode's final answer with `reward_funcs` and turn the rewards into GRPO advantages over the
+       episodes of each prompt (across processes);
+    3. broadcast each episode's advantage to every model call it made, one training sample per call;
+    4. split the samples into `steps_per_generation` micro-batches without dropping any, with exact per-sample
+       weights (role weights, role balance, uneven micro-batches);
+    5. TRL's loss on each micro-batch, every sample routed to its role's adapter, plus the per-role KL term.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+from accelerate.utils import gather, gather_object
+from trl import GRPOTrainer
+from trl.data_utils import is_conversational
+from trl.models import unwrap_model_for_generation
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import shuffle_sequence_dict
+
+from .advantages import group_advantages
+from .batching import calls_to_batch
+from .config import MultiAgentGRPOConfig
+from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
+from .rollout.backends.base import GenerationRequest, GenerationResult
+from .rollout.backends.transformers_backend import TransformersBackend
+from .rollout.engine import RolloutEngine
+from .routing import BASE_MODEL, AdapterRouter, install_role_adapters, resolve_role_adapters, unique_adapters
+from .workflows.base import Workflow
+
+
+class _ProbeBackend:
+    """Answers every call with an empty output: walks a workflow's control flow to check its roles."""
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        return [GenerationResult(prompt_ids=[], completion_ids=[], text="", truncated=False) for _ in requests]
+
+
+class MultiAgentGRPOTrainer(GRPOTrainer):
+    """GRPO for multi-agent workflows. Takes every argument of [`~trl.GRPOTrainer`] plus `workflow`.
+
+    Args:
+        workflow ([`Workflow`]): the roles and how they talk; each `generate` call is one training sample.
+        peft_config (`peft.LoraConfig`): the configuration of every role adapter (required: roles are adapters).
+        rollout_backend: an object with `generate(requests) -> results` to use instead of the one named by
+            `args.rollout_backend` (tests pass scripted backends here).
+    """
+
+    _tag_names = ["trl", "grpo", "trl-multiagent"]
+
+    def __init__(
+        self,
+        model,
+        workflow: Workflow,
+        reward_funcs,
+        args: MultiAgentGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        rollout_backend=None,
+    ):
+        if args is None:
+            args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")
+        if not isinstance(args, MultiAgentGRPOConfig):
+            raise TypeError(f"`args` must be a MultiAgentGRPOConfig, got {type(args).__name__}.")
+        if not isinstance(workflow, Workflow) or not workflow.roles:
+            raise TypeError("`workflow` must be a trl_multiagent Workflow subclass instance with non-empty `roles`.")
+        if peft_config is None:
+            raise ValueError("Pass a LoRA `peft_config`: every role is trained as a LoRA adapter on a frozen base.")
+        _check_prompt_column(train_dataset, "train_dataset")
+        self.workflow = workflow
+        self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
+        for name in ("role_loss_weights", "role_beta"):
+            unknown = sorted(set(getattr(args, name) or {}) - set(workflow.roles))
+            if unknown:
+                raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}.")
+
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
+
+        self.adapter_names = unique_adapters(self.role_adapters)
+        install_role_adapters(self.model, self.adapter_names)
+        self.router = AdapterRouter(self.model)
+        # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
+        # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
+        self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
+        self.beta = 0.0
+        self.role_loss_weights = dict(args.role_loss_weights or {})
+        self.rollout_backend = rollout_backend or self._default_backend()
+        self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
+        self._check_workflow_roles(train_dataset)
+        self._captured_logps = None
+        self._samples_trained = 0
+
+    # ----------------------------------------------------------------------------------------------- setup helpers
+    def _default_backend(self):
+        return TransformersBackend(
+            unwrapped_model=self._unwrapped_for_generation,
+            tokenizer=self._tokenizer,
+            router=self.router,
+            generation_config=self.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            chat_template_kwargs=self.chat_template_kwargs,
+            max_batch_size=self.args.rollout_batch_size,
+        )
+
+    @contextmanager
+    def _unwrapped_for_generation(self):
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation
+        ) as model:
+            yield model
+
+    def _check_workflow_roles(self, dataset) -> None:
+        """Walk the workflow once on the first prompt with empty outputs, so an undeclared role fails now."""
+        if dataset is None or len(dataset) == 0:
+            return
+        RolloutEngine(self.workflow, _ProbeBackend(), self.role_adapters).run([dataset[0]["prompt"]])
+
+    # --------------------------------------------------------------------------------------------------- rollouts
+    def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
+        device = self.accelerator.device
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        prompts = [row["prompt"] for row in inputs]
+
+        # 1. Episodes: every model call of every episode, batched per tick across episodes.
+        episodes = self.engine.run(prompts)
+
+        # 2. Outcome rewards on the final answers, advantages grouped over the episodes of each prompt.
+        completions = [
+            [{"role": "assistant", "content": e.final_answer}] if is_conversational(row) else e.final_answer
+            for e, row in zip(episodes, inputs)
+        ]
+        last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        all_advantages = group_advantages(rewards, num_generations, self.scale_rewards)
+        start = self.accelerator.process_index * len(prompts)
+        episode_advantages = all_advantages[start : start + len(prompts)].tolist()
+
+        # 3. One training sample per model call, carrying its episode's advantage.
+        calls, advantages, episode_ids = [], [], []
+        for episode, advantage in zip(episodes, episode_advantages):
+            calls += episode.calls
+            advantages += [advantage] * len(episode.calls)
+            episode_ids += [start + episode.index] * len(episode.calls)
+        batch = calls_to_batch(
+            calls, advantages, episode_ids, self._tokenizer.pad_token_id, device, self.args.mask_truncated_completions
+        )
+        token_counts = batch["completion_mask"].sum(dim=1)
+        batch["sample_weights"] = role_weights(
+            batch["roles"], token_counts, self.role_loss_weights, self.args.role_loss_balance, self.loss_type
+        )
+        totals = gather(torch.tensor([len(calls), token_counts.sum().item()], device=device).view(1, 2)).sum(dim=0)
+        batch["num_items_in_batch"] = totals[1].float()
+        batch["num_samples_in_batch"] = totals[0].float()
+        self._log_rollout_metrics(mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts)
+
+        # Log-probabilities that the loss needs from before the update, each sample through its own adapter.
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if self.args.gradient_accumulation_steps % generate_every != 0:
+                batch["old_per_token_logps"] = self._routed_logps(batch, batch["adapter_names"], mode)
+            if any(self.role_beta[r] for r in set(batch["roles"])):
+                batch["ref_per_token_logps"] = self._routed_logps(batch, [BASE_MODEL] * len(calls), mode)
+        return batch
+
+    def _routed_logps(self, batch: dict, adapters: list[str], mode: str) -> torch.Tensor:
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        logits_to_keep = batch["completion_ids"].size(1)
+        size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        chunks = []
+        for begin in range(0, input_ids.size(0), size):
+            rows = slice(begin, begin + size)
+            with self.router.route(adapters[rows]):
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids[rows], attention_mask[rows], logits_to_keep
+                )
+            chunks.append(logps)
+        return torch.cat(chunks, dim=0)
+
+    def _prepare_inputs(self, generation_batch):
+        # TRL's version splits with a fixed chunk size and drops the remainder; workflows make a variable number of
+        # calls, so split into near-equal micro-batches and weigh each sample exactly (loss_weights.py).
+        mode = "train" if self.model.training else "eval"
+        if mode == "eval":
+            batch = self._generate_and_score_completions(generation_batch)
+            batch["advantages"] = batch["advantages"] * batch["sample_weights"]
+            return batch
+        steps = self.args.steps_per_generation
+        if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+            batch = shuffle_sequence_dict(self._generate_and_score_completions(generation_batch))
+            self._buffered_inputs = self._split_weighted(batch, steps)
+        return self._buffered_inputs[self._step % steps]
+
+    def _split_weighted(self, batch: dict, steps: int) -> list[dict]:
+        size = len(batch["roles"])
+        token_counts = batch["completion_mask"].sum(dim=1).float()
+        chunks, begin = [], 0
+        for chunk_size in split_sizes(size, steps):
+            rows = slice(begin, begin + chunk_size)
+            begin += chunk_size
+            chunk = {
+                k: (v[rows] if (isinstance(v, list) or (torch.is_tensor(v) and v.dim() > 0)) else v)
+                for k, v in batch.items()
+            }
+            correction = chunk_correction(
+                self.loss_type,
+                chunk_size,
+                token_counts[rows].sum().item(),
+                int(batch["num_samples_in_batch"].item()),
+                batch["num_items_in_batch"].item(),
+                self.accelerator.num_processes,
+                steps,
+            )
+            chunk["sample_weights"] = chunk["sample_weights"] * correction
+            chunk["advantages"] = chunk["advantages"] * chunk["sample_weights"]
+            chunks.append(chunk)
+        return chunks
+
+    # ------------------------------------------------------------------------------------------------------- loss
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if torch.is_grad_enabled():  # the loss forward: keep its log-probs for the per-role KL term and metrics
+            self._captured_logps = output
+        return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
+        # recompute with the same adapters.
+        self.router.set(inputs["adapter_names"])
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        per_token_logps, _, _ = self._captured_logps
+        self._captured_logps = None
+        if "ref_per_token_logps" in inputs:
+            loss = loss + self._kl_loss(per_token_logps, inputs)
+        if self.model.training:
+            self._count_trained(len(inputs["roles"]))
+        return loss
+
+    def _kl_loss(self, per_token_logps: torch.Tensor, inputs: dict) -> torch.Tensor:
+        ref = inputs["ref_per_token_logps"]
+        per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+        beta = torch.tensor([self.role_beta[r] for r in inputs["roles"]], device=per_token_kl.device)
+        scale = (beta * inputs["sample_weights"]).unsqueeze(1)
+        mask = inputs["completion_mask"]
+        mode = "train" if self.model.training else "eval"
+        for role in sorted(set(inputs["roles"])):
+            rows = torch.tensor([r == role for r in inputs["roles"]], device=mask.device)
+            kl = (per_token_kl[rows] * mask[rows]).sum() / mask[rows].sum().clamp(min=1)
+            self._metrics[mode][f"role/{role}/kl"].append(kl.item())
+        return aggregate_like_trl(
+            per_token_kl * scale,
+            mask,
+            self.loss_type,
+            self.current_gradient_accumulation_steps,
+            self.max_completion_length,
+            inputs.get("num_items_in_batch"),
+            self.accelerator.num_processes,
+            self.args.steps_per_generation,
+            training=self.model.training,
+        )
+
+    def _count_trained(self, count: int) -> None:
+        self._samples_trained += count
+        if (self._step + 1) % self.args.steps_per_generation == 0:  # last micro-batch of this generation
+            total = gather(torch.tensor([self._samples_trained], device=self.accelerator.device)).sum().item()
+            self._metrics["train"]["workflow/samples_trained"].append(float(total))
+            self._samples_trained = 0
+
+    # ---------------------------------------------------------------------------------------------------- metrics
+    def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
+        metrics = self._metrics[mode]
+        device = self.accelerator.device
+        metrics["workflow/samples_generated"].append(batch["num_samples_in_batch"].item())
+        calls_per_episode = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=device))
+        metrics["workflow/calls_per_episode"].append(calls_per_episode.mean().item())
+        metrics["workflow/success"].append(torch.nanmean(rewards).item())
+        metrics["reward"].append(torch.nanmean(rewards).item())
+        metrics["reward_std"].append(torch.nan_to_num(rewards.view(-1, 1).std(), nan=0.0).item())
+        for i, name in enumerate(self.reward_func_names):
+            metrics[f"rewards/{name}/mean"].append(torch.nanmean(rewards_per_func[:, i]).item())
+        tokens = batch["completion_mask"].sum(dim=1)
+        per_role = defaultdict(list)
+        for i, role in enumerate(batch["roles"]):
+            per_role[role].append(i)
+        for role in self.workflow.roles:  # every process reports every role, so the gathers line up
+            rows = per_role.get(role, [])
+            stats = torch.tensor(
+                [
+                    float(len(rows)),
+                    float(tokens[rows].sum()) if rows else 0.0,
+                    float(batch["truncated"][rows].sum()) if rows else 0.0,
+                    float(batch["advantages"][rows].sum()) if rows else 0.0,
+                ],
+                device=device,
+            )
+            n, token_sum, truncated, advantage_sum = gather(stats.view(1, -1)).sum(dim=0).tolist()
+            metrics[f"role/{role}/calls"].append(n)
+            if n:
+                metrics[f"role/{role}/completion_length"].append(token_sum / n)
+                metrics[f"role/{role}/truncated_fraction"].append(truncated / n)
+                metrics[f"role/{role}/advantage"].append(advantage_sum / n)
+        self.state.num_input_tokens_seen += int(
+            gather((batch["prompt_mask"].sum() + batch["completion_mask"].sum()).view(1)).sum().item()
+        )
+        self._logs["prompt"].extend(gather_object(prompts))
+        self._logs["completion"].extend(gather_object([e.final_answer for e in episodes]))
+        for i, name in enumerate(self.reward_func_names):
+            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
+        self._logs["advantages"].extend(all_advantages.tolist())
+
+
+def _check_prompt_column(dataset, name: str) -> None:
+    if dataset is None:
+        return
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"`{name}` has no `prompt` column (columns: {columns}). Each row needs a conversational `prompt`: "
+            'a list of messages such as [{"role": "user", "content": "..."}].'
+        )
