@@ -12,6 +12,8 @@ One training step, in order (mirrored by the numbered comments below):
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -30,7 +32,14 @@ from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, sp
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
 from .rollout.engine import RolloutEngine
-from .routing import BASE_MODEL, AdapterRouter, install_role_adapters, resolve_role_adapters, unique_adapters
+from .routing import (
+    BASE_MODEL,
+    AdapterRouter,
+    install_role_adapters,
+    resolve_role_adapters,
+    set_adapters_trainable,
+    unique_adapters,
+)
 from .workflows.base import Workflow
 
 
@@ -288,6 +297,42 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             total = gather(torch.tensor([self._samples_trained], device=self.accelerator.device)).sum().item()
             self._metrics["train"]["workflow/samples_trained"].append(float(total))
             self._samples_trained = 0
+
+    # ------------------------------------------------------------------------------------------------------ saving
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        # Each role adapter lands in its own sub-folder (PEFT's layout for named adapters); next to them, what it
+        # takes to rebuild the workflow that trained them.
+        super()._save(output_dir, state_dict)
+        output_dir = output_dir or self.args.output_dir
+        if self.args.should_save:
+            with open(os.path.join(output_dir, "multiagent_config.json"), "w") as f:
+                json.dump(self.multiagent_config(), f, indent=2)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        # Trainer's PEFT resume reloads only the active adapter from the checkpoint root (and leaves the others
+        # frozen); role adapters live in one sub-folder each.
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        model = self.accelerator.unwrap_model(model or self.model)
+        for adapter in self.adapter_names:
+            path = os.path.join(resume_from_checkpoint, adapter, "adapter_model.safetensors")
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"{resume_from_checkpoint} has no weights for adapter {adapter!r} (expected {path}). Resume with "
+                    "the same workflow and policy sharing as the run that wrote the checkpoint."
+                )
+            set_peft_model_state_dict(model, load_file(path), adapter_name=adapter)
+        set_adapters_trainable(model, self.adapter_names)
+
+    def multiagent_config(self) -> dict:
+        return {
+            "base_model": self.model.peft_config[self.adapter_names[0]].base_model_name_or_path,
+            "workflow": self.workflow.config_dict(),
+            "policy_sharing": self.args.policy_sharing,
+            "role_to_adapter": self.role_adapters,
+            "adapters": self.adapter_names,
+        }
 
     # ---------------------------------------------------------------------------------------------------- metrics
     def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
