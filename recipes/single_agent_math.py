@@ -10,11 +10,11 @@ CPU, offline, minutes (tiny model, toy arithmetic task):
     accelerate launch --cpu --num_processes 1 recipes/single_agent_math.py --config recipes/configs/cpu.yaml
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from trl_multiagent import SingleAgent, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
 from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
 from trl_multiagent.tasks import DAPO_MATH_ID, load_dapo_math, make_arithmetic_dataset, math_reward
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from trl_multiagent import Voting, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
 from trl_multiagent.tasks import DAPO_MATH_ID, load_dapo_math, make_arithmetic_dataset, math_reward
 

@@ -6,9 +6,9 @@ import json
 
 import torch
 from peft import LoraConfig, PeftModel
+from scripted import addition_dataset, boxed_answer_reward
 from transformers import AutoModelForCausalLM
 
-from scripted import addition_dataset, boxed_answer_reward
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from peft import LoraConfig
-
 from scripted import addition_dataset, boxed_answer_reward
+
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 
 
