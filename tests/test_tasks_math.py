@@ -1,0 +1,195 @@
+"""Math task: boxed-answer extraction, the math-verify reward (table-driven), and the DAPO-Math loader."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trl_multiagent.tasks import math as math_task
+from trl_multiagent.tasks.math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
+
+FIXTURE = Path(__file__).parent / "fixtures" / "dapo_math_17k_sample.jsonl"
+
+# (ground truth, boxed prediction, equivalent?)
+ANSWER_PAIRS = [
+    # fractions, decimals and their LaTeX spellings
+    (r"\frac{1}{2}", "0.5", True),
+    (r"\frac{1}{2}", r"\dfrac{1}{2}", True),
+    (r"\frac{1}{2}", r"\tfrac{1}{2}", True),
+    (r"\frac{1}{2}", "1/2", True),
+    (r"\frac{1}{2}", r"\frac12", True),
+    ("0.5", r"\frac{1}{2}", True),
+    (r"\frac{3}{28}", "3/28", True),
+    (r"\frac{3}{28}", r"\dfrac{3}{28}", True),
+    (r"\frac{3}{28}", r"\frac{6}{56}", True),
+    (r"\frac{3}{28}", "7/5", False),
+    (r"\frac{1}{3}", "0.3333333", True),
+    (r"\frac{1}{3}", "0.33", False),
+    ("7", r"\dfrac{14}{2}", True),
+    ("2", "2.0", True),
+    ("2", "2.00", True),
+    # equations and assignments
+    ("3", "x = 3", True),
+    ("3", "x=3", True),
+    ("x=3", "3", True),
+    ("3", "x = 4", False),
+    # units, symbols and spacing noise
+    ("5", r"5 \text{ cm}", True),
+    ("5", r"5\,\text{cm}", True),
+    ("12", r"12 \mbox{ dollars}", True),
+    ("10", r"10 \text{ m}^2", True),
+    ("10", r"10\%", True),
+    ("5", r"\$5", True),
+    ("30", r"30^\circ", True),
+    ("30", r"30^{\circ}", True),
+    ("55", "  55  ", True),
+    ("-3", "- 3", True),
+    ("1000", "1,000", True),
+    ("1000", "1{,}000", True),
+    ("34", "34.", True),
+    ("2", r"\textbf{2}", True),
+    ("-15", r"\text{-15}", True),
+    # symbolic forms
+    (r"\sqrt{2}", r"\sqrt 2", True),
+    (r"\sqrt{2}", "2^{1/2}", True),
+    (r"2\pi", r"2 \pi", True),
+    ("100", "10^2", True),
+    ("x^2+2x+1", "(x+1)^2", True),
+    (r"\{1,2\}", r"\{2,1\}", True),
+    # wrong answers that look close
+    ("-5", "5", False),
+    ("55", "5 5", False),
+    ("3", "3.5", False),
+    (r"\sqrt{2}", "1.414", False),
+    (r"\pi", "3.14159", False),
+    ("6", r"\text{six}", False),
+    ("9", "", False),
+]
+
+
+def test_table_has_at_least_40_pairs_of_both_kinds():
+    assert len(ANSWER_PAIRS) >= 40
+    assert {ok for *_, ok in ANSWER_PAIRS} == {True, False}
+
+
+@pytest.mark.parametrize(("truth", "predicted", "equivalent"), ANSWER_PAIRS)
+def test_math_reward_answer_table(truth, predicted, equivalent):
+    completion = f"Working... so the answer is $\\boxed{{{predicted}}}$."
+    assert math_reward([completion], [truth]) == [float(equivalent)]
+
+
+@pytest.mark.parametrize(
+    ("text", "boxed"),
+    [
+        (r"first \boxed{1} then \boxed{2}", "2"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"\boxed{\{1, \{2\}\}}", r"\{1, \{2\}\}"),
+        (r"\fbox{7}", "7"),
+        (r"so \boxed 5 is it", "5"),
+        (r"<think>\boxed{1}</think> final: \boxed{3}", "3"),
+        (r"<think>\boxed{1}</think> Answer: 3", None),
+        ("Answer: 34", None),
+        (r"cut off \boxed{12", None),
+        (r"\boxed", None),
+    ],
+)
+def test_extract_boxed_takes_the_last_complete_box(text, boxed):
+    assert extract_boxed(text) == boxed
+
+
+def test_reward_accepts_plain_and_conversational_completions_and_never_raises():
+    completions = [
+        r"\boxed{\dfrac{3}{28}}",
+        [{"role": "assistant", "content": r"The answer is \boxed{0.5}."}],
+        "Answer: 3",  # the DAPO wrapper's format: no box, no credit (as in the paper)
+        [],
+        r"\boxed{\frac{1}{0}} \boxed{}",
+        r"\boxed{)(}",
+    ]
+    answers = [r"\frac{3}{28}", r"\frac12", "3", "3", "3", "3"]
+    assert math_reward(completions, answers, prompts=None, completion_ids=None) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_reward_runs_outside_the_main_thread():
+    # math-verify's SIGALRM timeouts only work in the main thread; the reward must still grade elsewhere.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(math_reward, [r"\boxed{1/2}", r"\boxed{2}"], ["0.5", "3"]).result() == [1.0, 0.0]
+
+
+def _rows(path=FIXTURE):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_loader_returns_trl_rows_split_like_the_paper():
+    train, test = load_dapo_math("train", FIXTURE), load_dapo_math("test", FIXTURE)
+    assert train.column_names == ["prompt", "answer"] and test.column_names == ["prompt", "answer"]
+    assert (len(train), len(test)) == (7, 1)  # 10% held out (rounded up) with seed 42, as in the paper
+    answers = sorted(list(train["answer"]) + list(test["answer"]))
+    assert answers == sorted(r["solution"] for r in _rows())
+    for row in train:
+        (message,) = row["prompt"]
+        assert message["role"] == "user" and message["content"].endswith(math_task.MATH_INSTRUCTION)
+        assert "Answer: $Answer" not in message["content"]  # the DAPO wrapper is replaced by the boxed instruction
+    assert len(load_dapo_math("train", FIXTURE, limit=3)) == 3
+
+
+def test_loader_rows_reward_their_own_answers():
+    rows = load_dapo_math("train", FIXTURE)
+    assert math_reward([f"\\boxed{{{a}}}" for a in rows["answer"]], rows["answer"]) == [1.0] * len(rows)
+
+
+def test_loader_reads_parquet_files_in_the_same_schema(tmp_path):
+    from datasets import load_dataset
+
+    path = tmp_path / "dapo.parquet"
+    load_dataset("json", data_files=str(FIXTURE), split="train").to_parquet(str(path))
+    assert list(load_dapo_math("test", str(path))["answer"]) == list(load_dapo_math("test", FIXTURE)["answer"])
+
+
+def test_loader_reads_the_original_release_schema(tmp_path):
+    # BytedTsinghua-SIA/DAPO-Math-17k: chat-list prompt, answer in reward_model.ground_truth, problems repeated.
+    original = []
+    for row in _rows():
+        row["prompt"] = row.pop("source_prompt")
+        del row["solution"]
+        original += [row, row]
+    path = tmp_path / "original.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in original))
+    train, test = load_dapo_math("train", str(path)), load_dapo_math("test", str(path))
+    assert len(train) + len(test) == 8  # duplicates dropped
+    assert sorted(list(train["answer"]) + list(test["answer"])) == sorted(
+        r["reward_model"]["ground_truth"] for r in original[::2]
+    )
+
+
+@pytest.mark.parametrize(("field", "message"), [("solution", "'solution'"), ("prompt", "'prompt'")])
+def test_malformed_row_names_the_row_and_the_field(tmp_path, field, message):
+    rows = _rows()
+    rows[5][field] = None
+    path = tmp_path / "broken.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ValueError, match=f"row 5 has no {message}"):
+        load_dapo_math("train", str(path))
+
+
+def test_loader_errors_say_how_to_fix(tmp_path):
+    with pytest.raises(ValueError, match="split must be 'train' or 'test'"):
+        load_dapo_math("validation", FIXTURE)
+    with pytest.raises(FileNotFoundError, match="No dataset file"):
+        load_dapo_math("train", str(tmp_path / "missing.jsonl"))
+
+
+def test_hub_id_goes_through_load_dataset_with_the_paper_config(monkeypatch):
+    from datasets import load_dataset
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        return load_dataset("json", data_files=str(FIXTURE), split="train")
+
+    monkeypatch.setattr("trl_multiagent.tasks.loading.load_dataset", fake_load_dataset)
+    assert len(load_dapo_math("test")) == 1
+    assert calls == [(DAPO_MATH_ID, "en", "train")]

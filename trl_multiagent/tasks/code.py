@@ -1,0 +1,159 @@
+"""Code task: DeepCoder (PrimeIntellect) rows, the last ```python block of an answer, and a test-passing reward.
+
+Rows: ``prompt`` = one user message (the problem, then how the program is run) and ``tests`` = the
+``TestSuite`` JSON text (see ``sandbox.TestSuite``):
+``{"kind": "stdin_stdout" | "function_call", "fn_name": str | null, "cases": [{"input": ..., "output": ...}]}``.
+stdin_stdout cases hold stdin text and expected stdout; function_call cases hold the positional arguments and the
+expected return value (DeepCoder's one-element ``output`` wrapper removed).
+
+The reward runs the extracted program in the sandbox: ``all_pass`` (the paper's: 1.0 only if every test passes,
+stopping at the first failure) or ``fraction`` (share of tests passed, all tests run).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from datasets import Dataset
+
+from .loading import check_split, field, load_rows, take
+from .math import completion_text
+from .sandbox import SandboxLimits, SandboxPool, TestCase, TestSuite
+
+DEEPCODER_ID = "agentica-org/DeepCoder-Preview-Dataset"
+DEEPCODER_CONFIG = "primeintellect"
+# The paper shuffles PrimeIntellect with seed 42 and holds out the first 1,000 problems as its validation split.
+TEST_ROWS, SPLIT_SEED = 1000, 42
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_PYTHON_TAGS = {"python", "python3", "py", ""}
+
+
+def code_instruction(suite: TestSuite) -> str:
+    """How the program is run, appended to the problem so the model writes the form the tests call."""
+    if suite.kind == "function_call":
+        return (
+            f"Write your solution as a Python function `{suite.fn_name}` (at module level or as a method of "
+            "`class Solution`): it is called with each test's arguments and its return value is checked. Give the "
+            "code in a single ```python code block."
+        )
+    return (
+        "Write a complete Python program that reads the input from standard input and prints the answer to "
+        "standard output. Give the code in a single ```python code block."
+    )
+
+
+def code_prompt(problem: str, suite: TestSuite) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"{problem.strip()}\n\n{code_instruction(suite)}"}]
+
+
+def suite_from_deepcoder(tests: Any, where: str, fn_name: str | None = None) -> TestSuite:
+    """A DeepCoder ``tests`` value (JSON text or decoded) as a TestSuite; ``where`` names the row in errors.
+
+    Accepts every config's encoding: PrimeIntellect's list (``type`` stdin_stdout / function_call, ``fn_name`` in
+    each test), lcbv5's list (``testtype`` stdin / functional; pass the row's ``metadata.func_name`` as
+    ``fn_name``), codeforces' untyped list (stdin) and TACO's ``{"inputs", "outputs", "fn_name"?}`` dict.
+    """
+    try:
+        data = json.loads(tests) if isinstance(tests, str) else tests
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: 'tests' is not valid JSON ({e}); it must be DeepCoder's JSON test list.") from e
+    if isinstance(data, dict):  # TACO: {"inputs": [...], "outputs": [...], "fn_name"?}
+        fn = data.get("fn_name")
+        outputs = [o[0] if fn and isinstance(o, list) and len(o) == 1 else o for o in data.get("outputs", [])]
+        data = [{"input": i, "output": o, "fn_name": fn} for i, o in zip(data.get("inputs", []), outputs, strict=True)]
+        data = [{**t, "type": "function_call" if fn else "stdin_stdout"} for t in data]
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{where}: 'tests' must be a non-empty JSON list of tests, got {str(tests)[:100]!r}.")
+    first = data[0]
+    kind = first.get("type") or {"functional": "function_call"}.get(first.get("testtype"), "stdin_stdout")
+    if kind != "function_call":
+        cases = tuple(TestCase(str(t["input"]), str(t["output"])) for t in data)
+        return TestSuite("stdin_stdout", cases)
+    fn_name = first.get("fn_name") or fn_name
+    if not fn_name:
+        raise ValueError(f"{where}: function_call tests need 'fn_name' (the function to call); it is missing.")
+    cases = []
+    for t in data:
+        args, expected = t["input"], t["output"]
+        if "testtype" in t:  # lcbv5: one JSON value per line for the arguments, the return value as JSON text
+            args, expected = [json.loads(line) for line in args.splitlines() if line.strip()], json.loads(expected)
+        elif isinstance(expected, list) and len(expected) == 1:  # PrimeIntellect wraps the return value
+            expected = expected[0]
+        cases.append(TestCase(list(args), expected))
+    return TestSuite("function_call", tuple(cases), fn_name=fn_name)
+
+
+def _deepcoder_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:
+    problem = field(row, index, source, "problem")
+    metadata = row.get("metadata") if isinstance(row.get("metadata"), dict) else {}  # lcbv5 rows only
+    suite = suite_from_deepcoder(
+        field(row, index, source, "tests"), f"{source}: row {index}", metadata.get("func_name")
+    )
+    return {"prompt": code_prompt(problem, suite), "tests": suite.to_json()}
+
+
+def load_deepcoder(split: str = "train", path_or_id: str = DEEPCODER_ID, limit: int | None = None) -> Dataset:
+    """DeepCoder PrimeIntellect as TRL rows (``prompt``, ``tests``), split like the paper.
+
+    ``test`` = the first ``min(1000, max(1, n // 10))`` rows after a seed-42 shuffle (exactly the paper's 1,000
+    on the full data; a tenth of a small local file). The paper also drops tests its grader failed on, using a file
+    it did not publish; all tests are kept here.
+    """
+    check_split(split)
+    raw = load_rows(path_or_id, DEEPCODER_ID, DEEPCODER_CONFIG)
+    rows = raw.map(
+        _deepcoder_row, with_indices=True, fn_kwargs={"source": path_or_id}, remove_columns=raw.column_names
+    )
+    rows = rows.select_columns(["prompt", "tests"]).shuffle(seed=SPLIT_SEED)
+    n_test = min(TEST_ROWS, max(1, len(rows) // 10))
+    part = rows.select(range(n_test)) if split == "test" else rows.select(range(n_test, len(rows)))
+    return take(part, limit)
+
+
+def extract_code(text: str) -> str | None:
+    """The last complete ```python (or untagged) block after any ``</think>``; None when there is none."""
+    text = text.rsplit("</think>", 1)[-1]
+    blocks = [body for tag, body in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS]
+    return blocks[-1].strip() if blocks and blocks[-1].strip() else None
+
+
+class CodeReward:
+    """TRL reward that runs each completion's program on its row's ``tests`` in the sandbox.
+
+    ``mode="all_pass"`` (default, the paper's): 1.0 if every test passes, else 0.0; grading stops at the first
+    failing test. ``mode="fraction"``: passed / total, running every test. No code block scores 0.0. Picklable:
+    the worker pool is created on first use in each process.
+    """
+
+    def __init__(
+        self,
+        mode: Literal["all_pass", "fraction"] = "all_pass",
+        max_workers: int | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> None:
+        if mode not in ("all_pass", "fraction"):
+            raise ValueError(f"CodeReward mode must be 'all_pass' or 'fraction', got {mode!r}.")
+        self.mode = mode
+        self.max_workers = max_workers
+        self.limits = limits or SandboxLimits()
+        self.__name__ = "code_reward" if mode == "all_pass" else "code_reward_fraction"
+        self._pool: SandboxPool | None = None
+
+    def __call__(self, completions: list, tests: list[str], **kwargs: Any) -> list[float]:
+        sources = [extract_code(completion_text(c)) for c in completions]
+        graded = [i for i, source in enumerate(sources) if source is not None]
+        if self._pool is None:
+            self._pool = SandboxPool(self.max_workers, self.limits)
+        problems = [(sources[i], TestSuite.from_json(tests[i])) for i in graded]
+        reports = self._pool.run(problems, stop_at_first_failure=self.mode == "all_pass")
+        rewards = [0.0] * len(completions)
+        for i, report in zip(graded, reports, strict=True):
+            rewards[i] = (
+                report.passed / report.total if self.mode == "fraction" else float(report.passed == report.total)
+            )
+        return rewards
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None}  # threads don't pickle; each process starts its own pool

@@ -1,0 +1,139 @@
+r"""Math task: DAPO-Math-17K rows, the last ``\boxed{}`` of an answer, and a symbolic-equivalence reward.
+
+Rows: ``prompt`` = one user message (the problem, then an instruction to reason and box the final answer) and
+``answer`` (str) = the ground truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``.
+
+The reward follows the paper's grader: text after ``</think>`` if present, the last ``\boxed{...}``, 1.0 when
+``math-verify`` finds it equivalent to the ground truth (``\dfrac{1}{2}`` = ``0.5`` = ``1/2``, ``x = 3`` = ``3``,
+units, ``\%``, ``\$``, thousands separators and spacing ignored), else 0.0; no box scores 0.0.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from functools import lru_cache
+from typing import Any
+
+from datasets import Dataset
+from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+from .loading import check_split, field, load_rows, take
+
+logger = logging.getLogger(__name__)
+
+# The paper loads this deduplicated copy (config "en") and holds out 10% with seed 42 as its validation set.
+# The original release, "BytedTsinghua-SIA/DAPO-Math-17k" (~100 copies of each problem), is also accepted.
+DAPO_MATH_ID = "open-r1/DAPO-Math-17k-Processed"
+DAPO_MATH_CONFIG = "en"
+TEST_FRACTION, SPLIT_SEED = 0.1, 42
+MATH_INSTRUCTION = "Reason step by step, then put the final answer alone inside \\boxed{}."
+# DAPO wraps every problem in an "Answer: $Answer" instruction; the reward reads \boxed{} only, so the wrapper
+# is replaced by MATH_INSTRUCTION instead of leaving the model two contradictory answer formats.
+_DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+_DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
+# Boxed content is the only candidate, so it is parsed first; ExprExtractionConfig catches plain "1/2", "0.5".
+_EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
+
+
+def math_prompt(problem: str) -> list[dict[str, str]]:
+    """The conversational prompt of a math row: one user turn with the problem and the boxed-answer rule."""
+    return [{"role": "user", "content": f"{problem.strip()}\n\n{MATH_INSTRUCTION}"}]
+
+
+def _dapo_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:
+    if "solution" in row:  # open-r1 Processed schema: prompt is the wrapped text, solution the answer
+        text, answer = field(row, index, source, "prompt"), field(row, index, source, "solution")
+    else:  # original release: prompt is a chat list, the answer sits in reward_model.ground_truth
+        messages = field(row, index, source, "prompt")
+        text = field({"content": messages[0].get("content")}, index, source, "content")
+        answer = field(row, index, source, "reward_model", "ground_truth")
+    if not isinstance(text, str):
+        raise ValueError(f"{source}: row {index} has a 'prompt' of type {type(text).__name__}; expected text.")
+    problem = text.removeprefix(_DAPO_PREFIX).removesuffix(_DAPO_SUFFIX)
+    boxed = extract_boxed(str(answer))  # some ground truths are themselves boxed; grade against the content
+    return {"prompt": math_prompt(problem), "answer": boxed if boxed is not None else str(answer).strip()}
+
+
+def load_dapo_math(split: str = "train", path_or_id: str = DAPO_MATH_ID, limit: int | None = None) -> Dataset:
+    """DAPO-Math-17K as TRL rows (``prompt``, ``answer``), split like the paper (10% test, seed 42).
+
+    ``path_or_id``: a Hub id (``load_dataset``; config ``en`` for ``DAPO_MATH_ID``) or a local .jsonl/.parquet file
+    in the published schema. ``limit`` keeps the first rows of the split.
+    """
+    check_split(split)
+    raw = load_rows(path_or_id, DAPO_MATH_ID, DAPO_MATH_CONFIG)
+    rows = raw.map(_dapo_row, with_indices=True, fn_kwargs={"source": path_or_id}, remove_columns=raw.column_names)
+    if "solution" not in raw.column_names:  # the original release repeats each problem ~100 times
+        seen: set[str] = set()
+        rows = rows.filter(lambda r: not (r["prompt"][0]["content"] in seen or seen.add(r["prompt"][0]["content"])))
+    parts = rows.select_columns(["prompt", "answer"]).train_test_split(test_size=TEST_FRACTION, seed=SPLIT_SEED)
+    return take(parts[split], limit)
+
+
+def extract_boxed(text: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox``, or ``\boxed 5``) after any ``</think>``; None if absent."""
+    text = text.rsplit("</think>", 1)[-1]
+    matches = list(_BOX.finditer(text))
+    if not matches:
+        return None
+    start = matches[-1].end()
+    if start >= len(text):
+        return None
+    if text[start] != "{":  # "\boxed 5": the argument is the next token
+        token = re.match(r"[^\s$]+", text[start:])
+        return token.group(0) if token else None
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1 : i].strip()
+    return None  # unbalanced: the answer was cut off
+
+
+def completion_text(completion: str | list[dict[str, Any]]) -> str:
+    """The text of a TRL completion: a plain string, or the last message of a conversational completion."""
+    if isinstance(completion, str):
+        return completion
+    if not completion:
+        return ""
+    content = completion[-1].get("content", "")
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+
+
+def _timeout() -> int | None:
+    # math-verify's timeouts use SIGALRM, which only the main thread may set; elsewhere run without one.
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+@lru_cache(maxsize=4096)
+def _parse_gold(answer: str) -> tuple:
+    return tuple(parse(f"${answer}$", _EXTRACTION, parsing_timeout=_timeout()))
+
+
+def is_equivalent(predicted: str, answer: str) -> bool:
+    """Whether the boxed content ``predicted`` equals the ground truth ``answer`` (math-verify)."""
+    predicted = predicted.strip().rstrip(".").strip()  # "34." ends a sentence; it isn't part of the number
+    if not predicted:
+        return False
+    gold = _parse_gold(answer.strip())
+    pred = parse(f"\\boxed{{{predicted}}}", _EXTRACTION, parsing_timeout=_timeout())
+    return bool(gold and pred and verify(list(gold), pred, timeout_seconds=_timeout()))
+
+
+def math_reward(completions: list, answer: list[str], **kwargs: Any) -> list[float]:
+    r"""TRL reward: 1.0 when the last ``\boxed{}`` of a completion equals ``answer``, else 0.0 (never raises)."""
+    rewards = []
+    for completion, truth in zip(completions, answer, strict=True):
+        try:
+            boxed = extract_boxed(completion_text(completion))
+            rewards.append(float(boxed is not None and is_equivalent(boxed, str(truth))))
+        except Exception:  # noqa: BLE001 - a reward must score, not crash training; log what failed
+            logger.warning("math_reward could not grade a completion against %r; scoring 0.0", truth, exc_info=True)
+            rewards.append(0.0)
+    return rewards
