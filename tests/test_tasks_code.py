@@ -74,6 +74,7 @@ def test_loader_returns_trl_rows_split_like_the_paper():
         ({"tests": "[{not json"}, "row 3: 'tests' is not valid JSON"),
         ({"tests": "[]"}, "row 3: 'tests' must be a non-empty JSON list"),
         ({"tests": '[{"type": "function_call", "input": [1], "output": [1]}]'}, "row 3: function_call tests need"),
+        ({"tests": '[{"type": "stdin_stdout", "input": "1"}]'}, "row 3: test 0 of 'tests' has no 'output'"),
     ],
 )
 def test_malformed_row_names_the_row_and_the_field(tmp_path, change, message):

@@ -4,9 +4,12 @@ Every hostile program below would harm the test process or the machine if it esc
 reported outcome and that the harm did not happen.
 """
 
+import dataclasses
 import logging
 import os
+import shutil
 import socket
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +30,8 @@ from trl_multiagent.tasks.sandbox import (
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the code sandbox needs root (namespaces, uid switch)")
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, max_output_bytes=2**20)
+# Programs that must end on their own get room, so a loaded machine can't turn their outcome into a timeout.
+ROOMY = dataclasses.replace(LIMITS, cpu_seconds=10, wall_seconds=20)
 SECRET = "trl-ma-test-secret-4f1c"
 
 
@@ -64,15 +69,20 @@ def victim(request):
     """A host file a hostile program can see (outside the directories the sandbox hides) but must not touch.
 
     Next to it, a world-writable directory: only the sandbox's read-only view of the host stops writes there.
+    A fresh directory per test: other test sessions may run these tests at the same time in the same checkout.
     """
-    directory = request.config.cache.mkdir("sandbox_victim")
+    # Not under the checkout: a checkout under /tmp or /home would be hidden from the sandbox, not read-only.
+    base = Path("/var/lib/trl-multiagent-test-victims")
+    base.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(dir=base))
+    directory.chmod(0o755)
     path = directory / "keep.txt"
     path.write_text("intact")
     path.chmod(0o644)
-    (directory / "world_writable").mkdir(exist_ok=True)
+    (directory / "world_writable").mkdir()
     (directory / "world_writable").chmod(0o777)
     yield path
-    path.unlink(missing_ok=True)
+    shutil.rmtree(directory)
 
 
 @pytest.fixture
@@ -123,7 +133,8 @@ HOSTILE_CASES = sorted(hostile_programs(Path("/x"), 0))
 def test_hostile_program_is_contained_with_the_right_outcome(case, victim, listener, caplog, leased_uids):
     program, expected = hostile_programs(victim, listener.getsockname()[1])[case]
     with caplog.at_level(logging.DEBUG, logger="trl_multiagent.tasks.sandbox"):
-        report = run_tests(program, TestSuite("stdin_stdout", (TestCase("", "never"),)), limits=LIMITS)
+        limits = LIMITS if expected is Outcome.TIMEOUT else ROOMY
+        report = run_tests(program, TestSuite("stdin_stdout", (TestCase("", "never"),)), limits=limits)
     assert report.outcome is expected, report.detail
     assert report.detail  # every failure says why
     assert expected.value in caplog.text  # and is logged
@@ -149,7 +160,7 @@ for path in glob.glob('/proc/*/environ') + ['/proc/{os.getpid()}/environ', '/pro
 print('LEAK', found) if found else print('SAFE')
 print(sorted(os.environ))
 """
-    run = execute(program, limits=LIMITS)
+    run = execute(program, limits=ROOMY)
     assert run.failure is None and run.stdout.splitlines()[0] == "SAFE", run.stdout + run.detail
     assert "TRL_MA_TEST_SECRET" not in run.stdout
 
@@ -158,7 +169,7 @@ def test_a_spawned_shell_is_as_contained_as_the_program(victim, leased_uids):
     script = f"id -u; echo x > /etc/evil_by_sandbox; rm -f {victim}; kill -9 {os.getpid()}; ls -a /root"
     program = f"import subprocess\nr = subprocess.run({script!r}, shell=True, capture_output=True, text=True)\n"
     program += "print(r.stdout)\nprint(r.stderr)"
-    run = execute(program, limits=LIMITS)
+    run = execute(program, limits=ROOMY)
     assert run.failure is None, run.detail
     uid = int(run.stdout.split()[0])
     assert uid >= sandbox.UID_BASE  # the shell runs as the unprivileged sandbox uid, never root
@@ -171,20 +182,20 @@ def test_a_spawned_shell_is_as_contained_as_the_program(victim, leased_uids):
 def test_writes_to_tmp_land_in_a_private_tmpfs():
     marker = Path("/tmp/trl_ma_sandbox_escape_test")
     marker.unlink(missing_ok=True)
-    run = execute(f"open({str(marker)!r}, 'w').write('x')\nprint(open({str(marker)!r}).read())", limits=LIMITS)
+    run = execute(f"open({str(marker)!r}, 'w').write('x')\nprint(open({str(marker)!r}).read())", limits=ROOMY)
     assert run.failure is None and run.stdout == "x\n"
     assert not marker.exists()
 
 
 def test_a_daemon_left_behind_is_killed_with_the_run(leased_uids):
     program = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('bye')"
-    assert execute(program, limits=LIMITS).stdout == "bye\n"
+    assert execute(program, limits=ROOMY).stdout == "bye\n"
     assert leftover_processes(leased_uids) == []
 
 
 def test_each_run_gets_a_fresh_working_directory():
-    first = execute("import os\nprint(os.getcwd(), os.listdir('.'))\nopen('left_behind', 'w')", limits=LIMITS)
-    second = execute("import os\nprint(os.getcwd(), os.listdir('.'))", limits=LIMITS)
+    first = execute("import os\nprint(os.getcwd(), os.listdir('.'))\nopen('left_behind', 'w')", limits=ROOMY)
+    second = execute("import os\nprint(os.getcwd(), os.listdir('.'))", limits=ROOMY)
     (cwd1, listing1), (cwd2, listing2) = (r.stdout.split(" ", 1) for r in (first, second))
     assert cwd1 != cwd2 and listing1.strip() == listing2.strip() == "[]"
     assert not Path(cwd1).exists() and not Path(cwd2).exists()  # removed from the host afterwards
@@ -204,10 +215,10 @@ def test_pool_runs_hostile_and_honest_programs_side_by_side(leased_uids):
 def test_stop_at_first_failure_versus_running_all_tests():
     suite = TestSuite("stdin_stdout", tuple(TestCase(f"{i}\n", f"{i}\n") for i in range(5)))
     program = "n = int(input())\nprint(n if n != 1 else 'oops')\nassert n != 3"
-    first = run_tests(program, suite, limits=LIMITS)
+    first = run_tests(program, suite, limits=ROOMY)
     assert (first.outcome, first.passed, first.executed) == (Outcome.WRONG_ANSWER, 1, 2)
     assert first.detail.startswith("test 1: expected '1\\n', got 'oops\\n'")
-    every = run_tests(program, suite, limits=LIMITS, stop_at_first_failure=False)
+    every = run_tests(program, suite, limits=ROOMY, stop_at_first_failure=False)
     assert every.outcomes == (
         Outcome.PASSED,
         Outcome.WRONG_ANSWER,
@@ -220,26 +231,26 @@ def test_stop_at_first_failure_versus_running_all_tests():
 
 def test_function_call_tests():
     suite = TestSuite("function_call", (TestCase([[3, 1, 2]], [1, 2, 3]), TestCase([[]], [])), fn_name="sort_it")
-    assert run_tests("def sort_it(xs):\n    return sorted(xs)", suite, limits=LIMITS).outcome is Outcome.PASSED
+    assert run_tests("def sort_it(xs):\n    return sorted(xs)", suite, limits=ROOMY).outcome is Outcome.PASSED
     method = "class Solution:\n    def sort_it(self, xs):\n        return tuple(sorted(xs))"  # tuple == JSON list
-    assert run_tests(method, suite, limits=LIMITS).outcome is Outcome.PASSED
-    wrong = run_tests("def sort_it(xs):\n    return xs", suite, limits=LIMITS)
+    assert run_tests(method, suite, limits=ROOMY).outcome is Outcome.PASSED
+    wrong = run_tests("def sort_it(xs):\n    return xs", suite, limits=ROOMY)
     assert wrong.outcome is Outcome.WRONG_ANSWER and "expected [1, 2, 3], got [3, 1, 2]" in wrong.detail
-    missing = run_tests("def other(xs):\n    return xs", suite, limits=LIMITS)
+    missing = run_tests("def other(xs):\n    return xs", suite, limits=ROOMY)
     assert missing.outcome is Outcome.RUNTIME_ERROR and "no function 'sort_it'" in missing.detail
-    exits = run_tests("import sys\nsys.exit(0)\ndef sort_it(xs):\n    return xs", suite, limits=LIMITS)
+    exits = run_tests("import sys\nsys.exit(0)\ndef sort_it(xs):\n    return xs", suite, limits=ROOMY)
     assert exits.outcome is Outcome.RUNTIME_ERROR
-    odd = run_tests("def sort_it(xs):\n    return {1, 2, 3}", suite, limits=LIMITS)  # a set is not JSON
+    odd = run_tests("def sort_it(xs):\n    return {1, 2, 3}", suite, limits=ROOMY)  # a set is not JSON
     assert odd.outcome is Outcome.WRONG_ANSWER
 
 
 def test_runtime_errors_read_like_the_programs_own_traceback():
-    run = execute("def f():\n    return 1 / 0\nf()", limits=LIMITS)
+    run = execute("def f():\n    return 1 / 0\nf()", limits=ROOMY)
     assert run.failure is Outcome.RUNTIME_ERROR and run.exit_code == 1
     assert 'File "solution.py", line 2, in f' in run.detail and "ZeroDivisionError" in run.detail
     assert "sandbox_boot" not in run.detail
-    assert execute("import sys\nsys.exit(3)", limits=LIMITS).detail.startswith("exit code 3")
-    assert execute("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", limits=LIMITS).detail.startswith(
+    assert execute("import sys\nsys.exit(3)", limits=ROOMY).detail.startswith("exit code 3")
+    assert execute("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", limits=ROOMY).detail.startswith(
         "killed by SIGSEGV"
     )
 
@@ -247,7 +258,7 @@ def test_runtime_errors_read_like_the_programs_own_traceback():
 def test_a_broken_sandbox_is_a_sandbox_error_not_a_program_error(monkeypatch, caplog):
     monkeypatch.setattr(sandbox, "BOOT_SCRIPT", Path("/nonexistent/sandbox_boot.py"))
     with caplog.at_level(logging.WARNING):
-        run = execute("print(1)", limits=LIMITS)
+        run = execute("print(1)", limits=ROOMY)
     assert run.failure is Outcome.SANDBOX_ERROR
     assert "sandbox error" in caplog.text
 

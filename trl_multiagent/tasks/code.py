@@ -66,11 +66,14 @@ def suite_from_deepcoder(tests: Any, where: str, fn_name: str | None = None) -> 
         data = [{**t, "type": "function_call" if fn else "stdin_stdout"} for t in data]
     if not isinstance(data, list) or not data:
         raise ValueError(f"{where}: 'tests' must be a non-empty JSON list of tests, got {str(tests)[:100]!r}.")
+    for j, test in enumerate(data):
+        missing = [key for key in ("input", "output") if not isinstance(test, dict) or key not in test]
+        if missing:
+            raise ValueError(f"{where}: test {j} of 'tests' has no {missing[0]!r}; every test needs input and output.")
     first = data[0]
     kind = first.get("type") or {"functional": "function_call"}.get(first.get("testtype"), "stdin_stdout")
     if kind != "function_call":
-        cases = tuple(TestCase(str(t["input"]), str(t["output"])) for t in data)
-        return TestSuite("stdin_stdout", cases)
+        return TestSuite("stdin_stdout", tuple(TestCase(str(t["input"]), str(t["output"])) for t in data))
     fn_name = first.get("fn_name") or fn_name
     if not fn_name:
         raise ValueError(f"{where}: function_call tests need 'fn_name' (the function to call); it is missing.")
