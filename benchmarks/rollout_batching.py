@@ -1,0 +1,148 @@
+"""How well the rollout engine batches: N concurrent Voting episodes vs one-by-one episodes vs raw `generate`.
+
+    python benchmarks/rollout_batching.py
+    python benchmarks/rollout_batching.py --episodes 64 --completion-length 64 --hidden-size 128 --num-layers 4
+
+A tiny Qwen3 with LoRA role adapters generates through `TransformersBackend`, every completion exactly
+`--completion-length` tokens (min_new_tokens = max_new_tokens), so all three ways generate the same token counts:
+
+    engine      `RolloutEngine.run(prompts)`: all episodes at once; Voting makes two ticks (3N voter calls, then N
+                aggregator calls), each one batched `generate`;
+    sequential  (a) the same engine, one episode after another: 2 `generate` calls per episode;
+    raw         (b) the best one `generate` per tick can do: the engine's own requests of that round, tokenized and
+                padded beforehand, through `model.generate` with the tick's adapter active (no per-sample routing,
+                no chat templating, no decoding, no asyncio).
+
+A fourth way, (b') raw `generate` with PEFT's per-sample `adapter_names=`, separates the cost of per-sample routing
+from the cost of the engine itself. Every round runs all ways back to back, so machine noise hits them alike; figures
+are medians over rounds. Reported: speedup of the engine over (a) and the fraction of (b)'s speed the engine reaches
+(raw time / engine time, paired per round), in CPU time (one thread: immune to other jobs' load), wall time beside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from contextlib import nullcontext
+
+import torch
+from common import median, medians, now, prompt_rows, report, since, tiny_model
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from trl_multiagent import Voting
+from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
+from trl_multiagent.rollout.engine import RolloutEngine
+from trl_multiagent.routing import AdapterRouter, install_role_adapters, resolve_role_adapters, unique_adapters
+
+TARGET = 0.85
+
+
+class RecordingBackend(TransformersBackend):
+    """Keeps each tick's requests, for the raw `generate` replay."""
+
+    ticks: list[list]
+
+    def generate(self, requests):
+        self.ticks.append(list(requests))
+        return super().generate(requests)
+
+
+def raw_generate(model, backend: RecordingBackend, ticks: list[list], per_sample: bool = False) -> tuple:
+    """(wall, CPU) seconds for one plain `generate` per tick on pre-padded tensors, the tick's only adapter active.
+
+    `per_sample=True` passes PEFT's own `adapter_names=` instead: the same per-sample LoRA path the engine's routing
+    takes, which tells the cost of routing apart from the cost of the engine.
+    """
+    tokenizer, inputs = backend.tokenizer, []
+    for requests in ticks:
+        prompts, adapters = [backend.tokenize(r.messages) for r in requests], [r.adapter for r in requests]
+        assert len(set(adapters)) == 1, "Voting ticks use one adapter each"
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        inputs.append((ids, mask, adapters))
+    start = now()
+    with torch.no_grad():
+        for ids, mask, adapters in inputs:
+            routing = {"adapter_names": adapters} if per_sample else {}
+            model.base_model.set_adapter(adapters[0])
+            model.generate(input_ids=ids, attention_mask=mask, generation_config=backend.generation_config, **routing)
+    return since(start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=16, help="concurrent Voting episodes (N)")
+    parser.add_argument("--completion-length", type=int, default=32)
+    parser.add_argument("--hidden-size", type=int, default=64)
+    parser.add_argument("--num-layers", type=int, default=2)
+    parser.add_argument("--policy-sharing", default="isolated", choices=["shared", "isolated"])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = tiny_model(f"{tmp}/model", args.hidden_size, args.num_layers)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), lora).eval()
+
+    workflow = Voting(n_voters=3)
+    role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing)
+    install_role_adapters(model, unique_adapters(role_adapters))
+    generation_config = GenerationConfig(
+        max_new_tokens=args.completion_length,
+        min_new_tokens=args.completion_length,
+        do_sample=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    backend = RecordingBackend(
+        lambda: nullcontext(model), tokenizer, AdapterRouter(model), generation_config, [tokenizer.eos_token_id]
+    )
+    engine = RolloutEngine(workflow, backend, role_adapters)
+    prompts = [row["prompt"] for row in prompt_rows(args.episodes)]
+    torch.manual_seed(0)
+    backend.ticks = []
+    engine.run(prompts[:2])  # warm-up
+
+    times = {"engine": [], "raw": [], "raw_routed": [], "sequential": []}  # (wall, CPU) seconds per round
+    for _ in range(args.rounds):
+        backend.ticks = []
+        start = now()
+        episodes = engine.run(prompts)
+        times["engine"].append(since(start))
+        times["raw"].append(raw_generate(model, backend, backend.ticks))
+        times["raw_routed"].append(raw_generate(model, backend, backend.ticks, per_sample=True))
+
+        start = now()
+        for prompt in prompts:
+            engine.run([prompt])
+        times["sequential"].append(since(start))
+
+    calls = sum(len(e.calls) for e in episodes)
+    tokens = sum(len(c.completion_ids) for e in episodes for c in e.calls)
+    (engine_wall, engine), (seq_wall, seq), (raw_wall, raw), (routed_wall, routed) = (
+        medians(times[k]) for k in ("engine", "sequential", "raw", "raw_routed")
+    )
+    fraction = median([r[1] / e[1] for r, e in zip(times["raw"], times["engine"])])  # CPU time, paired per round
+    rows = [
+        ("model", f"tiny Qwen3 hidden={args.hidden_size} layers={args.num_layers}, {args.policy_sharing} LoRA r=8"),
+        ("workload", f"{args.episodes} Voting episodes = {calls} calls x {args.completion_length} tokens, 2 ticks"),
+        ("engine s", f"{engine:.3f} CPU ({engine_wall:.3f} wall), {tokens / engine:.0f} tokens/s"),
+        ("(a) sequential s", f"{seq:.3f} CPU ({seq_wall:.3f} wall)"),
+        ("(b) raw generate s", f"{raw:.3f} CPU ({raw_wall:.3f} wall)"),
+        ("(b') raw, adapter_names s", f"{routed:.3f} CPU ({routed_wall:.3f} wall): PEFT's per-sample LoRA path"),
+        ("speedup over (a)", f"{seq / engine:.2f}x CPU ({seq_wall / engine_wall:.2f}x wall)"),
+        ("engine vs (b')", f"{routed / engine:.3f} CPU: the engine itself, routing cost aside"),
+        (
+            "fraction of (b)",
+            f"{fraction:.3f} CPU (median of per-round raw / engine; wall {raw_wall / engine_wall:.3f})",
+        ),
+    ]
+    report("rollout_batching", rows, fraction, ">=", TARGET)
+
+
+if __name__ == "__main__":
+    main()
