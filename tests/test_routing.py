@@ -101,3 +101,19 @@ def test_resolve_role_adapters():
         resolve_role_adapters(ROLES, "shared", {"generator": "solver"})
     with pytest.raises(ValueError, match="not usable"):
         resolve_role_adapters(ROLES, "shared", {"generator": "a.b", "evaluator": "j", "aggregator": "j"})
+
+
+def test_single_adapter_batches_take_the_plain_path_and_keep_every_adapter_trainable(tiny_model_dir):
+    model, router = routed_model(tiny_model_dir)
+    model.eval()
+    input_ids = torch.randint(3, 400, (2, 7))
+    with torch.no_grad():
+        with router.route(["evaluator", "generator"]):  # mixed: PEFT's per-sample path
+            mixed = model(input_ids=input_ids).logits
+        with router.route(["evaluator", "evaluator"]):  # uniform, not the active adapter: the plain path
+            uniform = model(input_ids=input_ids).logits
+    assert torch.allclose(mixed[0], uniform[0], atol=1e-6)
+    assert not torch.allclose(mixed[1], uniform[1], atol=1e-3)
+    assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    active = {tuple(layer.active_adapters) for layer in router._layers}
+    assert active == {(model.active_adapter,)}  # restored once the routing is released

@@ -88,44 +88,63 @@ def adapter_parameters(peft_model, adapter: str) -> dict[str, torch.nn.Parameter
 
 
 class AdapterRouter:
-    """Routes each sample of a batch to its adapter through forward pre-hooks on the LoRA layers."""
+    """Routes each sample of a batch to its adapter through forward pre-hooks on the LoRA layers.
+
+    A batch that uses one adapter (every batch under shared policy, and every tick of parallel instances of one
+    role) takes PEFT's ordinary path: the layers' active adapter is pointed at it for as long as the routing holds,
+    without ``set_adapter`` (which would freeze the other adapters). Only batches that really mix adapters pay for
+    PEFT's per-sample path, which gathers and scatters each adapter's rows in every layer.
+    """
 
     def __init__(self, model: torch.nn.Module):
         from peft.tuners.lora import LoraLayer
 
-        self._names: list[str] | None = None
-        self._handles = [
-            module.register_forward_pre_hook(self._inject, with_kwargs=True)
-            for module in model.modules()
-            if isinstance(module, LoraLayer)
-        ]
-        if not self._handles:
+        self._names: list[str] | None = None  # per-sample names, only while a batch mixes adapters
+        self._layers = [module for module in model.modules() if isinstance(module, LoraLayer)]
+        if not self._layers:
             raise ValueError("The model has no LoRA layers to route; pass a LoRA `peft_config` to the trainer.")
+        self._handles = [layer.register_forward_pre_hook(self._inject, with_kwargs=True) for layer in self._layers]
+        self._routing: list[str] | None = None
+        self._original_active = [layer._active_adapter for layer in self._layers]
 
     def _inject(self, module, args, kwargs):
-        if self._names is None:
+        if self._routing is None:
             return None
         x = args[0] if args else kwargs["x"]
-        if x.shape[0] != len(self._names):
+        if x.shape[0] != len(self._routing):
             raise RuntimeError(
-                f"Adapter routing holds {len(self._names)} samples but a LoRA layer received a batch of {x.shape[0]}."
+                f"Adapter routing holds {len(self._routing)} samples but a LoRA layer received a batch of "
+                f"{x.shape[0]}."
             )
+        if self._names is None:
+            return None
         kwargs["adapter_names"] = self._names
         return args, kwargs
 
     def set(self, names: Sequence[str] | None) -> None:
         """Route the next forwards (and the recomputation of checkpointed ones in backward) sample by sample."""
-        self._names = list(names) if names is not None else None
+        self._routing = list(names) if names is not None else None
+        unique = set(self._routing) if self._routing else set()
+        if len(unique) == 1:
+            # A name that is no adapter of a layer ("__base__") makes PEFT skip that layer's LoRA: the base model.
+            self._names = None
+            for layer in self._layers:
+                layer._active_adapter = [next(iter(unique))]
+        else:
+            self._names = self._routing
+            for layer, active in zip(self._layers, self._original_active):
+                layer._active_adapter = active
 
     @contextmanager
     def route(self, names: Sequence[str]) -> Iterator[None]:
-        previous = self._names
+        previous = self._routing
         self.set(names)
         try:
             yield
         finally:
-            self._names = previous
+            self.set(previous)
 
     def remove(self) -> None:
+        self.set(None)
         for handle in self._handles:
             handle.remove()
