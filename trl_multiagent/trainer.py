@@ -35,6 +35,7 @@ from .rollout.engine import RolloutEngine
 from .routing import (
     BASE_MODEL,
     AdapterRouter,
+    adapter_parameters,
     install_role_adapters,
     resolve_role_adapters,
     set_adapters_trainable,
@@ -260,10 +261,11 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         # recompute with the same adapters.
         self.router.set(inputs["adapter_names"])
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        per_token_logps, _, _ = self._captured_logps
+        per_token_logps, entropies, _ = self._captured_logps
         self._captured_logps = None
         if "ref_per_token_logps" in inputs:
             loss = loss + self._kl_loss(per_token_logps, inputs)
+        self._log_role_loss_metrics(per_token_logps.detach(), entropies.detach(), inputs)
         if self.model.training:
             self._count_trained(len(inputs["roles"]))
         return loss
@@ -290,6 +292,61 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.args.steps_per_generation,
             training=self.model.training,
         )
+
+    def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: dict) -> None:
+        """Per-role entropy, perplexity of the sampled tokens, and drift between training and rollout policies.
+
+        The rollout policy is the backend's sampling log-probs when it reports them, else the log-probs from before
+        this generation's updates; with neither (one update per generation), the ratio is exactly 1.
+        """
+        mask = inputs["completion_mask"].float()
+        rollout = inputs.get("sampling_per_token_logps", inputs.get("old_per_token_logps"))
+        ratio = torch.exp(logps - rollout) if rollout is not None else torch.ones_like(logps)
+        clipped = (ratio < 1 - self.epsilon_low) | (ratio > 1 + self.epsilon_high)
+        per_token = torch.stack([entropies, -logps, ratio, (ratio - 1) ** 2, clipped.float(), torch.ones_like(logps)])
+        rows = torch.stack([torch.tensor([r == role for r in inputs["roles"]]) for role in self.workflow.roles])
+        rows = rows.to(mask.device).float()  # [R, N]
+        sums = torch.einsum("rn,knt,nt->rk", rows, per_token, mask)  # [R, 6]: masked token sums per role
+        sums = self.accelerator.reduce(sums, reduction="sum")
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        for role, (entropy, nll, ratio_sum, chi, clip, tokens) in zip(self.workflow.roles, sums.tolist()):
+            if tokens:
+                metrics[f"role/{role}/entropy"].append(entropy / tokens)
+                metrics[f"role/{role}/perplexity"].append(float(torch.exp(torch.tensor(nll / tokens))))
+                metrics[f"role/{role}/policy_ratio"].append(ratio_sum / tokens)
+                metrics[f"role/{role}/chi_square"].append(chi / tokens)
+                metrics[f"role/{role}/clip_fraction"].append(clip / tokens)
+
+    def _clip_grad_norm(self, model):
+        self._log_adapter_grad_norms()
+        return super()._clip_grad_norm(model)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        if grad_norm is None:  # no clipping this run: measure here instead
+            self._log_adapter_grad_norms()
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _log_adapter_grad_norms(self) -> None:
+        """Pre-clipping gradient norm of each adapter and its share of the step's squared total.
+
+        Under isolated policy an adapter's gradient is exactly its role's contribution, so it is also logged under
+        `role/<role>/grad_norm`. (Under DeepSpeed the gradients are partitioned away from `.grad`: not measured.)
+        """
+        if self.is_deepspeed_enabled:
+            return
+        squares = {}
+        for adapter in self.adapter_names:
+            grads = [p.grad for p in adapter_parameters(self.model, adapter).values() if p.grad is not None]
+            squares[adapter] = float(sum(g.float().pow(2).sum() for g in grads)) if grads else 0.0
+        total = sum(squares.values())
+        metrics = self._metrics["train"]
+        for adapter, square in squares.items():
+            metrics[f"adapter/{adapter}/grad_norm"].append(square**0.5)
+            metrics[f"adapter/{adapter}/grad_norm_share"].append(square / total if total else 0.0)
+            roles = [r for r, a in self.role_adapters.items() if a == adapter]
+            if len(roles) == 1:
+                metrics[f"role/{roles[0]}/grad_norm"].append(square**0.5)
+                metrics[f"role/{roles[0]}/grad_norm_share"].append(square / total if total else 0.0)
 
     def _count_trained(self, count: int) -> None:
         self._samples_trained += count

@@ -1,0 +1,59 @@
+"""Per-role training metrics appear in the logs under both sharing modes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from peft import LoraConfig
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from transformers import AutoTokenizer
+
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+
+ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
+LOSS_KEYS = ("entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
+
+
+@pytest.mark.parametrize("sharing", ["shared", "isolated"])
+def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=MultiAgentGRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=8,
+            max_steps=2,
+            logging_steps=1,
+            learning_rate=5e-2,
+            report_to="none",
+            save_strategy="no",
+            policy_sharing=sharing,
+            steps_per_generation=2,
+            gradient_accumulation_steps=1,
+        ),
+        train_dataset=addition_dataset(4),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
+        processing_class=tokenizer,
+        rollout_backend=backend,
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    for role in ("generator", "aggregator"):
+        for key in ROLLOUT_KEYS:  # logged when the generation batch is made (every second step here)
+            assert math.isfinite(logs[0][f"role/{role}/{key}"]), (role, key)
+        for key in LOSS_KEYS:  # logged from every optimizer step's loss
+            assert all(math.isfinite(h[f"role/{role}/{key}"]) for h in logs), (role, key)
+    # Two optimizer steps per generation: the second trains on samples from before the first update.
+    assert logs[1]["role/generator/policy_ratio"] != 1.0 and logs[1]["role/generator/chi_square"] > 0
+    shares = [v for k, v in logs[0].items() if k.startswith("adapter/") and k.endswith("grad_norm_share")]
+    assert abs(sum(shares) - 1.0) < 1e-6
+    if sharing == "isolated":
+        assert logs[0]["role/generator/grad_norm"] == logs[0]["adapter/generator/grad_norm"]
