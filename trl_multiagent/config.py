@@ -8,6 +8,7 @@ from typing import Any
 from trl import GRPOConfig
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
+PARALLEL_ROLE_STEPS = ("merged", "per_instance")
 ROLLOUT_BACKENDS = ("transformers",)
 
 
@@ -38,6 +39,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             `"per_output"`: every model call weighs the same (the reference behaviour: three voters outweigh one
             aggregator). `"per_role"`: every role type gets the same total share of the loss, whatever its number of
             calls and, for token-level loss types, tokens.
+        parallel_role_steps (`str`, *optional*, defaults to `"merged"`):
+            For a role with several parallel instances per episode (the voters of Voting, the workers of
+            Orch-Workers) whose adapter serves that role alone: `"merged"` takes one optimizer step per training step
+            on all instances' samples; `"per_instance"` takes one step per instance, on that instance's samples (the
+            reference stack's behaviour, which the research ties to the isolated policy's late decline).
         role_beta (`dict[str, float]` or `str`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
 
@@ -74,6 +80,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": list(ROLE_LOSS_BALANCES),
         },
     )
+    parallel_role_steps: str = field(
+        default="merged",
+        metadata={
+            "help": "'merged': one optimizer step per parallel role per training step; 'per_instance': one per "
+            "instance.",
+            "choices": list(PARALLEL_ROLE_STEPS),
+        },
+    )
     role_beta: dict[str, float] | str | None = field(
         default=None,
         metadata={"help": "KL coefficient toward the base model per role type; unlisted roles use `beta`."},
@@ -94,6 +108,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         if self.role_loss_balance not in ROLE_LOSS_BALANCES:
             raise ValueError(
                 f"`role_loss_balance` must be one of {ROLE_LOSS_BALANCES}, got {self.role_loss_balance!r}."
+            )
+        if self.parallel_role_steps not in PARALLEL_ROLE_STEPS:
+            raise ValueError(
+                f"`parallel_role_steps` must be one of {PARALLEL_ROLE_STEPS}, got {self.parallel_role_steps!r}."
             )
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")

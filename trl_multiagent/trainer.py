@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -28,6 +29,7 @@ from trl.trainer.utils import shuffle_sequence_dict
 from .advantages import group_advantages
 from .batching import calls_to_batch
 from .config import MultiAgentGRPOConfig
+from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
@@ -115,7 +117,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or self._default_backend()
         self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
-        self._check_workflow_roles(train_dataset)
+        probe = self._check_workflow_roles(train_dataset)
+        self.instance_steps = self._setup_instance_steps(probe) if args.parallel_role_steps == "per_instance" else None
         self._captured_logps = None
         self._samples_trained = 0
 
@@ -138,11 +141,52 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         ) as model:
             yield model
 
-    def _check_workflow_roles(self, dataset) -> None:
+    def _check_workflow_roles(self, dataset):
         """Walk the workflow once on the first prompt with empty outputs, so an undeclared role fails now."""
         if dataset is None or len(dataset) == 0:
-            return
-        RolloutEngine(self.workflow, _ProbeBackend(), self.role_adapters).run([dataset[0]["prompt"]])
+            return None
+        return RolloutEngine(self.workflow, _ProbeBackend(), self.role_adapters).run([dataset[0]["prompt"]])[0]
+
+    def _setup_instance_steps(self, probe) -> InstanceSteps | None:
+        if probe is None:
+            raise ValueError("`parallel_role_steps='per_instance'` needs a train_dataset to find the parallel roles.")
+        instances = defaultdict(int)
+        for call in probe.calls:
+            instances[call.role] = max(instances[call.role], call.instance + 1)
+        parallel = {}
+        for role, count in instances.items():
+            if count < 2:
+                continue
+            adapter = self.role_adapters[role]
+            sharing = [r for r, a in self.role_adapters.items() if a == adapter and r != role]
+            if sharing:
+                raise ValueError(
+                    f"`parallel_role_steps='per_instance'` steps role {role!r}'s adapter once per instance, but "
+                    f"{adapter!r} also serves {sharing}. Use policy_sharing='isolated' (or a mapping that gives "
+                    f"{role!r} its own adapter), or parallel_role_steps='merged'."
+                )
+            parallel[adapter] = count
+        return InstanceSteps(self.model, self.adapter_names, parallel) if parallel else None
+
+    def create_optimizer(self, model=None):
+        if self.instance_steps is None:
+            return super().create_optimizer(model)
+        # Shadows only carry gradients to the per-instance steps; they are never optimised themselves.
+        shadows = self.instance_steps.shadow_parameters()
+        for param in shadows:
+            param.requires_grad = False
+        try:
+            optimizer = super().create_optimizer(model)
+        finally:
+            for param in shadows:
+                param.requires_grad = True
+        single_step = optimizer.step
+        parallel = set(self.instance_steps.parallel)
+        others = [
+            p for a in self.adapter_names if a not in parallel for p in adapter_parameters(self.model, a).values()
+        ]
+        optimizer.step = lambda closure=None: self.instance_steps.step(lambda: single_step(closure), others)
+        return optimizer
 
     # --------------------------------------------------------------------------------------------------- rollouts
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
@@ -259,7 +303,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters.
-        self.router.set(inputs["adapter_names"])
+        routing = inputs["adapter_names"]
+        if self.instance_steps is not None and self.model.training:
+            routing = self.instance_steps.training_routing(routing, inputs["instances"].tolist())
+        self.router.set(routing)
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         per_token_logps, entropies, _ = self._captured_logps
         self._captured_logps = None
@@ -337,6 +384,17 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         squares = {}
         for adapter in self.adapter_names:
             grads = [p.grad for p in adapter_parameters(self.model, adapter).values() if p.grad is not None]
+            if self.instance_steps is not None and adapter in self.instance_steps.parallel:
+                # The role's gradient is spread over its shadows: their sum is what a merged step would apply.
+                shadows = [shadow_name(adapter, j) for j in range(self.instance_steps.parallel[adapter])]
+                per_shadow = [adapter_parameters(self.model, s) for s in shadows]
+                grads = [
+                    sum(p[n.replace(f".{adapter}.", f".{s}.")].grad for p, s in zip(per_shadow, shadows))
+                    for n in adapter_parameters(self.model, adapter)
+                    if all(
+                        p[n.replace(f".{adapter}.", f".{s}.")].grad is not None for p, s in zip(per_shadow, shadows)
+                    )
+                ]
             squares[adapter] = float(sum(g.float().pow(2).sum() for g in grads)) if grads else 0.0
         total = sum(squares.values())
         metrics = self._metrics["train"]
@@ -362,6 +420,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         super()._save(output_dir, state_dict)
         output_dir = output_dir or self.args.output_dir
         if self.args.should_save:
+            for shadow in self.instance_steps.shadows if self.instance_steps else []:
+                shutil.rmtree(os.path.join(output_dir, shadow), ignore_errors=True)
             with open(os.path.join(output_dir, "multiagent_config.json"), "w") as f:
                 json.dump(self.multiagent_config(), f, indent=2)
 
@@ -380,7 +440,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                     "the same workflow and policy sharing as the run that wrote the checkpoint."
                 )
             set_peft_model_state_dict(model, load_file(path), adapter_name=adapter)
-        set_adapters_trainable(model, self.adapter_names)
+        shadows = self.instance_steps.shadows if self.instance_steps is not None else []
+        set_adapters_trainable(model, [*self.adapter_names, *shadows])
+        if self.instance_steps is not None:
+            self.instance_steps.sync_weights()
 
     def multiagent_config(self) -> dict:
         return {
