@@ -315,7 +315,34 @@ def test_code_task_prompts_ask_for_python():
     assert all("```python" in request for request in fake.texts("worker") + fake.texts("synthesizer"))
 
 
-def test_math_and_code_prompts_differ():
+FUNCTION_PROBLEM = [
+    {
+        "role": "user",
+        "content": "Return the sum of a list of integers.\n\nWrite your solution as a Python function `total`: it is "
+        "called with each test's arguments and its return value is checked. Give the code in a single ```python "
+        "code block.",
+    }
+]
+
+
+@pytest.mark.parametrize(
+    ("workflow", "script"),
+    [
+        (EvalOpt(max_iterations=2, task="code"), {"generator": ["a", "b"], "evaluator": ["\\boxed{Incorrect}"] * 2}),
+        (Voting(task="code"), {"generator": lambda i, _: "a", "aggregator": ["\\boxed{1}"]}),
+        (OrchWorkers(task="code"), {"orchestrator": ["STRATEGY 1: loop"], "worker": lambda i, _: "a",
+                                    "synthesizer": ["a"]}),
+    ],
+)  # fmt: skip
+def test_code_prompts_defer_to_the_form_the_problem_asks_for(workflow, script):
+    """DeepCoder function-call rows ask for a function: no role may be told to write a stdin/stdout program."""
+    fake = FakeGenerate(script)
+    run(workflow, fake, FUNCTION_PROBLEM)
+    for role, _, messages in fake.calls:
+        request = messages[-1]["content"]
+        assert "Python function `total`" in messages[0]["content"], role  # the row's own instruction is kept
+        assert "must read" not in request, role
+        assert role == "orchestrator" or "the form the problem asks for" in request, role  # it plans, writes no code
     math = FakeGenerate({"generator": lambda i, _: "a", "aggregator": ["\\boxed{1}"]})
     code = FakeGenerate({"generator": lambda i, _: "a", "aggregator": ["\\boxed{1}"]})
     run(Voting(task="math"), math)

@@ -2,6 +2,7 @@
 
 - math: DAPO-Math-17K (``answer``), graded by ``math_reward`` (last ``\\boxed{}``, math-verify equivalence);
 - code: DeepCoder PrimeIntellect (``tests``), graded by ``CodeReward`` in the sandbox (``sandbox.py``);
+- code evaluator verdicts judged against test outcomes: ``check_verdicts`` (Eval-Opt's verdict accuracy);
 - offline generators with the same columns for CPU runs: ``make_arithmetic_dataset``, ``make_toy_code_dataset``.
 """
 
@@ -10,6 +11,7 @@ from .code import DEEPCODER_ID, CodeReward, extract_code, load_deepcoder
 from .math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
 from .sandbox import Outcome, SandboxLimits, SandboxPool, TestCase, TestReport, TestSuite, execute, run_tests
 from .toy_code import make_toy_code_dataset
+from .verdicts import VerdictCheck, check_verdicts
 
 __all__ = [
     "DAPO_MATH_ID",
@@ -21,6 +23,8 @@ __all__ = [
     "TestCase",
     "TestReport",
     "TestSuite",
+    "VerdictCheck",
+    "check_verdicts",
     "execute",
     "extract_boxed",
     "extract_code",

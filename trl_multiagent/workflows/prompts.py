@@ -1,9 +1,11 @@
 r"""Role prompts of the built-in workflows, for ``task="math"`` and ``task="code"``.
 
-Each function returns the text of one user message. Math answers go in ``\boxed{}``; code answers are a complete
-program in a ```` ```python ```` block that reads standard input and writes standard output. The machine-read
-formats (``\boxed{Correct}``/``\boxed{Incorrect}``, ``\boxed{i}``, ``STRATEGY k:``, ``--- Solution i ---``) follow
-the paper's reference workflows, because ``parsing.py`` and the reported role behaviours depend on them.
+Each function returns the text of one user message. Math answers go in ``\boxed{}``; code answers are Python in a
+```` ```python ```` block in the form the problem statement asks for: a program that reads standard input and writes
+standard output, or the function the tests call. DeepCoder has both kinds and each row's problem says which, so the
+code prompts defer to it rather than contradict it. The machine-read formats (``\boxed{Correct}``/
+``\boxed{Incorrect}``, ``\boxed{i}``, ``STRATEGY k:``, ``--- Solution i ---``) follow the paper's reference
+workflows, because ``parsing.py`` and the reported role behaviours depend on them.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ _SOLVER = {
 _ANSWER = {
     "math": "Give the final answer, and only the answer, inside \\boxed{}.",
     "code": (
-        "Give the complete program in a single ```python code block. It must read the input from standard input "
-        "and print the output to standard output."
+        "Give the complete solution in a single ```python code block, in the form the problem asks for: a program "
+        "that reads standard input and prints to standard output, or the function the problem names."
     ),
 }
 _CHECK = {
     "math": "Check each step of the reasoning and the final answer.",
     "code": (
-        "Check the algorithm's logic, the handling of edge cases, implementation bugs, and whether it is fast "
-        "enough for the constraints. Judge by reading the code; you cannot run it."
+        "Check the algorithm's logic, the handling of edge cases, implementation bugs, whether it is fast enough "
+        "for the constraints, and whether it has the form the problem asks for (a program reading standard input, "
+        "or the function the problem names). Judge by reading the code; you cannot run it."
     ),
 }
 _APPROACHES = {
