@@ -47,6 +47,17 @@ class MultiAgentGRPOConfig(GRPOConfig):
         role_beta (`dict[str, float]` or `str`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
 
+        > Parameters that control monitoring
+
+        drift_alarms (`bool`, *optional*, defaults to `True`):
+            Watch every role for the drift signatures of the research (a judge writing code or solver-length
+            outputs, length drift, outputs at the length cap, a perplexity or entropy rise before accuracy falls) and
+            log a warning and an `alarm/<role>/<kind>` metric when one appears.
+        drift_thresholds (`dict[str, float]` or `str`, *optional*):
+            Overrides of `trl_multiagent.monitoring.DriftThresholds` fields, e.g. `{"length_drift_factor": 2.0}`.
+        stop_on_drift (`bool`, *optional*, defaults to `False`):
+            Stop training at the first drift alarm.
+
         > Parameters that control rollouts
 
         rollout_backend (`str`, *optional*, defaults to `"transformers"`):
@@ -56,7 +67,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
     """
 
-    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["role_to_adapter", "role_loss_weights", "role_beta"]
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + [
+        "role_to_adapter",
+        "role_loss_weights",
+        "role_beta",
+        "drift_thresholds",
+    ]
 
     policy_sharing: str = field(
         default="shared",
@@ -92,6 +108,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "KL coefficient toward the base model per role type; unlisted roles use `beta`."},
     )
+    drift_alarms: bool = field(default=True, metadata={"help": "Log alarms on per-role drift signatures."})
+    drift_thresholds: dict[str, float] | str | None = field(
+        default=None, metadata={"help": "Overrides of DriftThresholds fields (JSON on the command line)."}
+    )
+    stop_on_drift: bool = field(default=False, metadata={"help": "Stop training at the first drift alarm."})
     rollout_backend: str = field(
         default="transformers",
         metadata={"help": "Rollout engine backend.", "choices": list(ROLLOUT_BACKENDS)},

@@ -31,6 +31,7 @@ from .batching import calls_to_batch
 from .config import MultiAgentGRPOConfig
 from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
+from .monitoring import DriftThresholds, RoleDriftCallback, workflow_metrics
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
 from .rollout.engine import RolloutEngine
@@ -61,6 +62,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         peft_config (`peft.LoraConfig`): the configuration of every role adapter (required: roles are adapters).
         rollout_backend: an object with `generate(requests) -> results` to use instead of the one named by
             `args.rollout_backend` (tests pass scripted backends here).
+        answer_checker: `(text, answer) -> bool`, with the dataset's `answer` column, regrades every answering role's
+            own outputs (`workflow/regraded/<role>`, pass@N over voters or workers, verdict accuracy).
     """
 
     _tag_names = ["trl", "grpo", "trl-multiagent"]
@@ -78,6 +81,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         optimizers=(None, None),
         peft_config=None,
         rollout_backend=None,
+        answer_checker=None,
     ):
         if args is None:
             args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")
@@ -117,6 +121,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or self._default_backend()
         self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
+        self.answer_checker = answer_checker
+        if args.drift_alarms:
+            # First in line, so the report_to integrations that log after it see the alarm metrics.
+            thresholds = DriftThresholds(**(args.drift_thresholds or {}))
+            drift = RoleDriftCallback(thresholds, stop_on_alarm=args.stop_on_drift)
+            self.callback_handler.callbacks.insert(0, drift)
         probe = self._check_workflow_roles(train_dataset)
         self.instance_steps = self._setup_instance_steps(probe) if args.parallel_role_steps == "per_instance" else None
         self._captured_logps = None
@@ -229,6 +239,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         batch["num_items_in_batch"] = totals[1].float()
         batch["num_samples_in_batch"] = totals[0].float()
         self._log_rollout_metrics(mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts)
+        self._log_workflow_metrics(mode, episodes, inputs, rewards[start : start + len(prompts)].tolist())
 
         # Log-probabilities that the loss needs from before the update, each sample through its own adapter.
         generate_every = self.args.steps_per_generation * self.num_iterations
@@ -455,6 +466,18 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         }
 
     # ---------------------------------------------------------------------------------------------------- metrics
+    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], rewards: list[float]) -> None:
+        checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
+        answers = [row["answer"] for row in inputs] if checker else None
+        values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
+        values.pop("workflow/success", None)  # logged from the rewards of every process already
+        for key, value in values.items():
+            self._metrics[mode][key].append(value)
+        # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
+        for role in self.workflow.roles:
+            column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
+            self._logs["extra"][f"role/{role}"].extend(gather_object(column))
+
     def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
         metrics = self._metrics[mode]
         device = self.accelerator.device

@@ -8,7 +8,7 @@
 
 from .arithmetic import make_arithmetic_dataset
 from .code import DEEPCODER_ID, CodeReward, extract_code, load_deepcoder
-from .math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
+from .math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_answer_checker, math_reward
 from .sandbox import Outcome, SandboxLimits, SandboxPool, TestCase, TestReport, TestSuite, execute, run_tests
 from .toy_code import make_toy_code_dataset
 from .verdicts import VerdictCheck, check_verdicts
@@ -32,6 +32,7 @@ __all__ = [
     "load_deepcoder",
     "make_arithmetic_dataset",
     "make_toy_code_dataset",
+    "math_answer_checker",
     "math_reward",
     "run_tests",
 ]

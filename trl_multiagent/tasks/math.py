@@ -137,3 +137,8 @@ def math_reward(completions: list, answer: list[str], **kwargs: Any) -> list[flo
             logger.warning("math_reward could not grade a completion against %r; scoring 0.0", truth, exc_info=True)
             rewards.append(0.0)
     return rewards
+
+
+def math_answer_checker(text: str, answer: str) -> bool:
+    """Whether one role output's last `\\boxed{}` is equivalent to the ground truth (for per-role regrading)."""
+    return math_reward([text], [answer])[0] == 1.0

@@ -1,0 +1,82 @@
+"""Per-role and workflow metrics reach the report_to backends, the completions table and the drift alarms."""
+
+from __future__ import annotations
+
+import glob
+
+import pandas as pd
+import pytest
+from peft import LoraConfig
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from transformers import AutoTokenizer
+
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+
+
+def voting_run(tiny_model_dir, tmp_path, respond=None, answer_checker=None, **overrides):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    respond = respond or (lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
+    settings = dict(
+        output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=16, max_steps=2, logging_steps=1, learning_rate=1e-2, report_to="none",
+        save_strategy="no", policy_sharing="isolated", seed=0,
+    )  # fmt: skip
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
+        train_dataset=addition_dataset(4),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+        processing_class=tokenizer,
+        rollout_backend=ScriptedBackend(tokenizer, respond),
+        answer_checker=answer_checker,
+    )
+    trainer.train()
+    return trainer
+
+
+def test_workflow_metrics_with_ground_truth(tiny_model_dir, tmp_path):
+    trainer = voting_run(tiny_model_dir, tmp_path, answer_checker=lambda text, answer: f"{{{answer}}}" in text)
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    for key in ("workflow/regraded/generator", "workflow/any_correct", "workflow/pass@1", "workflow/selection/1"):
+        assert 0.0 <= logs[0][key] <= 1.0, key
+    assert logs[0]["role/generator/unparseable"] == 0.0  # every scripted voter output has a \boxed{}
+
+
+def test_judge_writing_code_raises_an_alarm(tiny_model_dir, tmp_path):
+    def aggregator_writes_code(requests, rng):
+        return [
+            "```python\nprint(1)\n```" if "Solution 1" in r.messages[-1]["content"] else "\\boxed{4}" for r in requests
+        ]
+
+    trainer = voting_run(tiny_model_dir, tmp_path, respond=aggregator_writes_code)
+    alarms = [h for h in trainer.state.log_history if "alarm/aggregator/judge_code" in h]
+    assert alarms and alarms[0]["step"] == 1
+    assert all("alarm/generator/judge_code" not in h for h in trainer.state.log_history)
+
+
+def test_completions_table_has_a_column_per_role(tiny_model_dir, tmp_path):
+    voting_run(tiny_model_dir, tmp_path, log_completions=True)
+    table = pd.read_parquet(sorted(glob.glob(str(tmp_path / "run" / "completions" / "*.parquet")))[-1])
+    assert {"role/generator", "role/aggregator"} <= set(table.columns)
+    assert table["role/generator"].str.count("---").eq(2).all()  # three voters per episode
+
+
+@pytest.mark.parametrize("backend", ["wandb", "tensorboard"])
+def test_report_to_backends_receive_role_series(tiny_model_dir, tmp_path, monkeypatch, backend):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    voting_run(tiny_model_dir, tmp_path, report_to=backend)
+    if backend == "wandb":
+        import wandb
+
+        wandb.finish()  # flush the offline run, as the end of a script does
+        files = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "*.wandb"))
+    else:
+        files = glob.glob(str(tmp_path / "**" / "events.out.tfevents.*"), recursive=True)
+    assert files, f"no {backend} files written"
+    data = b"".join(open(f, "rb").read() for f in files)
+    for key in (b"role/generator/entropy", b"role/aggregator/perplexity", b"workflow/samples_trained"):
+        assert key in data, key

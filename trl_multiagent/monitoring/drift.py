@@ -1,0 +1,243 @@
+"""Early warnings from per-role metrics: the drift signatures the paper saw before, or instead of, an accuracy drop.
+
+Under shared policies the role with the most tokens captures the adapter (a judge starts writing code or re-solving
+the problem; a synthesizer's median output collapses while its p95 hits the length cap); under isolated policies one
+role's perplexity rises before accuracy falls. None of it shows in the global reward curve. ``RoleDriftCallback``
+watches the ``role/<role>/...`` and ``workflow/...`` values the trainer logs and raises an alarm when it sees one.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+logger = logging.getLogger(__name__)
+
+# Why each kind of alarm matters, appended to its warning.
+_MEANING = {
+    "judge_code": "the judge writes code blocks instead of verdicts (SP role capture; the paper's code Eval-Opt)",
+    "judge_length": "the judge writes solver-length outputs, i.e. re-solves the problem (SP role capture)",
+    "length_drift": "the role's median output length moved far from its early-training value",
+    "length_cap": "the role's outputs hit the length cap (p95 at the cap), often with a collapsing median",
+    "perplexity_rise": "one role's perplexity rose while accuracy has not fallen yet: the paper's early warning",
+    "entropy_rise": "one role's entropy rose while accuracy has not fallen yet: the paper's early warning",
+}
+
+
+@dataclass
+class DriftThresholds:
+    """When ``RoleDriftCallback`` raises each alarm. Ratios compare a logged value with its baseline, the mean of
+    the metric's first ``baseline_steps`` logged values."""
+
+    judge_code_fraction: float = field(
+        default=0.5,
+        metadata={"help": "judge_code: a judge role's `code_block_fraction` above this."},
+    )
+    judge_solver_length_ratio: float = field(
+        default=0.75,
+        metadata={
+            "help": "judge_length: a judge role's `words_median` above this times the mean `words_median` of the "
+            "solver roles logged with it. Judges normally write a fraction of a solution (the paper's math evaluator: "
+            "131 words) and grow to solver length when captured (986 words)."
+        },
+    )
+    length_drift_factor: float = field(
+        default=3.0,
+        metadata={
+            "help": "length_drift: a role's `words_median` or `completion_length` above this times its baseline, or "
+            "below the baseline divided by it (the paper's synthesizer: 369 -> 19 words)."
+        },
+    )
+    truncated_fraction: float = field(
+        default=0.05,
+        metadata={
+            "help": "length_cap: a role's `truncated_fraction` above this; above 0.05 the role's p95 length is at "
+            "the cap."
+        },
+    )
+    uncertainty_rise_factor: float = field(
+        default=1.5,
+        metadata={"help": "perplexity_rise / entropy_rise: a role's `perplexity` or `entropy` above this x baseline."},
+    )
+    success_tolerance: float = field(
+        default=0.05,
+        metadata={
+            "help": "perplexity_rise / entropy_rise fire only while `workflow/success` >= its baseline minus this "
+            "(accuracy has not fallen yet)."
+        },
+    )
+    baseline_steps: int = field(
+        default=3,
+        metadata={"help": "How many of a metric's first logged values are averaged into its baseline."},
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("judge_code_fraction", "truncated_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"DriftThresholds.{name} is a fraction of outputs; use a value in [0, 1).")
+        if self.judge_solver_length_ratio <= 0:
+            raise ValueError("DriftThresholds.judge_solver_length_ratio must be > 0 (e.g. 0.75).")
+        for name in ("length_drift_factor", "uncertainty_rise_factor"):
+            if getattr(self, name) <= 1.0:
+                raise ValueError(f"DriftThresholds.{name} compares with a baseline; use a factor > 1 (e.g. 1.5 or 3).")
+        if self.success_tolerance < 0:
+            raise ValueError("DriftThresholds.success_tolerance must be >= 0 (0 means any drop counts as a fall).")
+        if self.baseline_steps < 1:
+            raise ValueError("DriftThresholds.baseline_steps must be >= 1 logged step.")
+
+
+@dataclass(frozen=True)
+class DriftAlarm:
+    """One alarm: which role showed which signature, in which logged metric, and when."""
+
+    step: int  # state.global_step of the log that raised it
+    role: str
+    kind: str  # judge_code | judge_length | length_drift | length_cap | perplexity_rise | entropy_rise
+    metric: str  # the logged key that crossed, e.g. "role/evaluator/code_block_fraction"
+    value: float
+    threshold: float  # the value it crossed (for a downward length drift, the lower bound)
+
+    @property
+    def message(self) -> str:
+        return (
+            f"Role drift at step {self.step}: role {self.role!r} {self.kind}: {self.metric} = {self.value:.4g} "
+            f"crossed {self.threshold:.4g}; {_MEANING[self.kind]}."
+        )
+
+
+class RoleDriftCallback(TrainerCallback):
+    """Raises an alarm when a role shows one of the paper's drift signatures in the logged metrics.
+
+    Kinds, checked at every log of ``role/<role>/...`` metrics (the trainer's own and ``workflow_metrics``'s):
+
+    - ``judge_code``: a judge role's ``code_block_fraction`` > ``judge_code_fraction``.
+    - ``judge_length``: a judge role's ``words_median`` > ``judge_solver_length_ratio`` x the mean ``words_median``
+      of the solver roles in the same log.
+    - ``length_drift``: any role's ``words_median`` or ``completion_length`` beyond ``length_drift_factor`` times
+      its baseline, up or down.
+    - ``length_cap``: any role's ``truncated_fraction`` > ``truncated_fraction``.
+    - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
+      x its baseline while ``workflow/success`` is still >= its baseline - ``success_tolerance`` (or not logged).
+
+    An alarm is a ``logger.warning`` (main process), a ``DriftAlarm`` appended to ``self.alarms``, and
+    ``alarm/<role>/<kind> = 1.0`` added to the logs and to the log's ``state.log_history`` entry; with
+    ``stop_on_alarm`` it also sets ``control.should_training_stop``. A (role, kind) alarms once, then again only
+    after a log in which its condition was checked and clear.
+
+    ``Trainer(callbacks=[...])`` and ``add_callback`` put the callback after the ``report_to`` integrations, which
+    have then already sent the log; for wandb/trackio/tensorboard to see the alarm keys, put it first:
+    ``trainer.callback_handler.callbacks.insert(0, RoleDriftCallback())``.
+
+    Args:
+        thresholds: the alarm thresholds; ``DriftThresholds()`` by default.
+        judge_roles: role types that should judge, not solve.
+        solver_roles: role types whose lengths a judge's is compared with.
+        stop_on_alarm: stop training at the first alarm (the checkpoint before the drift is kept).
+    """
+
+    def __init__(
+        self,
+        thresholds: DriftThresholds | None = None,
+        judge_roles: Iterable[str] = ("evaluator", "aggregator"),
+        solver_roles: Iterable[str] = ("generator", "worker", "synthesizer"),
+        stop_on_alarm: bool = False,
+    ) -> None:
+        self.thresholds = thresholds or DriftThresholds()
+        self.judge_roles = frozenset(judge_roles)
+        self.solver_roles = frozenset(solver_roles) - self.judge_roles
+        self.stop_on_alarm = stop_on_alarm
+        self.alarms: list[DriftAlarm] = []
+        self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values
+        self._active: set[tuple[str, str]] = set()  # (role, kind) alarmed and not yet clear
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, float] | None = None,
+        **kwargs,
+    ) -> TrainerControl:
+        new = self.observe(logs or {}, state.global_step)
+        if not new:
+            return control
+        keys = {f"alarm/{alarm.role}/{alarm.kind}": 1.0 for alarm in new}
+        logs.update(keys)
+        # Trainer.log stored a copy of the logs in log_history before calling the callbacks; the alarms belong there
+        # too, so trainer_state.json keeps them.
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(keys)
+        if state.is_world_process_zero:
+            for alarm in new:
+                logger.warning(alarm.message)
+        if self.stop_on_alarm:
+            control.should_training_stop = True
+        return control
+
+    def observe(self, logs: dict[str, float], step: int) -> list[DriftAlarm]:
+        """Check one log for drift and update the baselines; returns the alarms this log raised (also kept in
+        ``self.alarms``). ``on_log`` calls it; call it directly to check logs without a Trainer."""
+        values = {
+            key: float(value)
+            for key, value in logs.items()
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        }
+        roles = {key.split("/")[1] for key in values if key.startswith("role/") and key.count("/") >= 2}
+        new = []
+        for role in sorted(roles):
+            for kind, crossing in self._check_role(role, values).items():
+                if crossing is None:  # checked and clear
+                    self._active.discard((role, kind))
+                elif (role, kind) not in self._active:
+                    self._active.add((role, kind))
+                    new.append(DriftAlarm(step, role, kind, *crossing))
+        for key, value in values.items():  # after the checks: a baseline never includes the value it judges
+            if len(self._early[key]) < self.thresholds.baseline_steps:
+                self._early[key].append(value)
+        self.alarms += new
+        return new
+
+    def _check_role(self, role: str, values: dict[str, float]) -> dict[str, tuple[str, float, float] | None]:
+        """Kind -> ``(metric, value, threshold)`` where the role crosses, ``None`` where it was checked and is clear;
+        kinds whose metrics are missing from the log (or lack a baseline yet) are left out."""
+        t = self.thresholds
+        checks: dict[str, tuple[str, float, float] | None] = {}
+
+        def above(kind: str, metric: str, threshold: float) -> None:
+            key = f"role/{role}/{metric}"
+            if key in values and checks.get(kind) is None:
+                checks[kind] = (key, values[key], threshold) if values[key] > threshold else None
+
+        if role in self.judge_roles:
+            above("judge_code", "code_block_fraction", t.judge_code_fraction)
+            solver = [values[key] for r in self.solver_roles if (key := f"role/{r}/words_median") in values]
+            if solver:
+                above("judge_length", "words_median", t.judge_solver_length_ratio * statistics.fmean(solver))
+        above("length_cap", "truncated_fraction", t.truncated_fraction)
+        for metric in ("words_median", "completion_length"):
+            key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
+            if key in values and baseline and checks.get("length_drift") is None:  # a zero baseline has no ratio
+                high, low = t.length_drift_factor * baseline, baseline / t.length_drift_factor
+                value = values[key]
+                crossed = high if value > high else low if value < low else None
+                checks["length_drift"] = None if crossed is None else (key, value, crossed)
+        success, success_baseline = values.get("workflow/success"), self._baseline("workflow/success")
+        fallen = None not in (success, success_baseline) and success < success_baseline - t.success_tolerance
+        for metric in ("perplexity", "entropy"):
+            key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
+            if key in values and baseline:
+                if fallen:  # no longer an early warning: accuracy already fell, which the reward curve shows
+                    checks[f"{metric}_rise"] = None
+                else:
+                    above(f"{metric}_rise", metric, t.uncertainty_rise_factor * baseline)
+        return checks
+
+    def _baseline(self, key: str) -> float | None:
+        early = self._early.get(key, [])
+        return statistics.fmean(early) if len(early) == self.thresholds.baseline_steps else None
