@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 
 ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
-LOSS_KEYS = ("entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
+LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
 
 
 @pytest.mark.parametrize("sharing", ["shared", "isolated"])

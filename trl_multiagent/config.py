@@ -47,6 +47,16 @@ class MultiAgentGRPOConfig(GRPOConfig):
         role_beta (`dict[str, float]` or `str`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
 
+        role_coherence_lambda (`dict[str, float]` or `str`, *optional*):
+            Gradient coherence damping per role: its adapter's gradient is scaled by
+            `1 - lambda * max(0, cos(g, EMA(g)))` before clipping (lambda <= 0.3 recommended). Roles sharing an
+            adapter must share lambda.
+        role_coherence_window (`int`, *optional*, defaults to `10`):
+            Number of steps the gradient EMA of coherence damping averages over.
+        monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
+            Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
+            forward pass of each generation batch.
+
         > Parameters that control monitoring
 
         drift_alarms (`bool`, *optional*, defaults to `True`):
@@ -71,6 +81,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         "role_to_adapter",
         "role_loss_weights",
         "role_beta",
+        "role_coherence_lambda",
         "drift_thresholds",
     ]
 
@@ -108,6 +119,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "KL coefficient toward the base model per role type; unlisted roles use `beta`."},
     )
+    role_coherence_lambda: dict[str, float] | str | None = field(
+        default=None, metadata={"help": "Gradient coherence damping lambda per role (JSON on the command line)."}
+    )
+    role_coherence_window: int = field(default=10, metadata={"help": "Steps averaged by the coherence EMA."})
+    monitor_kl_to_base: bool = field(
+        default=False, metadata={"help": "Log per-role KL to the base model even without a KL penalty."}
+    )
     drift_alarms: bool = field(default=True, metadata={"help": "Log alarms on per-role drift signatures."})
     drift_thresholds: dict[str, float] | str | None = field(
         default=None, metadata={"help": "Overrides of DriftThresholds fields (JSON on the command line)."}
@@ -134,9 +152,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"`parallel_role_steps` must be one of {PARALLEL_ROLE_STEPS}, got {self.parallel_role_steps!r}."
             )
+        if self.role_coherence_window < 1:
+            raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
-        for name in ("role_loss_weights", "role_beta"):
+        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
             _check_role_numbers(name, getattr(self, name))
         if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):
             raise ValueError(f"`role_to_adapter` must be a dict (or JSON object), got {self.role_to_adapter!r}.")

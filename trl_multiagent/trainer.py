@@ -28,6 +28,7 @@ from trl.trainer.utils import shuffle_sequence_dict
 
 from .advantages import group_advantages
 from .batching import calls_to_batch
+from .coherence import CoherenceDamping
 from .config import MultiAgentGRPOConfig
 from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
@@ -94,7 +95,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         _check_prompt_column(train_dataset, "train_dataset")
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
-        for name in ("role_loss_weights", "role_beta"):
+        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
             unknown = sorted(set(getattr(args, name) or {}) - set(workflow.roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}.")
@@ -129,6 +130,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.callback_handler.callbacks.insert(0, drift)
         probe = self._check_workflow_roles(train_dataset)
         self.instance_steps = self._setup_instance_steps(probe) if args.parallel_role_steps == "per_instance" else None
+        self.coherence = self._setup_coherence_damping(args)
         self._captured_logps = None
         self._samples_trained = 0
 
@@ -177,6 +179,46 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                 )
             parallel[adapter] = count
         return InstanceSteps(self.model, self.adapter_names, parallel) if parallel else None
+
+    def _setup_coherence_damping(self, args) -> CoherenceDamping | None:
+        if not args.role_coherence_lambda:
+            return None
+        if self.is_deepspeed_enabled:
+            raise ValueError("`role_coherence_lambda` needs gradients in `.grad`; DeepSpeed partitions them away.")
+        lambdas: dict[str, float] = {}
+        for role, value in args.role_coherence_lambda.items():
+            adapter = self.role_adapters[role]
+            if lambdas.setdefault(adapter, float(value)) != float(value):
+                raise ValueError(f"Roles sharing adapter {adapter!r} were given different coherence lambdas.")
+            if self.instance_steps is not None and adapter in self.instance_steps.parallel:
+                raise ValueError(
+                    f"Coherence damping of {role!r} with parallel_role_steps='per_instance' is not supported; use "
+                    "parallel_role_steps='merged' for that role."
+                )
+        return CoherenceDamping(lambdas, dict.fromkeys(lambdas, args.role_coherence_window))
+
+    def _damp_coherent_gradients(self) -> None:
+        if self.coherence is None:
+            return
+        for adapter in self.coherence.lambdas:
+            grads = [p.grad for p in adapter_parameters(self.model, adapter).values() if p.grad is not None]
+            if not grads:
+                continue
+            cosine, scale = self.coherence.apply(adapter, grads)
+            self._metrics["train"][f"adapter/{adapter}/coherence_cos"].append(cosine)
+            self._metrics["train"][f"adapter/{adapter}/coherence_scale"].append(scale)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.coherence is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            torch.save(self.coherence.state_dict(), os.path.join(folder, "coherence_state.pt"))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, "coherence_state.pt") if checkpoint else None
+        if self.coherence is not None and path and os.path.isfile(path):
+            self.coherence.load_state_dict(torch.load(path))
 
     def create_optimizer(self, model=None):
         if self.instance_steps is None:
@@ -246,7 +288,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             if self.args.gradient_accumulation_steps % generate_every != 0:
                 batch["old_per_token_logps"] = self._routed_logps(batch, batch["adapter_names"], mode)
-            if any(self.role_beta[r] for r in set(batch["roles"])):
+            if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch["roles"])):
                 batch["ref_per_token_logps"] = self._routed_logps(batch, [BASE_MODEL] * len(calls), mode)
         return batch
 
@@ -377,11 +419,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def _clip_grad_norm(self, model):
         self._log_adapter_grad_norms()
+        self._damp_coherent_gradients()
         return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):
-        if grad_norm is None:  # no clipping this run: measure here instead
+        if grad_norm is None:  # no clipping this run: measure and damp here instead
             self._log_adapter_grad_norms()
+            self._damp_coherent_gradients()
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     def _log_adapter_grad_norms(self) -> None:
