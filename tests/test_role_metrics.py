@@ -37,6 +37,7 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
             save_strategy="no",
             policy_sharing=sharing,
             steps_per_generation=2,
+            monitor_kl_to_base=True,
             gradient_accumulation_steps=1,
         ),
         train_dataset=addition_dataset(4),
