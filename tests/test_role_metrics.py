@@ -10,6 +10,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from trl_multiagent.routing import adapter_parameters
 
 ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
 LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
@@ -58,3 +59,38 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
     assert abs(sum(shares) - 1.0) < 1e-6
     if sharing == "isolated":
         assert logs[0]["role/generator/grad_norm"] == logs[0]["adapter/generator/grad_norm"]
+
+
+def test_role_gradient_contributions_under_shared_policy(tiny_model_dir, tmp_path):
+    def run(output_dir, monitor):
+        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+        answers = lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests]  # noqa: E731
+        backend = ScriptedBackend(tokenizer, answers)
+        trainer = MultiAgentGRPOTrainer(
+            model=tiny_model_dir,
+            workflow=Voting(),
+            reward_funcs=boxed_answer_reward,
+            args=MultiAgentGRPOConfig(
+                output_dir=str(output_dir), use_cpu=True, bf16=False, per_device_train_batch_size=8,
+                num_generations=4, max_completion_length=8, max_steps=2, logging_steps=1, learning_rate=5e-2,
+                report_to="none", save_strategy="no", policy_sharing="shared", monitor_role_grad_norms=monitor,
+            ),  # fmt: skip
+            train_dataset=addition_dataset(4),
+            peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
+            processing_class=tokenizer,
+            rollout_backend=backend,
+        )
+        trainer.train()
+        return trainer
+
+    plain, monitored = run(tmp_path / "plain", False), run(tmp_path / "monitored", True)
+    a, b = adapter_parameters(plain.model, "shared"), adapter_parameters(monitored.model, "shared")
+    assert max((a[n] - b[n]).abs().max().item() for n in a) < 1e-5  # monitoring leaves the update unchanged
+    logs = [h for h in monitored.state.log_history if "loss" in h]
+    for h in logs:
+        shares = h["role/generator/grad_norm_share"] + h["role/aggregator/grad_norm_share"]
+        assert abs(shares - 1.0) < 1e-6 and h["role/generator/grad_norm"] > 0 and h["role/aggregator/grad_norm"] > 0
+    assert all("role/generator/grad_norm" not in h for h in plain.state.log_history)
+    assert sorted(monitored.model.peft_config) == [
+        "shared", "shared__role_aggregator", "shared__role_generator"
+    ]  # fmt: skip

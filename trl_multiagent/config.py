@@ -53,6 +53,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
             adapter must share lambda.
         role_coherence_window (`int`, *optional*, defaults to `10`):
             Number of steps the gradient EMA of coherence damping averages over.
+        monitor_role_grad_norms (`bool`, *optional*, defaults to `False`):
+            Log `role/<role>/grad_norm` and its share also for roles that share an adapter (under shared policy):
+            each such role trains a shadow copy of the adapter whose gradient is summed back before the step, so the
+            update is unchanged, at the cost of mixed-adapter forward passes.
         monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
             forward pass of each generation batch.
@@ -123,6 +127,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Gradient coherence damping lambda per role (JSON on the command line)."}
     )
     role_coherence_window: int = field(default=10, metadata={"help": "Steps averaged by the coherence EMA."})
+    monitor_role_grad_norms: bool = field(
+        default=False,
+        metadata={"help": "Measure each role's gradient contribution under a shared adapter (role shadows)."},
+    )
     monitor_kl_to_base: bool = field(
         default=False, metadata={"help": "Log per-role KL to the base model even without a KL penalty."}
     )

@@ -33,6 +33,7 @@ from .config import MultiAgentGRPOConfig
 from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
 from .monitoring import DriftThresholds, RoleDriftCallback, workflow_metrics
+from .role_gradients import RoleGradientSplit
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
 from .rollout.engine import RolloutEngine
@@ -130,6 +131,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.callback_handler.callbacks.insert(0, drift)
         probe = self._check_workflow_roles(train_dataset)
         self.instance_steps = self._setup_instance_steps(probe) if args.parallel_role_steps == "per_instance" else None
+        self.role_split = None
+        if args.monitor_role_grad_norms and len(set(self.role_adapters.values())) < len(self.role_adapters):
+            trainable = [*self.adapter_names, *(self.instance_steps.shadows if self.instance_steps else [])]
+            self.role_split = RoleGradientSplit(self.model, self.role_adapters, trainable)
         self.coherence = self._setup_coherence_damping(args)
         self._captured_logps = None
         self._samples_trained = 0
@@ -220,11 +225,15 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         if self.coherence is not None and path and os.path.isfile(path):
             self.coherence.load_state_dict(torch.load(path))
 
+    def _shadow_adapters(self) -> list[str]:
+        shadows = list(self.instance_steps.shadows) if self.instance_steps is not None else []
+        return shadows + (self.role_split.shadows if self.role_split is not None else [])
+
     def create_optimizer(self, model=None):
-        if self.instance_steps is None:
+        if not self._shadow_adapters():
             return super().create_optimizer(model)
-        # Shadows only carry gradients to the per-instance steps; they are never optimised themselves.
-        shadows = self.instance_steps.shadow_parameters()
+        # Shadows only carry gradients (per instance, or per role for monitoring); they are never optimised.
+        shadows = [p for s in self._shadow_adapters() for p in adapter_parameters(self.model, s).values()]
         for param in shadows:
             param.requires_grad = False
         try:
@@ -233,12 +242,27 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             for param in shadows:
                 param.requires_grad = True
         single_step = optimizer.step
-        parallel = set(self.instance_steps.parallel)
-        others = [
-            p for a in self.adapter_names if a not in parallel for p in adapter_parameters(self.model, a).values()
-        ]
-        optimizer.step = lambda closure=None: self.instance_steps.step(lambda: single_step(closure), others)
+        if self.instance_steps is not None:
+            parallel = set(self.instance_steps.parallel)
+            others = [
+                p for a in self.adapter_names if a not in parallel for p in adapter_parameters(self.model, a).values()
+            ]
+
+            def step(closure=None):
+                self.instance_steps.step(lambda: single_step(closure), others)
+                self._after_optimizer_step()
+        else:
+
+            def step(closure=None):
+                single_step(closure)
+                self._after_optimizer_step()
+
+        optimizer.step = step
         return optimizer
+
+    def _after_optimizer_step(self) -> None:
+        if self.role_split is not None:
+            self.role_split.sync_weights()
 
     # --------------------------------------------------------------------------------------------------- rollouts
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
@@ -359,6 +383,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         routing = inputs["adapter_names"]
         if self.instance_steps is not None and self.model.training:
             routing = self.instance_steps.training_routing(routing, inputs["instances"].tolist())
+        if self.role_split is not None and self.model.training:
+            routing = self.role_split.routing(routing, inputs["roles"])
         self.router.set(routing)
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         per_token_logps, entropies, _ = self._captured_logps
@@ -418,21 +444,29 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                 metrics[f"role/{role}/clip_fraction"].append(clip / tokens)
 
     def _clip_grad_norm(self, model):
-        self._log_adapter_grad_norms()
-        self._damp_coherent_gradients()
+        self._before_optimizer_step()
         return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):
-        if grad_norm is None:  # no clipping this run: measure and damp here instead
-            self._log_adapter_grad_norms()
-            self._damp_coherent_gradients()
+        if grad_norm is None:  # no clipping this run: the same preparation happens here instead
+            self._before_optimizer_step()
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
-    def _log_adapter_grad_norms(self) -> None:
+    def _before_optimizer_step(self) -> None:
+        role_squares = {}
+        if self.role_split is not None:
+            role_squares = self.role_split.role_squares()
+            self.role_split.merge()
+        self._log_adapter_grad_norms(role_squares)
+        self._damp_coherent_gradients()
+
+    def _log_adapter_grad_norms(self, role_squares: dict[str, float]) -> None:
         """Pre-clipping gradient norm of each adapter and its share of the step's squared total.
 
-        Under isolated policy an adapter's gradient is exactly its role's contribution, so it is also logged under
-        `role/<role>/grad_norm`. (Under DeepSpeed the gradients are partitioned away from `.grad`: not measured.)
+        An adapter that serves one role carries exactly that role's contribution, logged as `role/<role>/grad_norm`;
+        roles sharing an adapter are measured through `role_squares` (`monitor_role_grad_norms`), their share being
+        relative to the squared norms of all role contributions. (Under DeepSpeed the gradients are partitioned
+        away from `.grad`: not measured.)
         """
         if self.is_deepspeed_enabled:
             return
@@ -458,8 +492,11 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             metrics[f"adapter/{adapter}/grad_norm_share"].append(square / total if total else 0.0)
             roles = [r for r, a in self.role_adapters.items() if a == adapter]
             if len(roles) == 1:
-                metrics[f"role/{roles[0]}/grad_norm"].append(square**0.5)
-                metrics[f"role/{roles[0]}/grad_norm_share"].append(square / total if total else 0.0)
+                role_squares = {**role_squares, roles[0]: square}
+        role_total = sum(role_squares.values())
+        for role, square in role_squares.items():
+            metrics[f"role/{role}/grad_norm"].append(square**0.5)
+            metrics[f"role/{role}/grad_norm_share"].append(square / role_total if role_total else 0.0)
 
     def _count_trained(self, count: int) -> None:
         self._samples_trained += count
@@ -475,7 +512,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         super()._save(output_dir, state_dict)
         output_dir = output_dir or self.args.output_dir
         if self.args.should_save:
-            for shadow in self.instance_steps.shadows if self.instance_steps else []:
+            for shadow in self._shadow_adapters():
                 shutil.rmtree(os.path.join(output_dir, shadow), ignore_errors=True)
             with open(os.path.join(output_dir, "multiagent_config.json"), "w") as f:
                 json.dump(self.multiagent_config(), f, indent=2)
@@ -495,10 +532,11 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                     "the same workflow and policy sharing as the run that wrote the checkpoint."
                 )
             set_peft_model_state_dict(model, load_file(path), adapter_name=adapter)
-        shadows = self.instance_steps.shadows if self.instance_steps is not None else []
-        set_adapters_trainable(model, [*self.adapter_names, *shadows])
+        set_adapters_trainable(model, [*self.adapter_names, *self._shadow_adapters()])
         if self.instance_steps is not None:
             self.instance_steps.sync_weights()
+        if self.role_split is not None:
+            self.role_split.sync_weights()
 
     def multiagent_config(self) -> dict:
         return {
