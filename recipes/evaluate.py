@@ -1,0 +1,100 @@
+"""Evaluate a trained run (every checkpoint), the base model, or SA-RL transfer on a task's held-out split.
+
+Every checkpoint of a run, greedy, appending to runs/voting_math/eval_results.jsonl (re-running skips what is done):
+
+    python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
+
+Sampled, 4 episodes per problem (pass@1 = mean over the 4, and pass@4):
+
+    python recipes/evaluate.py --run_dir runs/voting_math --task math --k 4 --temperature 0.7
+
+The other modes (``--mode``):
+
+    # the untrained base model in every role of the run's workflow (step 0)
+    python recipes/evaluate.py --run_dir runs/voting_math --mode base
+    # ... or of a built-in workflow, without any run
+    python recipes/evaluate.py --mode base --workflow voting --base_model Qwen/Qwen3-1.7B --output_dir runs/base
+    # SA-RL in the same structure: the single-agent adapter in every role of Voting (exact parameters of a run)
+    python recipes/evaluate.py --run_dir runs/single_agent_math --mode transfer --workflow runs/voting_math
+    # the generator of a workflow run, alone (SingleAgent)
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --mode generator_alone
+
+CPU, offline (tiny model, toy arithmetic task):
+
+    python recipes/evaluate.py --run_dir outputs/cpu-run --dataset_name arithmetic --limit 20 \
+        --max_completion_length 24
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import TrlParser
+
+from trl_multiagent.evaluation import (
+    MODES,
+    EvalSettings,
+    evaluate,
+    format_table,
+    list_checkpoints,
+    paper_table,
+    read_results,
+)
+from trl_multiagent.loading import BUILT_IN_WORKFLOWS, read_multiagent_config, workflow_from_config
+from trl_multiagent.workflows import Workflow
+
+RECIPE_NAMES = {
+    "eval_opt": "EvalOpt",
+    "voting": "Voting",
+    "orch_workers": "OrchWorkers",
+    "single_agent": "SingleAgent",
+}
+
+
+@dataclass
+class EvaluateArguments:
+    run_dir: str | None = field(default=None, metadata={"help": "A run's output_dir (all its checkpoint-N) or one."})
+    mode: str = field(default="trained", metadata={"help": "What answers for each role.", "choices": list(MODES)})
+    workflow: str | None = field(
+        default=None,
+        metadata={
+            "help": "Workflow to run instead of the run's own: eval_opt, voting, orch_workers, single_agent (paper "
+            "defaults for --task), or a run folder to copy the exact workflow from. Required for transfer."
+        },
+    )
+    base_model: str | None = field(default=None, metadata={"help": "Base model; default: the run's."})
+    alone_role: str = field(default="generator", metadata={"help": "Role evaluated by generator_alone."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where results go; default: --run_dir."})
+
+
+def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
+    if spec is None:
+        return None
+    if Path(spec).is_dir():
+        _, checkpoint = list_checkpoints(spec)[-1]
+        return workflow_from_config(read_multiagent_config(checkpoint)["workflow"])
+    name = RECIPE_NAMES.get(spec, spec)
+    if name not in BUILT_IN_WORKFLOWS:
+        raise ValueError(f"--workflow {spec!r} is neither a run folder nor one of {sorted(RECIPE_NAMES)}.")
+    if name == "SingleAgent":
+        return BUILT_IN_WORKFLOWS[name]()
+    if name == "EvalOpt":  # the paper: 3 attempts for math, 2 for code
+        return BUILT_IN_WORKFLOWS[name](max_iterations=3 if task == "math" else 2, task=task)
+    return BUILT_IN_WORKFLOWS[name](task=task)
+
+
+if __name__ == "__main__":
+    args, settings = TrlParser((EvaluateArguments, EvalSettings)).parse_args_and_config()
+    new_rows = evaluate(
+        run_dir=args.run_dir,
+        mode=args.mode,
+        settings=settings,
+        output_dir=args.output_dir,
+        workflow=resolve_workflow(args.workflow, settings.task),
+        base_model=args.base_model,
+        alone_role=args.alone_role,
+    )
+    for row in new_rows:
+        print(f"step {row['step']}: accuracy {row['accuracy']:.3f}  pass@{row['k']} {row['pass_at_k']:.3f}")
+    output_dir = args.output_dir or args.run_dir
+    print(f"{len(new_rows)} new evaluation(s) in {output_dir}\n")
+    print(format_table(paper_table(read_results(output_dir))))

@@ -1,0 +1,228 @@
+"""Train and evaluate the paper's grid: workflow x policy sharing x model x task, plus base-model and SA-RL controls.
+
+Every cell is one `accelerate launch recipes/<workflow>_<task>.py` with the same seed and budget; the SA-RL control
+is `single_agent_<task>` per model and task. Then every checkpoint is evaluated (`recipes/evaluate.py`): each cell,
+the base model in each workflow, the SA-RL run alone and in each workflow ("transfer"). Finally the table (peak
+accuracy and its step, final accuracy, drop from peak, residual vs SA-RL in points), per-role instability summaries
+and plots go to `<output_root>/`.
+
+See the commands without running anything:
+
+    python recipes/grid.py --dry-run
+
+Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x 2 tasks + controls):
+
+    python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
+
+CPU, offline, minutes (tiny model, toy tasks):
+
+    python recipes/grid.py --models outputs/tiny-qwen3 --accelerate_config accelerate_configs/cpu.yaml \
+        --recipe_config math=recipes/configs/cpu.yaml code=recipes/configs/cpu_code.yaml \
+        --eval_dataset math=arithmetic code=toy_code --max_steps 4 --save_steps 2 \
+        --eval_args "--limit 20 --max_completion_length 24" --output_root outputs/grid
+
+Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
+`--report_only` only rebuilds the table and plots from what is there.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import TrlParser
+
+from trl_multiagent.evaluation import format_table, paper_table, read_log_history, read_results, role_instability
+
+ROOT = Path(__file__).resolve().parent.parent
+SA_RL = "single_agent"
+
+
+@dataclass
+class GridArguments:
+    workflows: list[str] = field(
+        default_factory=lambda: ["eval_opt", "voting", "orch_workers"],
+        metadata={"help": "Recipe workflow names (recipes/<workflow>_<task>.py)."},
+    )
+    policy_sharing: list[str] = field(default_factory=lambda: ["shared", "isolated"], metadata={"help": "Sharings."})
+    models: list[str] = field(
+        default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"], metadata={"help": "Models."}
+    )
+    tasks: list[str] = field(default_factory=lambda: ["math", "code"], metadata={"help": "math and/or code."})
+    output_root: str = field(default="runs/grid", metadata={"help": "Runs go to <root>/<model>/<task>/<cell>."})
+    seed: int = field(default=42, metadata={"help": "Seed of every run and evaluation."})
+    max_steps: int = field(default=500, metadata={"help": "Training steps of every run (the paper: 500)."})
+    save_steps: int = field(default=5, metadata={"help": "Checkpoint (and evaluation) interval (the paper: 5)."})
+    accelerate_config: str = field(default="accelerate_configs/single_gpu.yaml", metadata={"help": "Launch config."})
+    recipe_config: list[str] = field(
+        default_factory=list, metadata={"help": "task=path: the --config yaml of that task's recipes."}
+    )
+    recipe_args: str = field(default="", metadata={"help": "Extra flags for every training command."})
+    eval_dataset: list[str] = field(
+        default_factory=list, metadata={"help": "task=name: the evaluation dataset (default: the task's own)."}
+    )
+    eval_args: str = field(default="", metadata={"help": "Extra flags for every evaluation (e.g. '--k 4')."})
+    dry_run: bool = field(default=False, metadata={"help": "Print the commands; run nothing."})
+    report_only: bool = field(default=False, metadata={"help": "Only build the table and plots from existing runs."})
+
+
+@dataclass
+class Cell:
+    model: str
+    task: str
+    workflow: str  # recipe name, or "single_agent" for the SA-RL control
+    policy_sharing: str
+    run_dir: Path
+
+
+def per_task(entries: list[str], name: str) -> dict[str, str]:
+    pairs = [entry.split("=", 1) for entry in entries]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(f"--{name} takes task=value entries, e.g. math=recipes/configs/cpu.yaml; got {entries}.")
+    return dict(pairs)
+
+
+def grid_cells(args: GridArguments) -> list[Cell]:
+    """Per model and task: the SA-RL control first, then every workflow x policy sharing."""
+    cells = []
+    for model in args.models:
+        for task in args.tasks:
+            folder = Path(args.output_root) / Path(model.rstrip("/")).name / task
+            cells.append(Cell(model, task, SA_RL, "isolated", folder / SA_RL))
+            for workflow in args.workflows:
+                for sharing in args.policy_sharing:
+                    cells.append(Cell(model, task, workflow, sharing, folder / f"{workflow}-{sharing}"))
+    return cells
+
+
+def train_command(args: GridArguments, cell: Cell) -> list[str]:
+    config = per_task(args.recipe_config, "recipe_config").get(cell.task)
+    return [
+        "accelerate", "launch", "--config_file", args.accelerate_config, f"recipes/{cell.workflow}_{cell.task}.py",
+        *(["--config", config] if config else []),
+        "--model_name_or_path", cell.model, "--output_dir", str(cell.run_dir), "--policy_sharing", cell.policy_sharing,
+        "--seed", str(args.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
+        *shlex.split(args.recipe_args),
+    ]  # fmt: skip
+
+
+def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
+    """Each cell's checkpoints; per model and task the base model in each workflow, SA-RL alone and transferred."""
+    datasets = per_task(args.eval_dataset, "eval_dataset")
+
+    def command(cell: Cell, *extra: str) -> list[str]:
+        dataset = ["--dataset_name", datasets[cell.task]] if cell.task in datasets else []
+        common = ["--task", cell.task, *dataset, "--seed", str(args.seed), *shlex.split(args.eval_args)]
+        return ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
+
+    commands = [command(cell) for cell in cells]
+    for sa_rl in (cell for cell in cells if cell.workflow == SA_RL):
+        first_per_workflow: dict[str, Cell] = {}  # the workflow is the same under every policy sharing
+        for cell in cells:
+            if (cell.model, cell.task) == (sa_rl.model, sa_rl.task) and cell.workflow != SA_RL:
+                first_per_workflow.setdefault(cell.workflow, cell)
+        commands.append(command(sa_rl, "--mode", "base"))
+        for cell in first_per_workflow.values():
+            commands.append(command(cell, "--mode", "base"))
+            commands.append(command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir)))
+    return commands
+
+
+def recipe_path(cell: Cell) -> Path:
+    return ROOT / "recipes" / f"{cell.workflow}_{cell.task}.py"
+
+
+def ready(command: list[str]) -> bool:
+    """Whether the runs an evaluation reads exist (a failed training leaves none)."""
+    return all(Path(command[i + 1]).is_dir() for i, arg in enumerate(command) if arg in ("--run_dir", "--workflow"))
+
+
+def run(command: list[str]) -> bool:
+    """Run a printed command: `python` and `accelerate` of this environment, scripts found under the repository."""
+    executable = {"python": sys.executable, "accelerate": str(Path(sys.executable).parent / "accelerate")}
+    resolved = [executable.get(arg, arg) if i == 0 else arg for i, arg in enumerate(command)]
+    resolved = [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    print(f"\n$ {shlex.join(command)}", flush=True)
+    return subprocess.run(resolved).returncode == 0
+
+
+def report(args: GridArguments, cells: list[Cell]) -> None:
+    """Table, per-role instability and plots of every run, written to <output_root>/."""
+    root = Path(args.output_root)
+    rows = {cell.run_dir: read_results(cell.run_dir) for cell in cells}
+    table = paper_table([row for cell_rows in rows.values() for row in cell_rows])
+    instability = {str(cell.run_dir): role_instability(read_log_history(cell.run_dir)) for cell in cells}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "table.md").write_text(format_table(table))
+    (root / "table.json").write_text(json.dumps(table, indent=1))
+    (root / "instability.json").write_text(json.dumps(instability, indent=1))
+    print("\n" + format_table(table))
+    print(instability_table(instability))
+    try:
+        plot(root / "plots", rows, cells)
+    except ImportError as e:
+        print(f"No plots: {e}")
+    print(f"Wrote {root}/table.md, table.json, instability.json and plots/")
+
+
+def instability_table(instability: dict[str, dict[str, dict[str, float]]]) -> str:
+    columns = ("policy_ratio_max", "policy_ratio_max_step", "chi_square_max", "grad_norm_max", "entropy_collapse")
+    lines = ["| run | role | " + " | ".join(columns) + " |", "|" + " --- |" * (len(columns) + 2)]
+    for run_dir, roles in instability.items():
+        for role, summary in roles.items():
+            values = [f"{summary[c]:.4g}" if c in summary else "-" for c in columns]
+            lines.append(f"| {run_dir} | {role} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(folder: Path, rows: dict[Path, list[dict]], cells: list[Cell]) -> None:
+    """Accuracy vs step per model and task (every cell and control); per run, per-role training curves."""
+    from trl_multiagent.evaluation.plots import plot_accuracy, plot_role_metric
+
+    for model, task in dict.fromkeys((cell.model, cell.task) for cell in cells):
+        group = [row for cell in cells if (cell.model, cell.task) == (model, task) for row in rows[cell.run_dir]]
+        if group:
+            plot_accuracy(group, folder / f"accuracy-{Path(model).name}-{task}.png", title=f"{model} {task}")
+    for cell in cells:
+        history = read_log_history(cell.run_dir)
+        for metric in ("completion_length", "perplexity", "entropy", "policy_ratio"):
+            name = f"{Path(cell.model).name}-{cell.task}-{cell.run_dir.name}-{metric}.png"
+            plot_role_metric(history, metric, folder / name, title=f"{cell.run_dir.name} ({cell.model}, {cell.task})")
+
+
+def main(args: GridArguments) -> int:
+    cells = grid_cells(args)
+    trainings = [(cell, train_command(args, cell)) for cell in cells]
+    evaluations = eval_commands(args, cells)
+    if args.dry_run:
+        for _, command in trainings:
+            print(shlex.join(command))
+        for command in evaluations:
+            print(shlex.join(command))
+        return 0
+    failed = []
+    if not args.report_only:
+        missing = sorted({str(recipe_path(cell)) for cell in cells if not recipe_path(cell).is_file()})
+        if missing:
+            raise FileNotFoundError(f"No recipe {missing}; drop those workflows or tasks from the grid.")
+        for cell, command in trainings:
+            if (cell.run_dir / "multiagent_config.json").is_file():
+                print(f"skip training {cell.run_dir}: finished")
+            elif not run(command):
+                failed.append(shlex.join(command))
+        for command in evaluations:
+            if ready(command) and not run(command):
+                failed.append(shlex.join(command))
+    report(args, cells)
+    for command in failed:
+        print(f"FAILED: {command}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    (grid_args,) = TrlParser((GridArguments,)).parse_args_and_config()
+    sys.exit(main(grid_args))

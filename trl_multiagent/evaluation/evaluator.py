@@ -1,0 +1,211 @@
+"""Evaluate a workflow on a task's held-out split: k episodes per problem, the task reward, pass@1 and pass@k.
+
+``evaluate`` walks a run's checkpoints in step order and appends one row per checkpoint to
+``<output_dir>/eval_results.jsonl``; a checkpoint already evaluated with the same settings is skipped before any
+weight is loaded. Every episode is written to ``<output_dir>/episodes/step-N/<mode>-<workflow>-<key>/``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset
+from transformers import set_seed
+
+from ..loading import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
+from ..paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH
+from ..workflows import Workflow
+from .episodes import episode_record, write_episode
+from .modes import ModePlan, plan_mode
+from .pass_at_k import pass_at_k
+from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
+from .tasks import DEFAULT_DATASETS, TASKS, check_task, eval_dataset, task_reward
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass
+class EvalSettings:
+    """How to evaluate; every field but ``device``, ``dtype`` and the batch sizes is part of a result's key."""
+
+    task: str = field(
+        default="math", metadata={"help": "'math' or 'code': the test split and reward.", "choices": list(TASKS)}
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub id, local .jsonl/.parquet, or 'arithmetic' / 'toy_code'; default: the task's dataset."},
+    )
+    limit: int | None = field(default=None, metadata={"help": "Evaluate the first `limit` problems of the split."})
+    k: int = field(default=1, metadata={"help": "Episodes per problem; reports pass@1 (mean over k) and pass@k."})
+    temperature: float = field(default=0.0, metadata={"help": "0: greedy (needs k=1); the paper samples at 0.7."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling when temperature > 0."})
+    max_completion_length: int | None = field(
+        default=None, metadata={"help": "Tokens per model call; default: the paper's (5120 math, 2048 code)."}
+    )
+    seed: int = field(default=42, metadata={"help": "Sampling seed, reset before each checkpoint."})
+    rollout_batch_size: int | None = field(default=None, metadata={"help": "Largest batch of one generate call."})
+    episodes_per_batch: int = field(default=256, metadata={"help": "Episodes run concurrently."})
+    chat_template_kwargs: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "JSON passed to the chat template, e.g. '{\"enable_thinking\": false}'."}
+    )
+    device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
+    dtype: str | None = field(default=None, metadata={"help": "e.g. bfloat16; default: the checkpoint's own."})
+
+    def __post_init__(self):
+        check_task(self.task)
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}.")
+        if self.k > 1 and self.temperature <= 0:
+            raise ValueError(
+                f"Greedy decoding (temperature=0) repeats one answer {self.k} times; set temperature > 0 for k > 1 "
+                "(the paper trains at 0.7)."
+            )
+        if self.max_completion_length is None:
+            self.max_completion_length = (
+                MATH_MAX_COMPLETION_LENGTH if self.task == "math" else CODE_MAX_COMPLETION_LENGTH
+            )
+        if isinstance(self.chat_template_kwargs, str):
+            self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
+        if self.device is None:
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-N`` in ``run_dir`` by step; the folder itself if it has none."""
+    run_dir = Path(run_dir)
+    found = [
+        (int(match.group(1)), path)
+        for path in run_dir.iterdir()
+        if (match := _CHECKPOINT.match(path.name)) and (path / CONFIG_NAME).is_file()
+    ]
+    if found:
+        return sorted(found)
+    if (run_dir / CONFIG_NAME).is_file():
+        match = _CHECKPOINT.match(run_dir.name)
+        state = run_dir / "trainer_state.json"
+        step = int(match.group(1)) if match else json.loads(state.read_text())["global_step"] if state.is_file() else 0
+        return [(step, run_dir)]
+    raise FileNotFoundError(f"{run_dir} holds no checkpoint-N folder and no {CONFIG_NAME}; pass a run's output_dir.")
+
+
+def evaluate(
+    run_dir: str | Path | None = None,
+    mode: str = "trained",
+    settings: EvalSettings | None = None,
+    output_dir: str | Path | None = None,
+    workflow: Workflow | None = None,
+    base_model: str | None = None,
+    alone_role: str = "generator",
+) -> list[dict[str, Any]]:
+    """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``); return the new rows.
+
+    See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``).
+    """
+    settings = settings or EvalSettings()
+    if output_dir is None and run_dir is None:
+        raise ValueError("Pass output_dir= (where eval_results.jsonl goes) when evaluating without a run_dir.")
+    output_dir = Path(output_dir if output_dir is not None else run_dir)
+    checkpoints = list_checkpoints(run_dir) if run_dir is not None else [(0, None)]
+    if mode == "base":  # the checkpoint only names the workflow and base model
+        checkpoints = [(0, checkpoints[-1][1])]
+    dataset = eval_dataset(settings.task, settings.dataset_name, settings.limit)
+    done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
+    new_rows = []
+    for step, checkpoint in checkpoints:
+        plan = plan_mode(mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role)
+        row = describe(plan, settings, step, run_dir, len(dataset))
+        if result_key(row) in done:
+            continue
+        episodes_dir = output_dir / "episodes" / f"step-{step}" / f"{mode}-{row['workflow']}-{key_hash(row)}"
+        row.update(score(plan.load(settings.device, settings.dtype), dataset, settings, episodes_dir))
+        gc.collect()  # release this checkpoint's model before loading the next one
+        row["episodes_dir"] = str(episodes_dir)
+        append_result(output_dir / RESULTS_FILE, row)
+        done.add(result_key(row))
+        new_rows.append(row)
+    return new_rows
+
+
+def describe(
+    plan: ModePlan, settings: EvalSettings, step: int, run_dir: str | Path | None, num_problems: int
+) -> dict[str, Any]:
+    """A result row's identity: what ran, on what, how (no scores yet)."""
+    return {
+        "run": Path(run_dir).resolve().name if run_dir is not None else None,
+        "step": step,
+        "mode": plan.mode,
+        "model": plan.model,
+        "workflow": type(plan.workflow).__name__,
+        "workflow_config": plan.workflow.config_dict(),
+        "trained_workflow": plan.trained_workflow,
+        "role_to_adapter": plan.role_to_adapter,
+        "policy_sharing": plan.policy_sharing,
+        "checkpoint": plan.checkpoint,
+        "task": settings.task,
+        "dataset": settings.dataset_name or DEFAULT_DATASETS[settings.task],
+        "num_problems": num_problems,
+        **{name: getattr(settings, name) for name in ("k", "temperature", "top_p", "max_completion_length", "seed")},
+    }
+
+
+def score(
+    trained: TrainedWorkflow, dataset: Dataset, settings: EvalSettings, episodes_dir: Path | None = None
+) -> dict[str, Any]:
+    """Run ``k`` episodes per problem, reward each final answer, and summarise (success = reward 1.0)."""
+    set_seed(settings.seed)
+    reward_func = task_reward(settings.task)
+    generation_config = make_generation_config(
+        trained, settings.max_completion_length, settings.temperature, settings.top_p
+    )
+    rows = dataset.to_list()
+    jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
+    rewards, calls, truncated = [], 0, 0
+    role_tokens: dict[str, list[int]] = defaultdict(list)
+    for start in range(0, len(jobs), settings.episodes_per_batch):
+        chunk = jobs[start : start + settings.episodes_per_batch]
+        chunk_rows = [rows[problem] for problem, _ in chunk]
+        episodes = run_episodes(
+            trained,
+            [row["prompt"] for row in chunk_rows],
+            generation_config,
+            settings.rollout_batch_size,
+            settings.chat_template_kwargs,
+        )
+        chunk_rewards = _rewards(reward_func, episodes, chunk_rows)
+        for (problem, sample), episode, row, reward in zip(chunk, episodes, chunk_rows, chunk_rewards):
+            calls += len(episode.calls)
+            truncated += sum(call.truncated for call in episode.calls)
+            for call in episode.calls:
+                role_tokens[call.role].append(len(call.completion_ids))
+            if episodes_dir is not None:
+                write_episode(
+                    episodes_dir,
+                    problem,
+                    episode_record(episode, row, sample, reward, trained.workflow, settings.task),
+                )
+        rewards += chunk_rewards
+    k = settings.k
+    correct = [sum(r >= 1.0 for r in rewards[p * k : (p + 1) * k]) for p in range(len(rows))]
+    return {
+        "accuracy": sum(correct) / max(len(jobs), 1),  # pass@1, averaged over the k samples
+        "pass_at_k": sum(pass_at_k(k, c, k) for c in correct) / max(len(rows), 1),
+        "mean_reward": sum(rewards) / max(len(rewards), 1),
+        "mean_calls": calls / max(len(jobs), 1),
+        "truncated_fraction": truncated / max(calls, 1),
+        "role_completion_tokens": {role: sum(t) / len(t) for role, t in sorted(role_tokens.items())},
+    }
+
+
+def _rewards(reward_func, episodes, rows: list[dict[str, Any]]) -> list[float]:
+    columns = {name: [row[name] for row in rows] for name in rows[0] if name != "prompt"}
+    completions = [[{"role": "assistant", "content": episode.final_answer}] for episode in episodes]
+    rewards = reward_func(prompts=[row["prompt"] for row in rows], completions=completions, **columns)
+    return [0.0 if r is None or math.isnan(r) else float(r) for r in rewards]

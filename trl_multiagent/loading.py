@@ -1,0 +1,191 @@
+"""Rebuild a trained workflow from a checkpoint folder and run it, greedily or sampled, through the rollout engine.
+
+A checkpoint (``run_dir/checkpoint-N`` or the final ``run_dir``) holds one sub-folder per role adapter and
+``multiagent_config.json``: the base model, the workflow's ``config_dict()``, the policy sharing and the
+role-to-adapter mapping. ``load_trained_workflow`` reads them back; ``run_episodes`` runs the result with the same
+engine, backend and routing the trainer uses, so a greedy rerun of a checkpoint reproduces the trainer's greedy
+outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from .rollout.backends.transformers_backend import TransformersBackend
+from .rollout.engine import RolloutEngine
+from .rollout.records import Episode
+from .routing import BASE_MODEL, AdapterRouter, unique_adapters
+from .workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
+
+CONFIG_NAME = "multiagent_config.json"
+BUILT_IN_WORKFLOWS = {cls.__name__: cls for cls in (EvalOpt, Voting, OrchWorkers, SingleAgent)}
+
+
+@dataclass
+class TrainedWorkflow:
+    """A workflow with the model behind its roles, ready for ``run_episodes``."""
+
+    workflow: Workflow
+    model: torch.nn.Module  # a PeftModel holding every routed adapter under its name; the bare model in base mode
+    tokenizer: Any
+    role_to_adapter: dict[str, str]  # role type -> adapter name, or "__base__" (no adapter)
+    config: dict[str, Any]  # the checkpoint's multiagent_config.json ({} in base mode without a checkpoint)
+    router: Any  # AdapterRouter over the model's LoRA layers (or a stand-in that allows only "__base__")
+
+
+class _BaseOnlyRouter:
+    """Stands in for ``AdapterRouter`` on a model without LoRA layers: every request must go to the base model."""
+
+    @contextmanager
+    def route(self, names: Sequence[str]) -> Iterator[None]:
+        unknown = sorted(set(names) - {BASE_MODEL})
+        if unknown:
+            raise ValueError(f"The model has no adapters, but requests were routed to {unknown}.")
+        yield
+
+
+def read_multiagent_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``multiagent_config.json`` of a checkpoint folder (written by ``MultiAgentGRPOTrainer._save``)."""
+    file = Path(path) / CONFIG_NAME
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"{path} has no {CONFIG_NAME}. Pass a folder saved by MultiAgentGRPOTrainer: a run's output_dir or one "
+            "of its checkpoint-N folders."
+        )
+    return json.loads(file.read_text())
+
+
+def workflow_from_config(config: dict[str, Any]) -> Workflow:
+    """Rebuild a built-in workflow from its ``config_dict()``, e.g. ``{"workflow": "Voting", "n_voters": 3}``."""
+    params = dict(config)
+    name = params.pop("workflow", None)
+    if name not in BUILT_IN_WORKFLOWS:
+        raise ValueError(
+            f"Workflow {name!r} is not built in ({sorted(BUILT_IN_WORKFLOWS)}); rebuild it yourself and pass it "
+            f"explicitly: load_trained_workflow(path, workflow=YourWorkflow(**params)) with params {params}."
+        )
+    return BUILT_IN_WORKFLOWS[name](**params)
+
+
+def load_trained_workflow(
+    path: str | os.PathLike,
+    workflow: Workflow | None = None,
+    role_to_adapter: dict[str, str] | None = None,
+    base_model: str | None = None,
+    device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
+) -> TrainedWorkflow:
+    """Load a checkpoint's base model and role adapters and rebuild its workflow.
+
+    Args:
+        path: a checkpoint folder (``run_dir/checkpoint-N``) or a run's final ``output_dir``.
+        workflow: the workflow to run; defaults to the saved one (built-in workflows only; pass a custom workflow
+            here). Any workflow works as long as ``role_to_adapter`` routes each of its roles.
+        role_to_adapter: role type -> saved adapter name; defaults to the saved mapping.
+        base_model: overrides the saved base model (e.g. a local copy of the Hub model).
+        device, dtype: where and in which precision to load (``dtype=None`` keeps the checkpoint's own).
+    """
+    config = read_multiagent_config(path)
+    workflow = workflow if workflow is not None else workflow_from_config(config["workflow"])
+    mapping = dict(role_to_adapter or config["role_to_adapter"])
+    missing = [role for role in workflow.roles if role not in mapping]
+    if missing:
+        raise ValueError(
+            f"No adapter for role(s) {missing} of {type(workflow).__name__}: the mapping is {mapping}. Pass "
+            f"role_to_adapter= naming one of the saved adapters {config['adapters']} for every role."
+        )
+    mapping = {role: mapping[role] for role in workflow.roles}
+    adapters = [name for name in unique_adapters(mapping) if name != BASE_MODEL]
+    for adapter in adapters:
+        if not (Path(path) / adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path} has no adapter {adapter!r}; it holds {config['adapters']}.")
+
+    from peft import PeftModel
+
+    model = _load_base(base_model or config["base_model"], device, dtype)
+    if adapters:
+        model = PeftModel.from_pretrained(model, str(Path(path) / adapters[0]), adapter_name=adapters[0])
+        for adapter in adapters[1:]:
+            model.load_adapter(str(Path(path) / adapter), adapter_name=adapter)
+        router = AdapterRouter(model)
+    else:
+        router = _BaseOnlyRouter()
+    model.eval()
+    has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base_model or config["base_model"])
+    return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router)
+
+
+def load_base_workflow(
+    base_model: str, workflow: Workflow, device: str = "cpu", dtype: str | torch.dtype | None = None
+) -> TrainedWorkflow:
+    """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``)."""
+    model = _load_base(base_model, device, dtype).eval()
+    mapping = {role: BASE_MODEL for role in workflow.roles}
+    config = {"base_model": base_model, "workflow": workflow.config_dict(), "policy_sharing": None}
+    return TrainedWorkflow(
+        workflow, model, AutoTokenizer.from_pretrained(base_model), mapping, config, _BaseOnlyRouter()
+    )
+
+
+def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype if dtype is not None else "auto").to(device)
+
+
+def eos_token_ids(trained: TrainedWorkflow) -> list[int]:
+    """Every id that ends a completion: the model's declared EOS ids and the tokenizer's, as TRL collects them."""
+    ids = trained.model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return ids if trained.tokenizer.eos_token_id in ids else [trained.tokenizer.eos_token_id, *ids]
+
+
+def make_generation_config(
+    trained: TrainedWorkflow, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0
+) -> GenerationConfig:
+    """Greedy decoding when ``temperature == 0``, else sampling at ``temperature`` / ``top_p``.
+
+    ``top_k=0`` as in TRL's sampler: otherwise a model's own ``generation_config.json`` (Qwen3: top_k=20) would
+    silently narrow evaluation sampling relative to training.
+    """
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 else {}
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        **(sampling or {"do_sample": False}),
+        pad_token_id=trained.tokenizer.pad_token_id,
+        eos_token_id=eos_token_ids(trained),
+        disable_compile=True,
+    )
+
+
+def run_episodes(
+    trained: TrainedWorkflow,
+    prompts: list[Messages],
+    generation_config: GenerationConfig,
+    rollout_batch_size: int | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> list[Episode]:
+    """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing."""
+    backend = TransformersBackend(
+        unwrapped_model=lambda: _as_context(trained.model),
+        tokenizer=trained.tokenizer,
+        router=trained.router,
+        generation_config=generation_config,
+        eos_token_ids=eos_token_ids(trained),
+        chat_template_kwargs=chat_template_kwargs,
+        max_batch_size=rollout_batch_size,
+    )
+    return RolloutEngine(trained.workflow, backend, trained.role_to_adapter).run(prompts)
+
+
+@contextmanager
+def _as_context(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    yield model
