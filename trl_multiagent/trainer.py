@@ -30,6 +30,7 @@ from .advantages import group_advantages
 from .batching import calls_to_batch
 from .coherence import CoherenceDamping
 from .config import MultiAgentGRPOConfig
+from .hub import final_metrics, model_card_section
 from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
 from .monitoring import DriftThresholds, RoleDriftCallback, workflow_metrics
@@ -537,6 +538,15 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.instance_steps.sync_weights()
         if self.role_split is not None:
             self.role_split.sync_weights()
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        metrics = final_metrics(self.state.log_history)
+        section = model_card_section(self.multiagent_config(), metrics, self.hub_model_id)
+        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
+            f.write(section)
 
     def multiagent_config(self) -> dict:
         return {
