@@ -1,0 +1,53 @@
+"""Run by tests/test_deepspeed.py under `deepspeed --num_gpus 1` (CPU accelerator): 2 ZeRO-2 steps of Voting."""
+
+import json
+import sys
+
+import torch
+from peft import LoraConfig
+from scripted import addition_dataset, boxed_answer_reward
+
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from trl_multiagent.routing import adapter_parameters
+
+torch.set_num_threads(1)
+model_dir, output_dir, ds_config = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
+trainer = MultiAgentGRPOTrainer(
+    model=model_dir,
+    workflow=Voting(),
+    reward_funcs=boxed_answer_reward,
+    args=MultiAgentGRPOConfig(
+        output_dir=output_dir,
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=5e-2,
+        report_to="none",
+        policy_sharing="isolated",
+        save_strategy="no",
+        deepspeed=ds_config,
+    ),  # fmt: skip
+    train_dataset=addition_dataset(),
+    peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
+)
+before = {
+    a: {n: p.detach().clone() for n, p in adapter_parameters(trainer.model, a).items()} for a in trainer.adapter_names
+}
+trainer.train()
+moved = {
+    a: max((p.detach() - before[a][n]).abs().max().item() for n, p in adapter_parameters(trainer.model, a).items())
+    for a in trainer.adapter_names
+}
+result = {
+    "engine": type(trainer.model_wrapped).__name__,
+    "zero_stage": trainer.model_wrapped.zero_optimization_stage(),
+    "steps": trainer.state.global_step,
+    "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    "moved": moved,
+}
+with open(f"{output_dir}/result.json", "w") as f:
+    json.dump(result, f)
