@@ -25,34 +25,27 @@ def test_per_role_balance_gives_each_role_type_an_equal_share():
     assert per_output.tolist() == [1.0, 1.0, 1.0, 0.5] * 5
 
 
-def voting_run(tiny_model_dir, tmp_path, **overrides):
+def voting_run(tiny_model_dir, tmp_path, before_train=None, **overrides):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
+    settings = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=8, max_steps=3, logging_steps=1, learning_rate=5e-2, report_to="none",
+        save_strategy="no", policy_sharing="isolated", seed=0,
+    )  # fmt: skip
     trainer = MultiAgentGRPOTrainer(
         model=tiny_model_dir,
         workflow=Voting(),
         reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(tmp_path),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=3,
-            logging_steps=1,
-            learning_rate=5e-2,
-            report_to="none",
-            save_strategy="no",
-            policy_sharing="isolated",
-            seed=0,
-            **overrides,
-        ),
+        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
         train_dataset=addition_dataset(4),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
         processing_class=tokenizer,
         rollout_backend=backend,
     )
+    trainer.initial_weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    if before_train is not None:
+        before_train(trainer)
     trainer.train()
     return trainer
 
@@ -67,3 +60,39 @@ def test_role_beta_acts_only_on_its_role(tiny_model_dir, tmp_path):
         assert (gap > 1e-6) == should_differ, (role, gap)
     logs = [h for h in anchored.state.log_history if "role/aggregator/kl" in h]
     assert logs and logs[-1]["role/aggregator/kl"] > 0
+
+
+def test_zero_weight_under_shared_policy_equals_training_without_that_role(tiny_model_dir, tmp_path):
+    """The shared adapter's update with aggregator weight 0 equals its update from the voters' samples alone."""
+    # Plain SGD, so each update is the gradient itself: with weight 0 the aggregator's 8 samples still count in
+    # the per-sample mean over 32, so the update is 24/32 of the update from the 24 voter samples alone.
+    common = dict(policy_sharing="shared", max_steps=1, optim="sgd", max_grad_norm=0.0)
+    weighted = voting_run(tiny_model_dir, tmp_path / "weighted", role_loss_weights={"aggregator": 0.0}, **common)
+
+    def without_aggregator(trainer):
+        score = trainer._generate_and_score_completions
+
+        def filtered(inputs):
+            batch = score(inputs)
+            keep = torch.tensor([r != "aggregator" for r in batch["roles"]])
+            n = len(batch["roles"])
+            out = {}
+            for key, value in batch.items():
+                if isinstance(value, list) and len(value) == n:
+                    out[key] = [v for v, k in zip(value, keep.tolist()) if k]
+                elif torch.is_tensor(value) and value.dim() > 0 and value.size(0) == n:
+                    out[key] = value[keep]
+                else:
+                    out[key] = value
+            out["num_samples_in_batch"] = keep.sum().float()
+            out["num_items_in_batch"] = out["completion_mask"].sum().float()
+            return out
+
+        trainer._generate_and_score_completions = filtered
+
+    dropped = voting_run(tiny_model_dir, tmp_path / "dropped", before_train=without_aggregator, **common)
+    a, b = adapter_parameters(weighted.model, "shared"), adapter_parameters(dropped.model, "shared")
+    update_a = {n: a[n] - weighted.initial_weights[n] for n in a}
+    update_b = {n: b[n] - dropped.initial_weights[n] for n in b}
+    assert max(u.abs().max().item() for u in update_a.values()) > 1e-5
+    assert max((update_a[n] - 24 / 32 * update_b[n]).abs().max().item() for n in a) < 1e-7
