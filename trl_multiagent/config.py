@@ -9,7 +9,7 @@ from trl import GRPOConfig
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 PARALLEL_ROLE_STEPS = ("merged", "per_instance")
-ROLLOUT_BACKENDS = ("transformers",)
+ROLLOUT_BACKENDS = ("transformers", "vllm")
 
 
 @dataclass
@@ -76,7 +76,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
         rollout_backend (`str`, *optional*, defaults to `"transformers"`):
             Engine that generates role outputs. `"transformers"` batches every pending call of a tick into one
-            `generate` with per-sample adapters.
+            `generate` with per-sample adapters. `"vllm"` (needs `vllm`) serves every role adapter as a vLLM LoRA,
+            synced after each optimizer step: in this process with `vllm_mode="colocate"`, or through a `vllm serve
+            --enable-lora` server at `vllm_server_base_url` with `vllm_mode="server"`. TRL's `vllm_*` fields apply,
+            `vllm_importance_sampling_correction` included.
         rollout_batch_size (`int`, *optional*):
             Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
     """
@@ -164,6 +167,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
+        if self.rollout_backend == "vllm" and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size != 1:
+            raise ValueError(
+                "A colocated vLLM rollout engine runs one copy per process (`vllm_tensor_parallel_size=1`); for "
+                "tensor parallelism start `vllm serve --tensor-parallel-size N` and set `vllm_mode='server'`."
+            )
         for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
             _check_role_numbers(name, getattr(self, name))
         if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):

@@ -13,6 +13,7 @@ One training step, in order (mirrored by the numbered comments below):
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from collections import defaultdict
@@ -37,6 +38,7 @@ from .monitoring import DriftThresholds, RoleDriftCallback, workflow_metrics
 from .role_gradients import RoleGradientSplit
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
+from .rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend
 from .rollout.engine import RolloutEngine
 from .routing import (
     BASE_MODEL,
@@ -123,6 +125,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or self._default_backend()
+        # TRL's loss multiplies by `importance_sampling_ratio` only under `use_vllm` (our config keeps TRL's own vLLM
+        # generation off); vLLM rollouts set the ratio in `_generate_and_score_completions`.
+        self.use_vllm = isinstance(self.rollout_backend, VLLMBackend | VLLMServerBackend)
+        self._synced_step = -1
         self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
         self.answer_checker = answer_checker
         if args.drift_alarms:
@@ -142,6 +148,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     # ----------------------------------------------------------------------------------------------- setup helpers
     def _default_backend(self):
+        if self.args.rollout_backend == "vllm":
+            return self._vllm_backend()
         return TransformersBackend(
             unwrapped_model=self._unwrapped_for_generation,
             tokenizer=self._tokenizer,
@@ -151,6 +159,48 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             chat_template_kwargs=self.chat_template_kwargs,
             max_batch_size=self.args.rollout_batch_size,
         )
+
+    def _vllm_backend(self):
+        args, lora = self.args, self.model.peft_config[self.adapter_names[0]]
+        sampling = dict(
+            max_tokens=self.max_completion_length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p or 0.0,
+            repetition_penalty=self.repetition_penalty,
+            **(args.generation_kwargs or {}),
+        )
+        common = dict(
+            tokenizer=self._tokenizer,
+            adapter_names=self.adapter_names,
+            sampling=sampling,
+            eos_token_ids=self.eos_token_ids,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
+        if args.vllm_mode == "server":
+            url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+            return VLLMServerBackend(url, timeout=args.vllm_server_timeout, **common)
+        return VLLMBackend(
+            model=lora.base_model_name_or_path,
+            lora_rank=max([lora.r, *lora.rank_pattern.values()]),
+            dtype=str(self.model.dtype).removeprefix("torch."),  # serve the weights the trainer's log-probs use
+            gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+            max_model_len=args.vllm_max_model_length,
+            max_num_seqs=args.rollout_batch_size,
+            seed=args.seed + self.accelerator.process_index,  # processes sample different episodes
+            distributed_executor_backend="external_launcher" if self.accelerator.num_processes > 1 else "uni",
+            **common,
+        )
+
+    def _sync_vllm_adapters(self) -> None:
+        """Send the adapters as they are after the last optimizer step to vLLM (gathered first under ZeRO-3)."""
+        with self._unwrapped_for_generation() as model:
+            # A shared server takes the adapters from one process; colocated engines each need their own copy.
+            if self.args.vllm_mode == "colocate" or self.accelerator.is_main_process:
+                self.rollout_backend.sync_adapters(model, self.adapter_names)
+        self.accelerator.wait_for_everyone()
+        self._synced_step = self.state.global_step
 
     @contextmanager
     def _unwrapped_for_generation(self):
@@ -273,6 +323,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick across episodes.
+        if self.use_vllm and self._synced_step != self.state.global_step:
+            self._sync_vllm_adapters()
         episodes = self.engine.run(prompts)
 
         # 2. Outcome rewards on the final answers, advantages grouped over the episodes of each prompt.
@@ -310,11 +362,21 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
         # Log-probabilities that the loss needs from before the update, each sample through its own adapter.
         generate_every = self.args.steps_per_generation * self.num_iterations
+        correct_sampling = self.use_vllm and self.vllm_importance_sampling_correction
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if self.args.gradient_accumulation_steps % generate_every != 0:
+            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling:
                 batch["old_per_token_logps"] = self._routed_logps(batch, batch["adapter_names"], mode)
             if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch["roles"])):
                 batch["ref_per_token_logps"] = self._routed_logps(batch, [BASE_MODEL] * len(calls), mode)
+        if correct_sampling:
+            batch["importance_sampling_ratio"] = importance_sampling_ratio(
+                batch["old_per_token_logps"],
+                batch["sampling_per_token_logps"],
+                batch["completion_mask"],
+                self.vllm_importance_sampling_mode,
+                self.vllm_importance_sampling_clip_min,
+                self.vllm_importance_sampling_clip_max,
+            )
         return batch
 
     def _routed_logps(self, batch: dict, adapters: list[str], mode: str) -> torch.Tensor:
@@ -610,6 +672,23 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         for i, name in enumerate(self.reward_func_names):
             self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
         self._logs["advantages"].extend(all_advantages.tolist())
+
+
+def importance_sampling_ratio(old_logps, sampling_logps, mask, mode: str, clip_min, clip_max) -> torch.Tensor:
+    """TRL's correction for the gap between the rollout engine's sampling policy and the trained one.
+
+    Returns `[N, C]` for token modes, `[N, 1]` for sequence modes; "truncate" clamps to [clip_min, clip_max], "mask"
+    zeroes the ratios outside. A NaN sampling log-prob counts as no gap, as in TRL.
+    """
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = clip_min if clip_min is not None else -math.inf
+    high = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
 def _check_prompt_column(dataset, name: str) -> None:

