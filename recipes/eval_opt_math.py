@@ -16,7 +16,14 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
-from trl_multiagent.tasks import DAPO_MATH_ID, load_dapo_math, make_arithmetic_dataset, math_reward
+from trl_multiagent.tasks import (
+    DAPO_MATH_ID,
+    load_dapo_math,
+    make_arithmetic_dataset,
+    math_answer_checker,
+    math_reward,
+)
+from trl_multiagent.toy import resolve_model_name
 
 
 @dataclass
@@ -37,14 +44,15 @@ if __name__ == "__main__":
         train_dataset = load_dapo_math(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
 
     trainer = MultiAgentGRPOTrainer(
-        model=model_args.model_name_or_path,
+        model=resolve_model_name(model_args.model_name_or_path),
         workflow=EvalOpt(max_iterations=workflow_args.max_iterations),
         reward_funcs=math_reward,
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
+        answer_checker=math_answer_checker,  # per-role regrading against `answer`
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
