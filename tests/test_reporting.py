@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import time
 
 import pandas as pd
 import pytest
@@ -77,6 +78,12 @@ def test_report_to_backends_receive_role_series(tiny_model_dir, tmp_path, monkey
     else:
         files = glob.glob(str(tmp_path / "**" / "events.out.tfevents.*"), recursive=True)
     assert files, f"no {backend} files written"
-    data = b"".join(open(f, "rb").read() for f in files)
-    for key in (b"role/generator/entropy", b"role/aggregator/perplexity", b"workflow/samples_trained"):
-        assert key in data, key
+    keys = (b"role/generator/entropy", b"role/aggregator/perplexity", b"workflow/samples_trained")
+    deadline = time.monotonic() + 60  # the wandb service may still be writing its file after finish() returns
+    while True:
+        data = b"".join(open(f, "rb").read() for f in files)
+        missing = [key for key in keys if key not in data]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not missing, missing
