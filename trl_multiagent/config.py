@@ -71,6 +71,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Overrides of `trl_multiagent.monitoring.DriftThresholds` fields, e.g. `{"length_drift_factor": 2.0}`.
         stop_on_drift (`bool`, *optional*, defaults to `False`):
             Stop training at the first drift alarm.
+        training_summary (`bool`, *optional*, defaults to `True`):
+            When training ends, print how success, the workflow metrics and every per-role metric moved (first vs
+            last logged values) and save `training_summary.png` (each metric over steps) in `output_dir`.
 
         > Parameters that control rollouts
 
@@ -142,6 +145,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Overrides of DriftThresholds fields (JSON on the command line)."}
     )
     stop_on_drift: bool = field(default=False, metadata={"help": "Stop training at the first drift alarm."})
+    training_summary: bool = field(
+        default=True,
+        metadata={"help": "Print a per-role summary table and save training_summary.png in output_dir at the end."},
+    )
     rollout_backend: str = field(
         default="transformers",
         metadata={"help": "Rollout engine backend.", "choices": list(ROLLOUT_BACKENDS)},

@@ -24,6 +24,7 @@ from .rollout.backends.transformers_backend import TransformersBackend
 from .rollout.engine import RolloutEngine
 from .rollout.records import Episode
 from .routing import BASE_MODEL, AdapterRouter, unique_adapters
+from .toy import resolve_model_name
 from .workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
 
 CONFIG_NAME = "multiagent_config.json"
@@ -121,7 +122,8 @@ def load_trained_workflow(
         router = _BaseOnlyRouter()
     model.eval()
     has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
-    tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base_model or config["base_model"])
+    tokenizer_source = str(path) if has_tokenizer else resolve_model_name(base_model or config["base_model"])
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router)
 
 
@@ -133,12 +135,20 @@ def load_base_workflow(
     mapping = {role: BASE_MODEL for role in workflow.roles}
     config = {"base_model": base_model, "workflow": workflow.config_dict(), "policy_sharing": None}
     return TrainedWorkflow(
-        workflow, model, AutoTokenizer.from_pretrained(base_model), mapping, config, _BaseOnlyRouter()
+        workflow,
+        model,
+        AutoTokenizer.from_pretrained(resolve_model_name(base_model)),
+        mapping,
+        config,
+        _BaseOnlyRouter(),
     )
 
 
 def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:
-    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype if dtype is not None else "auto").to(device)
+    """The base model by Hub name, local path, or ``"toy"`` (the packaged toy model)."""
+    return AutoModelForCausalLM.from_pretrained(
+        resolve_model_name(name), dtype=dtype if dtype is not None else "auto"
+    ).to(device)
 
 
 def eos_token_ids(trained: TrainedWorkflow) -> list[int]:

@@ -34,7 +34,7 @@ from .config import MultiAgentGRPOConfig
 from .hub import final_metrics, model_card_section
 from .instance_steps import InstanceSteps, shadow_name
 from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
-from .monitoring import DriftThresholds, RoleDriftCallback, workflow_metrics
+from .monitoring import DriftThresholds, RoleDriftCallback, TrainingSummaryCallback, workflow_metrics
 from .role_gradients import RoleGradientSplit
 from .rollout.backends.base import GenerationRequest, GenerationResult
 from .rollout.backends.transformers_backend import TransformersBackend
@@ -49,6 +49,7 @@ from .routing import (
     set_adapters_trainable,
     unique_adapters,
 )
+from .toy import model_name
 from .workflows.base import Workflow
 
 
@@ -136,6 +137,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             thresholds = DriftThresholds(**(args.drift_thresholds or {}))
             drift = RoleDriftCallback(thresholds, stop_on_alarm=args.stop_on_drift)
             self.callback_handler.callbacks.insert(0, drift)
+        if args.training_summary:
+            self.add_callback(TrainingSummaryCallback())
         probe = self._check_workflow_roles(train_dataset)
         self.instance_steps = self._setup_instance_steps(probe) if args.parallel_role_steps == "per_instance" else None
         self.role_split = None
@@ -612,7 +615,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def multiagent_config(self) -> dict:
         return {
-            "base_model": self.model.peft_config[self.adapter_names[0]].base_model_name_or_path,
+            "base_model": model_name(self.model.peft_config[self.adapter_names[0]].base_model_name_or_path),
             "workflow": self.workflow.config_dict(),
             "policy_sharing": self.args.policy_sharing,
             "role_to_adapter": self.role_adapters,
