@@ -1,0 +1,411 @@
+r"""Build the shipped toy model: a small Qwen3 that plays every built-in role on arithmetic problems.
+
+    python scripts/build_toy_model.py                    # writes trl_multiagent/toy/model/ (seeded)
+
+CPU time: about 45 minutes on one core of the 2-core machines this repo is developed on (`--threads 1`): 42 for
+the 2,000 training steps, the rest for transcripts, tokenizer and the final check.
+
+A randomly initialised model cannot follow role prompts, so RL on it learns nothing. This script makes a model that
+can, by supervised learning on transcripts of the real workflows:
+
+1. Transcripts. Each built-in workflow's real ``run()`` (SingleAgent, EvalOpt, Voting, OrchWorkers) runs on
+   synthetic arithmetic problems with a scripted ``generate`` that writes each role's target text, and every call
+   is kept as a (messages, target) pair. The targets are short and deliberately imperfect, so RL has room:
+   - solvers (generator, voters, workers) write one line per operation, ``12 + 5 = 17. 17 * 2 = 34.
+     \boxed{34}``, with per-operation error rates; on "shares equally ... keeps one share" the most frequent
+     step in the data is the wrong one (subtracting the number of people), so even greedy decoding misses;
+   - the evaluator names the first wrong step or says each step checks out, right ``JUDGE_ACCURACY`` of the time;
+   - the aggregator and synthesizer pick a correct candidate when there is one, ``JUDGE_ACCURACY`` of the time;
+   - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer.
+2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
+   its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
+   sequences stay short on CPU.
+3. Model. A Qwen3 (hidden 256, 4 layers) trained on chat-templated (messages -> target), loss on the target tokens
+   and the closing ``<|im_end|>`` only. Every role prompt is tokenized exactly as the rollout backend does.
+4. Check. Format-following per role and base success per workflow on ``--check_problems`` held-out problems
+   (``trl_multiagent.toy.evaluate`` measures the full figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import random
+import re
+import time
+from dataclasses import dataclass
+
+import torch
+
+from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
+from trl_multiagent.tasks.math import math_prompt
+from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS
+from trl_multiagent.toy import TOY_MODEL_DIR
+from trl_multiagent.toy.evaluate import WORKFLOWS, evaluate, held_out_dataset
+from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
+
+# Probability that a solver gets a line wrong, by operation. Most errors are one concentrated mistake, so they
+# survive sampling at temperature 0.7: the confusable operation (+ <-> -, * -> +, / -> -) or, on a later line,
+# restarting from the first count. On "*" and "/" the confusion is more frequent than the right line, so greedy
+# decoding misses them too: RL has to overturn a mode there, not only sharpen.
+STEP_ERROR = {"+": 0.25, "-": 0.3, "*": 0.6, "/": 0.7}
+RESTART_ERROR = 0.25  # a later line restarts from the first count
+SLIP_SHARE = 0.15  # share of the errors that are a result off by a little instead
+CONFUSED_OPERATION = {"+": "-", "-": "+", "*": "+", "/": "-"}
+JUDGE_ACCURACY = 0.8  # evaluator verdicts, aggregator and synthesizer picks
+MAX_TOKEN_CHARS = 24  # longest token; the fixed role prompts merge into a few dozen tokens
+ORCHESTRATOR_KEEP = 0.25  # the orchestrator's lines come from a fixed pool: a quarter of its calls teach them
+SOLVER_KEEP = 0.6  # solver calls outnumber judge calls about 3 to 1; fewer of them leaves the judges more updates
+STRATEGIES = (
+    "Follow the count one sentence at a time, updating the total after each change.",
+    "Write the changes as one expression, then evaluate it from left to right.",
+    "Track the count forward, then check the result by undoing each change.",
+    "Turn each sentence into one operation on the running total.",
+    "List every change in order, then apply them one by one.",
+    "Name the operation each sentence asks for before computing anything.",
+)
+
+_FIRST = re.compile(r"(\w+) has (\d+) (\w+)\.")
+_CHANGES = (
+    (re.compile(r"gets (\d+) more"), "+"),
+    (re.compile(r"gives away (\d+)"), "-"),
+    (re.compile(r"becomes (\d+) times as large"), "*"),
+    (re.compile(r"equally among (\d+) people"), "/"),
+)
+
+
+def apply(a: int, op: str, b: int) -> int:
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+
+
+def operations(problem: str) -> tuple[int, list[tuple[str, int]]]:
+    """The start count and the (operation, operand) of each "Then ..." sentence of an arithmetic problem."""
+    first = _FIRST.search(problem)
+    if first is None:
+        raise ValueError(f"Not an arithmetic problem of trl_multiagent.tasks.arithmetic: {problem!r}")
+    ops = []
+    for sentence in re.findall(r"Then ([^.]*)\.", problem):
+        for pattern, op in _CHANGES:
+            match = pattern.search(sentence)
+            if match:
+                ops.append((op, int(match.group(1))))
+                break
+        else:
+            raise ValueError(f"Unknown operation sentence {sentence!r}; update _CHANGES in build_toy_model.py.")
+    return int(first.group(2)), ops
+
+
+@dataclass
+class Solution:
+    lines: list[str]  # one per operation: "12 + 5 = 17."
+    text: str
+    answer: int
+    wrong_step: int | None  # 1-based index of the first wrong line, None when every line is right
+    error: str | None
+
+
+def solve(problem: str, rng: random.Random) -> Solution:
+    """A solver's short worked answer, one line per operation, at most one wrong line (``STEP_ERROR``)."""
+    start, ops = operations(problem)
+    total = truth = start
+    lines, wrong_step, error = [], None, None
+    for step, (op, b) in enumerate(ops, start=1):
+        truth = apply(truth, op, b)
+        first, used_op = total, op
+        if wrong_step is None and step > 1 and start != total and rng.random() < RESTART_ERROR:
+            first, wrong_step, error = start, step, "restart"
+        elif wrong_step is None and rng.random() < STEP_ERROR[op]:
+            wrong_step = step
+            if rng.random() >= SLIP_SHARE and apply(total, CONFUSED_OPERATION[op], b) >= 0:
+                used_op, error = CONFUSED_OPERATION[op], "operation"
+            else:
+                error = "slip"
+        result = apply(first, used_op, b)
+        if error == "slip" and wrong_step == step:
+            result = max(0, result + rng.choice((-2, -1, 1, 2, 10))) if result > 2 else result + rng.choice((1, 2))
+        lines.append(f"{first} {used_op} {b} = {result}.")
+        total = result
+    if wrong_step is not None and total == truth:  # the error cancelled out: the answer is still right
+        wrong_step, error = None, None
+    return Solution(lines, f"{' '.join(lines)} \\boxed{{{total}}}", total, wrong_step, error)
+
+
+_KEYWORD = {"+": "gets", "-": "gives", "*": "times", "/": "shares"}  # each sentence's verb, as the evaluator cites it
+_FINDING = {
+    None: "Checks out.",
+    "operation": "Wrong operation.",
+    "slip": "Arithmetic slip.",
+    "restart": "Starts from the wrong count.",
+}
+
+
+def review(solution: Solution, problem: str, rng: random.Random) -> str:
+    """The evaluator cites each line with its sentence's verb, up to the first wrong one, then gives its verdict:
+    ``Step 1 (shares): 9 - 3 = 6. Wrong operation. \boxed{Incorrect}``.
+
+    Citing puts each check right after the line it checks, which a small model can learn; it restates the solution,
+    never the right answer. Right with probability ``JUDGE_ACCURACY``; otherwise it misses the error or raises a
+    false alarm on a random line.
+    """
+    ops = operations(problem)[1]
+    wrong_step, error = solution.wrong_step, solution.error
+    if rng.random() >= JUDGE_ACCURACY:
+        if wrong_step is None:
+            wrong_step, error = rng.randint(1, len(ops)), rng.choice(["operation", "slip"])
+        else:
+            wrong_step, error = None, None
+    checks = []
+    for k, ((op, _), line) in enumerate(zip(ops, solution.lines), start=1):
+        checks.append(f"Step {k} ({_KEYWORD[op]}): {line} {_FINDING[error if k == wrong_step else None]}")
+        if k == wrong_step:
+            break
+    return f"{' '.join(checks)} \\boxed{{{'Incorrect' if wrong_step else 'Correct'}}}"
+
+
+def compare(candidates: list[Solution], rng: random.Random) -> tuple[str, int]:
+    """A judge's checks of the candidates in order, up to the one it picks, and that pick (0-based).
+
+    The pick is the first right candidate with probability ``JUDGE_ACCURACY`` when there is one, else random.
+    """
+    right = [c.wrong_step is None for c in candidates]
+    pick = right.index(True) if any(right) and rng.random() < JUDGE_ACCURACY else rng.randrange(len(candidates))
+    checks = [f"Solution {j + 1} has a wrong step." for j in range(pick)] + [f"Solution {pick + 1} checks out."]
+    return " ".join(checks), pick
+
+
+class Teacher:
+    """A scripted ``generate`` for one episode: writes each role's target and records (role, messages, target)."""
+
+    def __init__(self, problem: str, rng: random.Random, records: list):
+        self.problem = problem
+        self.rng = rng
+        self.records = records
+        self.solutions: dict[str, Solution] = {}  # every solver output of the episode, by text
+
+    def _candidates(self, content: str) -> list[Solution]:
+        blocks = re.split(r"--- Solution \d+ ---\n", content)[1:]
+        return [next(s for text, s in self.solutions.items() if text in block) for block in blocks]
+
+    async def __call__(self, role: str, messages: list[dict], *, instance: int = 0) -> str:
+        content = messages[-1]["content"]
+        if role in ("generator", "worker"):
+            solution = solve(self.problem, self.rng)
+            self.solutions[solution.text] = solution
+            target = solution.text
+        elif role == "evaluator":
+            reviewed = next(s for text, s in self.solutions.items() if text in content)
+            target = review(reviewed, self.problem, self.rng)
+        elif role == "aggregator":
+            checks, pick = compare(self._candidates(content), self.rng)
+            target = f"{checks} \\boxed{{{pick + 1}}}"
+        elif role == "synthesizer":
+            candidates = self._candidates(content)
+            checks, pick = compare(candidates, self.rng)
+            target = f"{checks} \\boxed{{{candidates[pick].answer}}}"
+        elif role == "orchestrator":
+            chosen = self.rng.sample(STRATEGIES, 3)
+            target = "\n".join(f"STRATEGY {k}: {s}" for k, s in enumerate(chosen, start=1))
+        else:
+            raise ValueError(f"The toy teacher has no script for role {role!r}.")
+        self.records.append((role, messages, target))
+        return target
+
+
+TAUGHT = (SingleAgent(), EvalOpt(max_iterations=3), Voting(n_voters=3), OrchWorkers(n_workers=3))
+
+
+def transcripts(n_problems: int, seed: int) -> list[tuple[str, list[dict], str]]:
+    """(role, messages, target) for every call of every built-in workflow on ``n_problems`` fresh problems."""
+    rng = random.Random(seed)
+    held_out = {row["prompt"][0]["content"] for row in held_out_dataset(1000)}  # never trained on
+    records: list = []
+    count = 0
+    while count < n_problems:
+        problem, _ = make_arithmetic_problem(rng)
+        if math_prompt(problem)[0]["content"] in held_out:
+            continue
+        count += 1
+        for workflow in TAUGHT:
+            asyncio.run(workflow.run(math_prompt(problem), Teacher(problem, rng, records)))
+    keep = {"orchestrator": ORCHESTRATOR_KEEP, "generator": SOLVER_KEEP, "worker": SOLVER_KEEP}
+    return [r for r in records if rng.random() < keep.get(r[0], 1.0)]
+
+
+def build_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE over the transcripts: numbers are whole tokens, and merges may cross spaces."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\d+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        max_token_length=MAX_TOKEN_CHARS,
+    )
+    numbers = [" ".join(str(n) for n in range(300))] * 200  # every count a problem can reach is one token
+    bpe.train_from_iterator(texts + numbers, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    return tokenizer
+
+
+def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=(len(tokenizer) + 63) // 64 * 64,
+        hidden_size=hidden_size,
+        intermediate_size=3 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 32,
+        num_key_value_heads=hidden_size // 64,
+        head_dim=32,  # vLLM's CPU attention rejects 16
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def encode(tokenizer, records) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) per call: the prompt exactly as the rollout backend tokenizes it, then the target."""
+    examples = []
+    for _, messages, target in records:
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        completion = tokenizer(target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((prompt + completion, len(prompt)))
+    return examples
+
+
+def batches(examples, tokens_per_batch: int, rng: random.Random):
+    """Length-bucketed batches of about ``tokens_per_batch`` padded tokens, in random order."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
+    result, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * len(examples[i][0]) > tokens_per_batch:
+            result.append(current)
+            current = []
+        current.append(i)
+    result.append(current)
+    rng.shuffle(result)
+    return result
+
+
+def collate(examples, indices: list[int], pad_id: int):
+    width = max(len(examples[i][0]) for i in indices)
+    input_ids = torch.full((len(indices), width), pad_id)  # [B, L], right-padded
+    labels = torch.full((len(indices), width), -100)  # [B, L], -100 outside the target tokens
+    attention_mask = torch.zeros((len(indices), width), dtype=torch.long)
+    for row, i in enumerate(indices):
+        ids, prompt_length = examples[i]
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, prompt_length : len(ids)] = torch.tensor(ids[prompt_length:])
+        attention_mask[row, : len(ids)] = 1
+    return input_ids, attention_mask, labels
+
+
+def train(model, examples, pad_id: int, steps: int, tokens_per_batch: int, lr: float, seed: int, log) -> None:
+    """AdamW with warm-up and cosine decay to 10% of ``lr``, on length-bucketed batches, for ``steps`` steps."""
+    rng = random.Random(seed)
+    plan = []
+    while len(plan) < steps:
+        plan += batches(examples, tokens_per_batch, rng)
+    plan = plan[:steps]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = max(1, min(200, steps // 10))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min(1.0, (step + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))),
+    )
+    model.train()
+    start, running = time.process_time(), []
+    for step, indices in enumerate(plan, start=1):
+        input_ids, attention_mask, labels = collate(examples, indices, pad_id)
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        running.append(loss.item())
+        if step % 100 == 0 or step == len(plan):
+            cpu = time.process_time() - start
+            log(f"step {step}/{len(plan)} loss {sum(running) / len(running):.4f} cpu {cpu / 60:.1f} min")
+            running = []
+    model.eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output_dir", default=TOY_MODEL_DIR)
+    parser.add_argument("--problems", type=int, default=10000, help="training problems; every workflow runs on each")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--tokens_per_batch", type=int, default=4096)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--hidden_size", type=int, default=256)
+    parser.add_argument("--num_layers", type=int, default=4)
+    parser.add_argument("--vocab_size", type=int, default=1536)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--check_problems", type=int, default=100, help="held-out problems for the final check")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed)
+
+    def log(message: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    # 1. Transcripts of every built-in workflow, from the scripted teacher.
+    records = transcripts(args.problems, seed=args.seed)
+    log(f"{len(records)} calls from {args.problems} problems")
+
+    # 2. Tokenizer on the chat-templated transcripts.
+    from jinja2 import Template
+
+    template = Template(CHAT_TEMPLATE)
+    texts = [template.render(messages=[*m, {"role": "assistant", "content": t}]) for _, m, t in records[:20000]]
+    tokenizer = build_tokenizer(texts, args.vocab_size)
+
+    # 3. The model, trained on (prompt -> target) with loss on the target tokens.
+    model = build_model(tokenizer, args.hidden_size, args.num_layers, args.seed)
+    log(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
+    examples = encode(tokenizer, records)
+    cpu = time.process_time()
+    train(model, examples, tokenizer.pad_token_id, args.steps, args.tokens_per_batch, args.lr, args.seed, log)
+    log(f"trained in {(time.process_time() - cpu) / 60:.1f} CPU minutes")
+    os.makedirs(args.output_dir, exist_ok=True)
+    model.save_pretrained(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    log(f"saved to {args.output_dir}")
+
+    # 4. Check on held-out problems: format-following per role, base success per workflow.
+    for name in WORKFLOWS:
+        result = evaluate(args.output_dir, name, n=args.check_problems, samples=1)
+        formats = ", ".join(f"{role} {rate:.0%}" for role, rate in result["format_sampled"].items())
+        log(f"{name}: greedy {result['greedy']:.0%}, sampled {result['pass@1']:.0%}; format (sampled): {formats}")
+
+
+if __name__ == "__main__":
+    main()

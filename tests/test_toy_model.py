@@ -1,0 +1,72 @@
+"""The shipped toy model: loadable by name, small, follows every role's format, and trains with the toy preset."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from trl_multiagent.toy import TOY_MODEL_DIR, model_name, resolve_model_name
+from trl_multiagent.toy.evaluate import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_toy_name_resolves_to_the_packaged_model():
+    assert resolve_model_name("toy") == TOY_MODEL_DIR
+    assert resolve_model_name("Qwen/Qwen3-1.7B") == "Qwen/Qwen3-1.7B"
+    assert model_name(TOY_MODEL_DIR) == "toy" and model_name(str(ROOT)) == str(ROOT)
+    config = AutoConfig.from_pretrained(resolve_model_name("toy"))
+    assert config.model_type == "qwen3"
+    model = AutoModelForCausalLM.from_pretrained(TOY_MODEL_DIR)
+    assert sum(p.numel() for p in model.parameters()) <= 10_000_000
+    size = sum(f.stat().st_size for f in Path(TOY_MODEL_DIR).iterdir())
+    assert size <= 20 * 2**20
+    tokenizer = AutoTokenizer.from_pretrained(TOY_MODEL_DIR)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Ann has 3 pens."}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("workflow", list(WORKFLOWS))
+def test_toy_model_follows_every_role_format(workflow):
+    """Sampled at temperature 0.7 on 100 held-out problems, each role's output parses >= 95% of the time."""
+    trained = load_policy("toy", workflow)
+    episodes = sample_episodes(trained, list(held_out_dataset(100)["prompt"]), temperature=0.7, seed=0)
+    rates = format_rates(episodes)
+    assert set(rates) == set(trained.workflow.roles)
+    assert all(rate >= 0.95 for rate in rates.values()), rates
+
+
+def test_toy_preset_trains_and_roles_still_parse(tmp_path):
+    """A few steps of the toy preset, as a user launches it; then the trained roles still follow their formats."""
+    output_dir = tmp_path / "run"
+    command = [
+        sys.executable, "recipes/eval_opt_math.py", "--config", "recipes/configs/toy.yaml",
+        "--policy_sharing", "isolated", "--output_dir", str(output_dir), "--max_steps", "3", "--save_steps", "3",
+        "--per_device_train_batch_size", "8", "--num_generations", "4",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+
+    assert json.loads((output_dir / "multiagent_config.json").read_text())["base_model"] == "toy"
+    assert (output_dir / "training_summary.png").is_file()
+    assert "workflow/success" in result.stdout and "role/<role>/..." in result.stdout
+    state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in state["log_history"] if "loss" in entry]
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    torch.manual_seed(0)
+    trained = load_policy(str(output_dir), "eval_opt")
+    assert sorted(trained.role_to_adapter.values()) == ["evaluator", "generator"]
+    episodes = sample_episodes(trained, list(held_out_dataset(30)["prompt"]), temperature=0.7, seed=0)
+    rates = format_rates(episodes)
+    assert all(rate >= 0.9 for rate in rates.values()), rates

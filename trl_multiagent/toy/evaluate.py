@@ -1,0 +1,170 @@
+r"""Measure a policy on held-out toy problems: success per workflow and format-following per role.
+
+    python -m trl_multiagent.toy.evaluate                                  # the shipped toy model
+    python -m trl_multiagent.toy.evaluate --policy outputs/toy-eval-opt --workflows eval_opt
+
+``--policy`` is ``toy``, a model folder (every role on the base model), or the ``output_dir`` of a training run
+(its role adapters, routed as in training). Episodes run through ``trl_multiagent.loading``: the trainer's rollout
+engine, transformers backend and routing. Success is ``math_reward`` on the final answer, greedy and as pass@1 (the
+mean over ``--samples`` sampled runs at temperature 0.7). A role follows its format when its output parses without
+the workflow's fallback (``FORMATS``); role quality says how often each role is right, judges against chance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import defaultdict
+
+import torch
+from datasets import Dataset
+
+from ..evaluation.tasks import eval_dataset
+from ..loading import (
+    CONFIG_NAME,
+    load_base_workflow,
+    load_trained_workflow,
+    make_generation_config,
+    read_multiagent_config,
+    run_episodes,
+)
+from ..tasks import math_reward
+from ..workflows import (
+    EvalOpt,
+    OrchWorkers,
+    SingleAgent,
+    Voting,
+    last_boxed,
+    parse_selection,
+    parse_strategies,
+    parse_verdict,
+)
+from . import resolve_model_name
+
+N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
+MAX_NEW_TOKENS = 48  # the toy preset's max_completion_length
+WORKFLOWS = {
+    "single_agent": SingleAgent,
+    "eval_opt": lambda: EvalOpt(max_iterations=3),
+    "voting": lambda: Voting(n_voters=N_CANDIDATES),
+    "orch_workers": lambda: OrchWorkers(n_workers=N_CANDIDATES),
+}
+FORMATS = {
+    "generator": lambda text: last_boxed(text) is not None,
+    "worker": lambda text: last_boxed(text) is not None,
+    "synthesizer": lambda text: last_boxed(text) is not None,
+    "evaluator": lambda text: parse_verdict(text) is not None,
+    "aggregator": lambda text: parse_selection(text, N_CANDIDATES)[1],
+    "orchestrator": lambda text: len(parse_strategies(text, N_CANDIDATES)) == N_CANDIDATES,
+}
+
+
+def held_out_dataset(n: int = 300) -> Dataset:
+    """The first ``n`` held-out arithmetic problems: the rows ``recipes/evaluate.py --dataset_name arithmetic``
+    scores with ``--limit n``."""
+    return eval_dataset("math", "arithmetic", limit=n)
+
+
+def follows_format(role: str, text: str) -> bool:
+    """Whether a role's output parses without the workflow's fallback."""
+    return FORMATS[role](text)
+
+
+def load_policy(policy: str, workflow_name: str):
+    """``policy`` is ``"toy"`` or a model folder (every role on the base model), or a run's ``output_dir``."""
+    workflow = WORKFLOWS[workflow_name]()
+    path = resolve_model_name(policy)
+    if not os.path.isfile(os.path.join(path, CONFIG_NAME)):
+        return load_base_workflow(path, workflow)
+    base_model = resolve_model_name(read_multiagent_config(path)["base_model"])
+    return load_trained_workflow(path, workflow=workflow, base_model=base_model)
+
+
+def sample_episodes(trained, prompts: list, temperature: float, seed: int = 0) -> list:
+    """One episode per prompt through the trainer's rollout engine; ``temperature=0`` is greedy."""
+    torch.manual_seed(seed)
+    return run_episodes(trained, prompts, make_generation_config(trained, MAX_NEW_TOKENS, temperature))
+
+
+def format_rates(episodes) -> dict[str, float]:
+    """Role -> share of its outputs in these episodes that follow its format."""
+    ok = defaultdict(list)
+    for call in (call for episode in episodes for call in episode.calls):
+        ok[call.role].append(follows_format(call.role, call.text))
+    return {role: sum(flags) / len(flags) for role, flags in sorted(ok.items())}
+
+
+def success(episodes, answers: list[str]) -> list[float]:
+    completions = [[{"role": "assistant", "content": e.final_answer}] for e in episodes]
+    return math_reward(completions, answer=answers)
+
+
+def _right(text: str, answer: str) -> bool:
+    return math_reward([[{"role": "assistant", "content": text}]], answer=[answer])[0] == 1.0
+
+
+def role_quality(episodes, answers: list[str]) -> dict[str, float]:
+    """How often each role is right: solvers' answers, evaluator verdicts on the attempt they review, and the
+    aggregator's and synthesizer's picks on problems whose candidates disagree (``.../chance``: a random pick)."""
+    outcomes = defaultdict(list)
+    for episode, answer in zip(episodes, answers):
+        latest: dict[int, bool] = {}  # instance -> is its latest solution right
+        for call in episode.calls:
+            if call.role in ("generator", "worker"):
+                latest[call.instance] = _right(call.text, answer)
+                outcomes[f"{call.role}/accuracy"].append(latest[call.instance])
+            elif call.role == "evaluator":
+                outcomes["evaluator/accuracy"].append(parse_verdict(call.text) == latest[0])
+            elif call.role in ("aggregator", "synthesizer"):
+                candidates = [latest[i] for i in sorted(latest)]
+                if any(candidates) and not all(candidates):
+                    if call.role == "aggregator":
+                        picked = candidates[parse_selection(call.text, len(candidates))[0]]
+                    else:
+                        picked = _right(call.text, answer)
+                    outcomes[f"{call.role}/accuracy"].append(picked)
+                    outcomes[f"{call.role}/chance"].append(sum(candidates) / len(candidates))
+    return {key: sum(values) / len(values) for key, values in sorted(outcomes.items())}
+
+
+def evaluate(policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0) -> dict:
+    """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
+    (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
+    trained = load_policy(policy, workflow_name)
+    dataset = held_out_dataset(n)
+    prompts, answers = list(dataset["prompt"]), list(dataset["answer"])
+    greedy = sample_episodes(trained, prompts, temperature=0.0)
+    sampled = [sample_episodes(trained, prompts, temperature=0.7, seed=seed + k) for k in range(samples)]
+    return {
+        "workflow": workflow_name,
+        "problems": n,
+        "greedy": sum(success(greedy, answers)) / n,
+        "pass@1": sum(sum(success(episodes, answers)) for episodes in sampled) / (n * samples),
+        "format_greedy": format_rates(greedy),
+        "format_sampled": format_rates([episode for episodes in sampled for episode in episodes]),
+        "roles_sampled": role_quality([e for episodes in sampled for e in episodes], answers * samples),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default="toy", help="'toy', a model folder, or a training run's output_dir")
+    parser.add_argument("--workflows", nargs="+", default=list(WORKFLOWS), choices=list(WORKFLOWS))
+    parser.add_argument("--problems", type=int, default=300)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    for name in args.workflows:
+        result = evaluate(args.policy, name, args.problems, args.samples, args.seed)
+        formats = ", ".join(f"{role} {rate:.1%}" for role, rate in result["format_sampled"].items())
+        quality = ", ".join(f"{key} {rate:.1%}" for key, rate in result["roles_sampled"].items())
+        print(f"{name}: greedy {result['greedy']:.1%}, pass@1 {result['pass@1']:.1%}")
+        print(f"  format (sampled): {formats}\n  roles (sampled): {quality}")
+        print(json.dumps({"policy": args.policy, **result}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
