@@ -14,12 +14,11 @@ Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x
 
     python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
 
-CPU, offline, minutes (tiny model, toy tasks):
+CPU, offline, about 30 minutes (the shipped toy model and preset, the arithmetic task; output in README):
 
-    python recipes/grid.py --models outputs/tiny-qwen3 --accelerate_config accelerate_configs/cpu.yaml \
-        --recipe_config math=recipes/configs/cpu.yaml code=recipes/configs/cpu_code.yaml \
-        --eval_dataset math=arithmetic code=toy_code --max_steps 4 --save_steps 2 \
-        --eval_args "--limit 20 --max_completion_length 24" --output_root outputs/grid
+    python recipes/grid.py --models toy --tasks math --accelerate_config accelerate_configs/cpu.yaml \
+        --recipe_config math=recipes/configs/toy.yaml --eval_dataset math=arithmetic --max_steps 30 --save_steps 10 \
+        --eval_args "--limit 100 --max_completion_length 48" --output_root outputs/grid-toy
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the table and plots from what is there.
