@@ -41,7 +41,7 @@ import torch
 
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 from trl_multiagent.tasks.math import math_prompt
-from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS
+from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer
 from trl_multiagent.toy import TOY_MODEL_DIR
 from trl_multiagent.toy.evaluate import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
@@ -236,7 +236,6 @@ def transcripts(n_problems: int, seed: int) -> list[tuple[str, list[dict], str]]
 def build_tokenizer(texts: list[str], vocab_size: int):
     """A byte-level BPE over the transcripts: numbers are whole tokens, and merges may cross spaces."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
@@ -254,15 +253,7 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     )
     numbers = [" ".join(str(n) for n in range(300))] * 200  # every count a problem can reach is one token
     bpe.train_from_iterator(texts + numbers, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        padding_side="left",
-        chat_template=CHAT_TEMPLATE,
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
-    return tokenizer
+    return qwen_style_tokenizer(bpe)
 
 
 def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):

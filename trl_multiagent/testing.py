@@ -28,11 +28,27 @@ def _training_corpus() -> list[str]:
     return lines
 
 
+def qwen_style_tokenizer(bpe):
+    """A trained ``tokenizers.Tokenizer`` as a transformers tokenizer with Qwen's special tokens, left padding and
+    ``CHAT_TEMPLATE``."""
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        padding_side="left",
+        chat_template=CHAT_TEMPLATE,
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    return tokenizer
+
+
 def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> str:
     """Build, save and return the folder of a tiny Qwen3 causal LM with a chat-template tokenizer."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     os.makedirs(output_dir, exist_ok=True)
     bpe = Tokenizer(models.BPE())
@@ -42,14 +58,7 @@ def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2
         vocab_size=512, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(_training_corpus(), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        padding_side="left",
-        chat_template=CHAT_TEMPLATE,
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer = qwen_style_tokenizer(bpe)
     vocab_size = (len(tokenizer) + 63) // 64 * 64
     config = Qwen3Config(
         vocab_size=vocab_size,
