@@ -112,7 +112,8 @@ def load_trained_workflow(
 
     from peft import PeftModel
 
-    model = _load_base(base_model or config["base_model"], device, dtype)
+    base_source = resolve_model_name(base_model or config["base_model"])  # "toy" -> the packaged folder
+    model = _load_base(base_source, device, dtype)
     if adapters:
         model = PeftModel.from_pretrained(model, str(Path(path) / adapters[0]), adapter_name=adapters[0])
         for adapter in adapters[1:]:
@@ -122,8 +123,7 @@ def load_trained_workflow(
         router = _BaseOnlyRouter()
     model.eval()
     has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
-    tokenizer_source = str(path) if has_tokenizer else resolve_model_name(base_model or config["base_model"])
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base_source)
     return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router)
 
 
@@ -131,24 +131,15 @@ def load_base_workflow(
     base_model: str, workflow: Workflow, device: str = "cpu", dtype: str | torch.dtype | None = None
 ) -> TrainedWorkflow:
     """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``)."""
-    model = _load_base(base_model, device, dtype).eval()
+    source = resolve_model_name(base_model)  # "toy" -> the packaged folder
+    model = _load_base(source, device, dtype).eval()
     mapping = {role: BASE_MODEL for role in workflow.roles}
     config = {"base_model": base_model, "workflow": workflow.config_dict(), "policy_sharing": None}
-    return TrainedWorkflow(
-        workflow,
-        model,
-        AutoTokenizer.from_pretrained(resolve_model_name(base_model)),
-        mapping,
-        config,
-        _BaseOnlyRouter(),
-    )
+    return TrainedWorkflow(workflow, model, AutoTokenizer.from_pretrained(source), mapping, config, _BaseOnlyRouter())
 
 
 def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:
-    """The base model by Hub name, local path, or ``"toy"`` (the packaged toy model)."""
-    return AutoModelForCausalLM.from_pretrained(
-        resolve_model_name(name), dtype=dtype if dtype is not None else "auto"
-    ).to(device)
+    return AutoModelForCausalLM.from_pretrained(name, dtype=dtype if dtype is not None else "auto").to(device)
 
 
 def eos_token_ids(trained: TrainedWorkflow) -> list[int]:

@@ -26,7 +26,6 @@ from ..loading import (
     load_base_workflow,
     load_trained_workflow,
     make_generation_config,
-    read_multiagent_config,
     run_episodes,
 )
 from ..tasks import math_reward
@@ -77,8 +76,7 @@ def load_policy(policy: str, workflow_name: str):
     path = resolve_model_name(policy)
     if not os.path.isfile(os.path.join(path, CONFIG_NAME)):
         return load_base_workflow(path, workflow)
-    base_model = resolve_model_name(read_multiagent_config(path)["base_model"])
-    return load_trained_workflow(path, workflow=workflow, base_model=base_model)
+    return load_trained_workflow(path, workflow=workflow)
 
 
 def sample_episodes(trained, prompts: list, temperature: float, seed: int = 0) -> list:
