@@ -18,7 +18,7 @@ CPU, offline, about 30 minutes (the shipped toy model and preset, the arithmetic
 
     python recipes/grid.py --models toy --tasks math --accelerate_config accelerate_configs/cpu.yaml \
         --recipe_config math=recipes/configs/toy.yaml --eval_dataset math=arithmetic --max_steps 30 --save_steps 10 \
-        --eval_args "--limit 100 --max_completion_length 48" --output_root outputs/grid-toy
+        --eval_args "--limit 100 --max_completion_length 80" --output_root outputs/grid-toy
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the table and plots from what is there.

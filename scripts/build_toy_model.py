@@ -12,10 +12,12 @@ can, by supervised learning on transcripts of the real workflows:
    synthetic arithmetic problems with a scripted ``generate`` that writes each role's target text, and every call
    is kept as a (messages, target) pair. The targets are short and deliberately imperfect, so RL has room:
    - solvers (generator, voters, workers) write one line per operation, ``12 + 5 = 17. 17 * 2 = 34.
-     \boxed{34}``, with per-operation error rates; on "shares equally ... keeps one share" the most frequent
-     step in the data is the wrong one (subtracting the number of people), so even greedy decoding misses;
-   - the evaluator names the first wrong step or says each step checks out, right ``JUDGE_ACCURACY`` of the time;
-   - the aggregator and synthesizer pick a correct candidate when there is one, ``JUDGE_ACCURACY`` of the time;
+     \boxed{34}``, with per-operation error rates; on "gives away", "times as large" and "shares equally" the
+     most frequent step in the data is the wrong one (the confused operation), so even greedy decoding misses;
+   - the evaluator cites each step with its sentence's verb and names the first wrong one or says each checks out,
+     right ``JUDGE_ACCURACY`` of the time;
+   - the aggregator and synthesizer check the candidates the same way, in order, and pick a correct one when there
+     is one, ``JUDGE_ACCURACY`` of the time: verifying with citations is what lets the judges start above chance;
    - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer.
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
    its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
@@ -48,11 +50,11 @@ from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
 
 # Probability that a solver gets a line wrong, by operation. Most errors are one concentrated mistake, so they
 # survive sampling at temperature 0.7: the confusable operation (+ <-> -, * -> +, / -> -) or, on a later line,
-# restarting from the first count. On "*" and "/" the confusion is more frequent than the right line, so greedy
+# restarting from the first count. On "-", "*" and "/" the confusion is more frequent than the right line, so greedy
 # decoding misses them too: RL has to overturn a mode there, not only sharpen.
-STEP_ERROR = {"+": 0.25, "-": 0.3, "*": 0.6, "/": 0.7}
+STEP_ERROR = {"+": 0.2, "-": 0.6, "*": 0.65, "/": 0.7}
 RESTART_ERROR = 0.25  # a later line restarts from the first count
-SLIP_SHARE = 0.15  # share of the errors that are a result off by a little instead
+SLIP_SHARE = 0.1  # share of the errors that are a result off by a little instead
 CONFUSED_OPERATION = {"+": "-", "-": "+", "*": "+", "/": "-"}
 JUDGE_ACCURACY = 0.8  # evaluator verdicts, aggregator and synthesizer picks
 MAX_TOKEN_CHARS = 24  # longest token; the fixed role prompts merge into a few dozen tokens
@@ -141,37 +143,54 @@ _FINDING = {
 }
 
 
-def review(solution: Solution, problem: str, rng: random.Random) -> str:
-    """The evaluator cites each line with its sentence's verb, up to the first wrong one, then gives its verdict:
-    ``Step 1 (shares): 9 - 3 = 6. Wrong operation. \boxed{Incorrect}``.
-
-    Citing puts each check right after the line it checks, which a small model can learn; it restates the solution,
-    never the right answer. Right with probability ``JUDGE_ACCURACY``; otherwise it misses the error or raises a
-    false alarm on a random line.
-    """
-    ops = operations(problem)[1]
-    wrong_step, error = solution.wrong_step, solution.error
-    if rng.random() >= JUDGE_ACCURACY:
-        if wrong_step is None:
-            wrong_step, error = rng.randint(1, len(ops)), rng.choice(["operation", "slip"])
-        else:
-            wrong_step, error = None, None
+def step_checks(solution: Solution, ops: list[tuple[str, int]], wrong_step: int | None, error: str | None) -> str:
+    """Each line cited with its sentence's verb, up to the judged-wrong one: ``Step 1 (shares): 9 - 3 = 6. Wrong
+    operation.``. Citing puts each check right after the line it checks, which a small model can learn; it restates
+    the solution, never the right answer."""
     checks = []
     for k, ((op, _), line) in enumerate(zip(ops, solution.lines), start=1):
         checks.append(f"Step {k} ({_KEYWORD[op]}): {line} {_FINDING[error if k == wrong_step else None]}")
         if k == wrong_step:
             break
-    return f"{' '.join(checks)} \\boxed{{{'Incorrect' if wrong_step else 'Correct'}}}"
+    return " ".join(checks)
 
 
-def compare(candidates: list[Solution], rng: random.Random) -> tuple[str, int]:
-    """A judge's checks of the candidates in order, up to the one it picks, and that pick (0-based).
+def false_alarm(ops: list[tuple[str, int]], rng: random.Random) -> tuple[int, str]:
+    return rng.randint(1, len(ops)), rng.choice(["operation", "slip"])
 
-    The pick is the first right candidate with probability ``JUDGE_ACCURACY`` when there is one, else random.
+
+def review(solution: Solution, problem: str, rng: random.Random) -> str:
+    r"""The evaluator's step checks and verdict: ``Step 1 (shares): 9 - 3 = 6. Wrong operation. \boxed{Incorrect}``.
+
+    Right with probability ``JUDGE_ACCURACY``; otherwise it misses the error or raises a false alarm on a random line.
     """
+    ops = operations(problem)[1]
+    wrong_step, error = solution.wrong_step, solution.error
+    if rng.random() >= JUDGE_ACCURACY:
+        wrong_step, error = false_alarm(ops, rng) if wrong_step is None else (None, None)
+    return f"{step_checks(solution, ops, wrong_step, error)} \\boxed{{{'Incorrect' if wrong_step else 'Correct'}}}"
+
+
+def compare(candidates: list[Solution], problem: str, rng: random.Random) -> tuple[str, int]:
+    """A judge's step checks of the candidates in order, up to the one it picks, and that pick (0-based):
+    ``Solution 1: Step 1 (shares): 9 - 3 = 6. Wrong operation. Solution 2: Step 1 (shares): 9 / 3 = 3. Checks out.``
+
+    The checks are the evaluator's, so the aggregator and synthesizer verify the way the evaluator does and start
+    above chance. The pick is the first right candidate with probability ``JUDGE_ACCURACY`` when there is one, else
+    random; candidates before the pick are called wrong (a false alarm when they are right), the pick checks out.
+    """
+    ops = operations(problem)[1]
     right = [c.wrong_step is None for c in candidates]
     pick = right.index(True) if any(right) and rng.random() < JUDGE_ACCURACY else rng.randrange(len(candidates))
-    checks = [f"Solution {j + 1} has a wrong step." for j in range(pick)] + [f"Solution {pick + 1} checks out."]
+    checks = []
+    for j, candidate in enumerate(candidates[: pick + 1]):
+        if j == pick:
+            wrong_step, error = None, None
+        elif candidate.wrong_step is not None:
+            wrong_step, error = candidate.wrong_step, candidate.error
+        else:
+            wrong_step, error = false_alarm(ops, rng)
+        checks.append(f"Solution {j + 1}: {step_checks(candidate, ops, wrong_step, error)}")
     return " ".join(checks), pick
 
 
@@ -198,11 +217,11 @@ class Teacher:
             reviewed = next(s for text, s in self.solutions.items() if text in content)
             target = review(reviewed, self.problem, self.rng)
         elif role == "aggregator":
-            checks, pick = compare(self._candidates(content), self.rng)
+            checks, pick = compare(self._candidates(content), self.problem, self.rng)
             target = f"{checks} \\boxed{{{pick + 1}}}"
         elif role == "synthesizer":
             candidates = self._candidates(content)
-            checks, pick = compare(candidates, self.rng)
+            checks, pick = compare(candidates, self.problem, self.rng)
             target = f"{checks} \\boxed{{{candidates[pick].answer}}}"
         elif role == "orchestrator":
             chosen = self.rng.sample(STRATEGIES, 3)

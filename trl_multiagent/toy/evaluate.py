@@ -42,7 +42,7 @@ from ..workflows import (
 from . import resolve_model_name
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
-MAX_NEW_TOKENS = 48  # the toy preset's max_completion_length
+MAX_NEW_TOKENS = 80  # the toy preset's max_completion_length
 WORKFLOWS = {
     "single_agent": SingleAgent,
     "eval_opt": lambda: EvalOpt(max_iterations=3),
