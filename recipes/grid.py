@@ -14,7 +14,7 @@ Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x
 
     python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
 
-CPU, offline, about 30 minutes (the shipped toy model and preset, the arithmetic task; output in README):
+CPU, offline, about 40 minutes (the shipped toy model and preset, the arithmetic task; output in README):
 
     python recipes/grid.py --models toy --tasks math --accelerate_config accelerate_configs/cpu.yaml \
         --recipe_config math=recipes/configs/toy.yaml --eval_dataset math=arithmetic --max_steps 30 --save_steps 10 \
