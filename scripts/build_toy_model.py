@@ -43,7 +43,7 @@ import torch
 
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 from trl_multiagent.tasks.math import math_prompt
-from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer
+from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer, random_qwen3
 from trl_multiagent.toy import TOY_MODEL_DIR
 from trl_multiagent.toy.evaluate import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
@@ -276,10 +276,9 @@ def build_tokenizer(texts: list[str], vocab_size: int):
 
 
 def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(
-        vocab_size=(len(tokenizer) + 63) // 64 * 64,
+    return random_qwen3(
+        tokenizer,
+        seed,
         hidden_size=hidden_size,
         intermediate_size=3 * hidden_size,
         num_hidden_layers=num_layers,
@@ -287,16 +286,7 @@ def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
         num_key_value_heads=hidden_size // 64,
         head_dim=32,  # vLLM's CPU attention rejects 16
         max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
 
 
 def encode(tokenizer, records) -> list[tuple[list[int], int]]:

@@ -44,11 +44,31 @@ def qwen_style_tokenizer(bpe):
     return tokenizer
 
 
+def random_qwen3(tokenizer, seed: int, **sizes):
+    """A randomly initialised Qwen3 for ``tokenizer``, seeded: vocabulary rounded up to a multiple of 64, tied
+    embeddings, the tokenizer's end and padding ids in the config and the generation config, no BOS. ``sizes`` are
+    the other ``Qwen3Config`` fields."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        vocab_size=(len(tokenizer) + 63) // 64 * 64,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        **sizes,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> str:
     """Build, save and return the folder of a tiny Qwen3 causal LM with a chat-template tokenizer."""
-    import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     os.makedirs(output_dir, exist_ok=True)
     bpe = Tokenizer(models.BPE())
@@ -59,9 +79,9 @@ def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2
     )
     bpe.train_from_iterator(_training_corpus(), trainer=trainer)
     tokenizer = qwen_style_tokenizer(bpe)
-    vocab_size = (len(tokenizer) + 63) // 64 * 64
-    config = Qwen3Config(
-        vocab_size=vocab_size,
+    model = random_qwen3(
+        tokenizer,
+        seed,
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
@@ -69,16 +89,8 @@ def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2
         num_key_value_heads=2,
         head_dim=32,
         max_position_embeddings=2048,
-        tie_word_embeddings=True,
         initializer_range=0.5,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
