@@ -16,8 +16,8 @@ ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
 LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
 
 
-@pytest.mark.parametrize("sharing", ["shared", "isolated"])
-def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
+def train_voting(tiny_model_dir, output_dir, **config) -> MultiAgentGRPOTrainer:
+    """Two steps of Voting on the tiny model with scripted answers, ``config`` added to the shared settings."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
     trainer = MultiAgentGRPOTrainer(
@@ -25,7 +25,7 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
         workflow=Voting(),
         reward_funcs=boxed_answer_reward,
         args=MultiAgentGRPOConfig(
-            output_dir=str(tmp_path),
+            output_dir=str(output_dir),
             use_cpu=True,
             bf16=False,
             per_device_train_batch_size=8,
@@ -36,10 +36,7 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
             learning_rate=5e-2,
             report_to="none",
             save_strategy="no",
-            policy_sharing=sharing,
-            steps_per_generation=2,
-            monitor_kl_to_base=True,
-            gradient_accumulation_steps=1,
+            **config,
         ),
         train_dataset=addition_dataset(4),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
@@ -47,6 +44,19 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
         rollout_backend=backend,
     )
     trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("sharing", ["shared", "isolated"])
+def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
+    trainer = train_voting(
+        tiny_model_dir,
+        tmp_path,
+        policy_sharing=sharing,
+        steps_per_generation=2,
+        monitor_kl_to_base=True,
+        gradient_accumulation_steps=1,
+    )
     logs = [h for h in trainer.state.log_history if "loss" in h]
     for role in ("generator", "aggregator"):
         for key in ROLLOUT_KEYS:  # logged when the generation batch is made (every second step here)
@@ -62,38 +72,10 @@ def test_role_metrics_logged(tiny_model_dir, tmp_path, sharing):
 
 
 def test_role_gradient_contributions_under_shared_policy(tiny_model_dir, tmp_path):
-    def run(output_dir, monitor):
-        tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-        answers = lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests]  # noqa: E731
-        backend = ScriptedBackend(tokenizer, answers)
-        trainer = MultiAgentGRPOTrainer(
-            model=tiny_model_dir,
-            workflow=Voting(),
-            reward_funcs=boxed_answer_reward,
-            args=MultiAgentGRPOConfig(
-                output_dir=str(output_dir),
-                use_cpu=True,
-                bf16=False,
-                per_device_train_batch_size=8,
-                num_generations=4,
-                max_completion_length=8,
-                max_steps=2,
-                logging_steps=1,
-                learning_rate=5e-2,
-                report_to="none",
-                save_strategy="no",
-                policy_sharing="shared",
-                monitor_role_grad_norms=monitor,
-            ),  # fmt: skip
-            train_dataset=addition_dataset(4),
-            peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-            processing_class=tokenizer,
-            rollout_backend=backend,
-        )
-        trainer.train()
-        return trainer
-
-    plain, monitored = run(tmp_path / "plain", False), run(tmp_path / "monitored", True)
+    plain = train_voting(tiny_model_dir, tmp_path / "plain", policy_sharing="shared", monitor_role_grad_norms=False)
+    monitored = train_voting(
+        tiny_model_dir, tmp_path / "monitored", policy_sharing="shared", monitor_role_grad_norms=True
+    )
     a, b = adapter_parameters(plain.model, "shared"), adapter_parameters(monitored.model, "shared")
     assert max((a[n] - b[n]).abs().max().item() for n in a) < 1e-5  # monitoring leaves the update unchanged
     logs = [h for h in monitored.state.log_history if "loss" in h]
