@@ -46,7 +46,7 @@ from transformers import (  # noqa: E402
 )
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer  # noqa: E402
-from trl_multiagent.testing import CHAT_TEMPLATE  # noqa: E402
+from trl_multiagent.testing import qwen_style_tokenizer  # noqa: E402
 
 TARGET_SECONDS = 300
 QWEN3_0_6B = dict(  # Qwen/Qwen3-0.6B config.json
@@ -73,15 +73,8 @@ def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
     words = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=words,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        unk_token="<unk>",
-        padding_side="left",
-        chat_template=CHAT_TEMPLATE,
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer = qwen_style_tokenizer(words)
+    tokenizer.unk_token = "<unk>"
     return tokenizer
 
 
