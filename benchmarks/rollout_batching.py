@@ -31,9 +31,14 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from trl_multiagent import Voting
+from trl_multiagent.adapters.routing import (
+    AdapterRouter,
+    install_role_adapters,
+    resolve_role_adapters,
+    unique_adapters,
+)
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
-from trl_multiagent.routing import AdapterRouter, install_role_adapters, resolve_role_adapters, unique_adapters
 
 TARGET = 0.85
 

@@ -35,10 +35,10 @@ from common import median, medians, now, report, since, tiny_model  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
 
+from trl_multiagent.adapters.routing import AdapterRouter  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend  # noqa: E402
-from trl_multiagent.routing import AdapterRouter  # noqa: E402
 
 TARGET = 1.0
 ADAPTERS = ("generator", "aggregator")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from trl import TrlParser
 
+from trl_multiagent.checkpoints import BUILT_IN_WORKFLOWS, read_multiagent_config, workflow_from_config
 from trl_multiagent.evaluation import (
     MODES,
     EvalSettings,
@@ -39,7 +40,6 @@ from trl_multiagent.evaluation import (
     paper_table,
     read_results,
 )
-from trl_multiagent.loading import BUILT_IN_WORKFLOWS, read_multiagent_config, workflow_from_config
 from trl_multiagent.workflows import Workflow
 
 RECIPE_NAMES = {

@@ -25,7 +25,7 @@ can, by supervised learning on transcripts of the real workflows:
 3. Model. A Qwen3 (hidden 256, 4 layers) trained on chat-templated (messages -> target), loss on the target tokens
    and the closing ``<|im_end|>`` only. Every role prompt is tokenized exactly as the rollout backend does.
 4. Check. Format-following per role and base success per workflow on ``--check_problems`` held-out problems
-   (``trl_multiagent.toy.evaluate`` measures the full figures).
+   (``trl_multiagent.evaluation.toy`` measures the full figures).
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 
 import torch
 
+from trl_multiagent.evaluation.toy import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 from trl_multiagent.tasks.math import math_prompt
 from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer, random_qwen3
 from trl_multiagent.toy import TOY_MODEL_DIR
-from trl_multiagent.toy.evaluate import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
 
 # Probability that a solver gets a line wrong, by operation. Most errors are one concentrated mistake, so they

@@ -9,7 +9,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.coherence import CoherenceDamping
+from trl_multiagent.adapters.coherence import CoherenceDamping
 
 
 def test_scale_is_one_minus_lambda_times_positive_cosine():

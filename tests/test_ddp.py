@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from trl_multiagent.advantages import group_advantages
+from trl_multiagent.training.advantages import group_advantages
 
 
 def test_torchrun_two_processes(tiny_model_dir, tmp_path):
@@ -28,7 +28,7 @@ def test_torchrun_two_processes(tiny_model_dir, tmp_path):
         "2",
         "--master_port",
         "29517",
-        str(tests_dir / "ddp_worker.py"),
+        str(tests_dir / "workers" / "ddp_worker.py"),
         tiny_model_dir,
         str(tmp_path),
     ]

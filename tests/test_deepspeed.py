@@ -28,7 +28,7 @@ def test_zero2_single_process_trains_two_steps(tiny_model_dir, tmp_path):
         "OMP_NUM_THREADS": "1",
         "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions"),
     }
-    command = [launcher, "--num_gpus", "1", "--master_port", "29531", str(TESTS / "zero2_worker.py"),
+    command = [launcher, "--num_gpus", "1", "--master_port", "29531", str(TESTS / "workers" / "zero2_worker.py"),
                tiny_model_dir, str(tmp_path), str(TESTS / "fixtures" / "zero2.json")]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -9,7 +9,7 @@ from peft import LoraConfig
 from scripted import addition_dataset, boxed_answer_reward
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.loading import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
 
 
 class FakeHubApi:

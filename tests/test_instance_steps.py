@@ -9,7 +9,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.adapters.routing import adapter_parameters
 
 
 def voting_trainer(tiny_model_dir, tmp_path, **overrides):

@@ -19,7 +19,7 @@ def launch(*args: str) -> subprocess.Popen:
     path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     log = open(f"{args[1]}.log", "w")  # a file, not a pipe: a full pipe would block the child
-    command = [sys.executable, str(TESTS / "kill_worker.py"), *args]
+    command = [sys.executable, str(TESTS / "workers" / "kill_worker.py"), *args]
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -12,7 +12,7 @@ from scripted import addition_dataset, boxed_answer_reward
 from transformers import GenerationConfig
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.loading import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
 

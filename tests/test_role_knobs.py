@@ -8,8 +8,8 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.loss_weights import role_weights
-from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.training.loss_weights import role_weights
 
 
 def test_per_role_balance_gives_each_role_type_an_equal_share():

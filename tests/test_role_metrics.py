@@ -10,7 +10,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.adapters.routing import adapter_parameters
 
 ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
 LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")

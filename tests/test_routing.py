@@ -7,7 +7,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from trl_multiagent.routing import (
+from trl_multiagent.adapters.routing import (
     AdapterRouter,
     adapter_parameters,
     install_role_adapters,

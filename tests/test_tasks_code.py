@@ -95,7 +95,7 @@ def test_hub_id_goes_through_load_dataset_with_the_primeintellect_config(monkeyp
         calls.append((path, name, split))
         return load_dataset("json", data_files=str(DEEPCODER), split="train")
 
-    monkeypatch.setattr("trl_multiagent.tasks.loading.load_dataset", fake_load_dataset)
+    monkeypatch.setattr("trl_multiagent.tasks.rows.load_dataset", fake_load_dataset)
     assert len(load_deepcoder("train")) == 7
     assert calls == [(DEEPCODER_ID, "primeintellect", "train")]
 

@@ -190,6 +190,6 @@ def test_hub_id_goes_through_load_dataset_with_the_paper_config(monkeypatch):
         calls.append((path, name, split))
         return load_dataset("json", data_files=str(FIXTURE), split="train")
 
-    monkeypatch.setattr("trl_multiagent.tasks.loading.load_dataset", fake_load_dataset)
+    monkeypatch.setattr("trl_multiagent.tasks.rows.load_dataset", fake_load_dataset)
     assert len(load_dapo_math("test")) == 1
     assert calls == [(DAPO_MATH_ID, "en", "train")]

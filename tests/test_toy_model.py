@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
 from trl_multiagent.toy import TOY_MODEL_DIR, model_name, resolve_model_name
-from trl_multiagent.toy.evaluate import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
 
 ROOT = Path(__file__).parent.parent
 

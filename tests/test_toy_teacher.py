@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from trl_multiagent.evaluation.toy import follows_format
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
-from trl_multiagent.toy.evaluate import follows_format
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "build_toy_model.py"
 

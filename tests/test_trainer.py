@@ -11,7 +11,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers, SingleAgent, Voting
-from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.workflows import Workflow, problem_text
 
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)

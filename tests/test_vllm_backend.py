@@ -28,10 +28,10 @@ from scripted import addition_dataset, boxed_answer_reward  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer  # noqa: E402
+from trl_multiagent.adapters.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
 from trl_multiagent.config import ROLLOUT_BACKENDS  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend, max_lora_rank  # noqa: E402
-from trl_multiagent.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
 
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
 ROLES = ("solver", "critic")

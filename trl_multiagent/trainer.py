@@ -27,20 +27,10 @@ from trl.models import unwrap_model_for_generation
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import shuffle_sequence_dict
 
-from .advantages import group_advantages
-from .batching import calls_to_batch
-from .coherence import CoherenceDamping
-from .config import MultiAgentGRPOConfig
-from .hub import final_metrics, model_card_section
-from .instance_steps import InstanceSteps, shadow_name
-from .loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
-from .monitoring import DriftThresholds, RoleDriftCallback, TrainingSummaryCallback, workflow_metrics
-from .role_gradients import RoleGradientSplit
-from .rollout.backends.base import GenerationRequest, GenerationResult
-from .rollout.backends.transformers_backend import TransformersBackend
-from .rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend
-from .rollout.engine import RolloutEngine
-from .routing import (
+from .adapters.coherence import CoherenceDamping
+from .adapters.instance_steps import InstanceSteps, shadow_name
+from .adapters.role_gradients import RoleGradientSplit
+from .adapters.routing import (
     BASE_MODEL,
     AdapterRouter,
     adapter_parameters,
@@ -49,7 +39,17 @@ from .routing import (
     set_adapters_trainable,
     unique_adapters,
 )
+from .checkpoints.card import final_metrics, model_card_section
+from .config import MultiAgentGRPOConfig
+from .monitoring import DriftThresholds, RoleDriftCallback, TrainingSummaryCallback, workflow_metrics
+from .rollout.backends.base import GenerationRequest, GenerationResult
+from .rollout.backends.transformers_backend import TransformersBackend
+from .rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend
+from .rollout.engine import RolloutEngine
 from .toy import model_name
+from .training.advantages import group_advantages
+from .training.batch import calls_to_batch
+from .training.loss_weights import aggregate_like_trl, chunk_correction, role_weights, split_sizes
 from .workflows.base import Workflow
 
 

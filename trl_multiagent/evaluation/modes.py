@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..loading import (
+from ..adapters.routing import BASE_MODEL
+from ..checkpoints import (
     TrainedWorkflow,
     load_base_workflow,
     load_trained_workflow,
     read_multiagent_config,
     workflow_from_config,
 )
-from ..routing import BASE_MODEL
 from ..workflows import SingleAgent, Workflow
 
 MODES = ("base", "trained", "transfer", "generator_alone")

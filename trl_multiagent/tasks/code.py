@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from datasets import Dataset
 
-from .loading import check_split, field, load_rows, take
 from .math import completion_text
+from .rows import check_split, field, load_rows, take
 from .sandbox import SandboxLimits, SandboxPool, TestCase, TestSuite
 
 DEEPCODER_ID = "agentica-org/DeepCoder-Preview-Dataset"

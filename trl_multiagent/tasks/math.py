@@ -19,7 +19,7 @@ from typing import Any
 from datasets import Dataset
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from .loading import check_split, field, load_rows, take
+from .rows import check_split, field, load_rows, take
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ...routing import AdapterRouter
+from ...adapters.routing import AdapterRouter
 from .base import GenerationRequest, GenerationResult
 
 

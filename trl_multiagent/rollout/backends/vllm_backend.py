@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ...routing import BASE_MODEL
+from ...adapters.routing import BASE_MODEL
 from .base import GenerationRequest, GenerationResult
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank

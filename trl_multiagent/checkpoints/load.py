@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from .rollout.backends.transformers_backend import TransformersBackend
-from .rollout.engine import RolloutEngine
-from .rollout.records import Episode
-from .routing import BASE_MODEL, AdapterRouter, unique_adapters
-from .toy import resolve_model_name
-from .workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
+from ..adapters.routing import BASE_MODEL, AdapterRouter, unique_adapters
+from ..rollout.backends.transformers_backend import TransformersBackend
+from ..rollout.engine import RolloutEngine
+from ..rollout.records import Episode
+from ..toy import resolve_model_name
+from ..workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
 
 CONFIG_NAME = "multiagent_config.json"
 BUILT_IN_WORKFLOWS = {cls.__name__: cls for cls in (EvalOpt, Voting, OrchWorkers, SingleAgent)}

@@ -51,7 +51,7 @@ Load the workflow with its adapters (each folder also loads with
 
 ```python
 from huggingface_hub import snapshot_download
-from trl_multiagent.loading import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
 
 trained = load_trained_workflow(snapshot_download("{source}"))  # or a local folder
 episodes = run_episodes(trained, [[{{"role": "user", "content": "What is 2 + 3?"}}]],

@@ -1,10 +1,10 @@
 r"""Measure a policy on held-out toy problems: success per workflow and format-following per role.
 
-    python -m trl_multiagent.toy.evaluate                                  # the shipped toy model
-    python -m trl_multiagent.toy.evaluate --policy outputs/toy-eval-opt --workflows eval_opt
+    python -m trl_multiagent.evaluation.toy                                  # the shipped toy model
+    python -m trl_multiagent.evaluation.toy --policy outputs/toy-eval-opt --workflows eval_opt
 
 ``--policy`` is ``toy``, a model folder (every role on the base model), or the ``output_dir`` of a training run
-(its role adapters, routed as in training). Episodes run through ``trl_multiagent.loading``: the trainer's rollout
+(its role adapters, routed as in training). Episodes run through ``trl_multiagent.checkpoints``: the trainer's rollout
 engine, transformers backend and routing. Success is ``math_reward`` on the final answer, greedy and as pass@1 (the
 mean over ``--samples`` sampled runs at temperature 0.7). A role follows its format when its output parses without
 the workflow's fallback (``FORMATS``); role quality says how often each role is right, judges against chance.
@@ -20,8 +20,7 @@ from collections import defaultdict
 import torch
 from datasets import Dataset
 
-from ..evaluation.tasks import eval_dataset
-from ..loading import (
+from ..checkpoints import (
     CONFIG_NAME,
     load_base_workflow,
     load_trained_workflow,
@@ -29,6 +28,7 @@ from ..loading import (
     run_episodes,
 )
 from ..tasks import math_reward
+from ..toy import resolve_model_name
 from ..workflows import (
     EvalOpt,
     OrchWorkers,
@@ -39,7 +39,7 @@ from ..workflows import (
     parse_strategies,
     parse_verdict,
 )
-from . import resolve_model_name
+from .datasets import eval_dataset
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
 MAX_NEW_TOKENS = 80  # the toy preset's max_completion_length

@@ -8,7 +8,7 @@ from peft import LoraConfig
 from scripted import addition_dataset, boxed_answer_reward
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.routing import adapter_parameters
+from trl_multiagent.adapters.routing import adapter_parameters
 
 torch.set_num_threads(1)
 model_dir, output_dir, ds_config = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .rollout.records import ModelCall
+from ..rollout.records import ModelCall
 
 
 def calls_to_batch(

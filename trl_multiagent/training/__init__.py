@@ -1,0 +1,1 @@
+"""The small arithmetic the trainer owns: advantages, the typed training batch, loss weights, importance sampling."""
