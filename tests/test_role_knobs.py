@@ -74,18 +74,10 @@ def test_zero_weight_under_shared_policy_equals_training_without_that_role(tiny_
 
         def filtered(inputs):
             batch = score(inputs)
-            keep = torch.tensor([r != "aggregator" for r in batch["roles"]])
-            n = len(batch["roles"])
-            out = {}
-            for key, value in batch.items():
-                if isinstance(value, list) and len(value) == n:
-                    out[key] = [v for v, k in zip(value, keep.tolist()) if k]
-                elif torch.is_tensor(value) and value.dim() > 0 and value.size(0) == n:
-                    out[key] = value[keep]
-                else:
-                    out[key] = value
-            out["num_samples_in_batch"] = keep.sum().float()
-            out["num_items_in_batch"] = out["completion_mask"].sum().float()
+            keep = torch.tensor([r != "aggregator" for r in batch.roles])
+            out = batch.select(keep)
+            out.num_samples_in_batch = keep.sum().float()
+            out.num_items_in_batch = out.completion_mask.sum().float()
             return out
 
         trainer._generate_and_score_completions = filtered

@@ -291,8 +291,8 @@ def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
         assert any(not torch.equal(before[n], p) for n, p in moved.items()), adapter
     for batch in batches:
         # vLLM sampled with exactly the weights the trainer had at that step (step 2: after the sync).
-        mask = batch["completion_mask"].bool()
-        gap = (batch["old_per_token_logps"] - batch["sampling_per_token_logps"])[mask].abs().max()
+        mask = batch.completion_mask.bool()
+        gap = (batch.old_per_token_logps - batch.sampling_per_token_logps)[mask].abs().max()
         assert gap < 1e-4
-        ratio = batch["importance_sampling_ratio"]
+        ratio = batch.importance_sampling_ratio
         assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-3)

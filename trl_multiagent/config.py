@@ -194,6 +194,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 "'sum_then_normalize'`; other aggregations are not supported."
             )
 
+    def check_roles(self, roles) -> None:
+        """Fail if a per-role field names a role the workflow does not have."""
+        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
+            unknown = sorted(set(getattr(self, name) or {}) - set(roles))
+            if unknown:
+                raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")
+
 
 def _check_role_numbers(name: str, value: Any) -> None:
     if value is None:

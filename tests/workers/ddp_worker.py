@@ -64,7 +64,7 @@ score = trainer._generate_and_score_completions
 
 def recording_score(inputs):
     batch = score(inputs)
-    record["local"].append(list(zip(batch["episode_ids"].tolist(), batch["advantages"].tolist())))
+    record["local"].append(list(zip(batch.episode_ids.tolist(), batch.advantages.tolist())))
     return batch
 
 

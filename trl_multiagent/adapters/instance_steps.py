@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .routing import adapter_parameters, set_adapters_trainable
+from .routing import adapter_parameters, paired_parameters, set_adapters_trainable
 
 
 def shadow_name(adapter: str, instance: int) -> str:
@@ -46,12 +46,19 @@ class InstanceSteps:
     def sync_weights(self) -> None:
         """Give every shadow the current weights of its role adapter."""
         for adapter, instances in self.parallel.items():
-            for name, param in adapter_parameters(self.model, adapter).items():
-                for j in range(instances):
-                    self.model.get_parameter(name.replace(f".{adapter}.", f".{shadow_name(adapter, j)}.")).copy_(param)
+            for j in range(instances):
+                for param, shadow in paired_parameters(self.model, adapter, shadow_name(adapter, j)):
+                    shadow.copy_(param)
 
-    def shadow_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for s in self.shadows for p in adapter_parameters(self.model, s).values()]
+    def summed_gradients(self, adapter: str) -> list[torch.Tensor]:
+        """The sum of a parallel adapter's shadow gradients: what one merged step would apply."""
+        shadows = [shadow_name(adapter, j) for j in range(self.parallel[adapter])]
+        pairs = [list(paired_parameters(self.model, adapter, s)) for s in shadows]
+        return [
+            sum(pair[i][1].grad for pair in pairs)
+            for i in range(len(pairs[0]))
+            if all(pair[i][1].grad is not None for pair in pairs)
+        ]
 
     def step(self, optimizer_step: Callable[[], None], other_params: Sequence[torch.nn.Parameter]) -> None:
         """k optimizer steps for each parallel adapter (instance j's gradient at step j), one for the others."""
@@ -59,10 +66,12 @@ class InstanceSteps:
         kept = [(p, p.grad) for p in other_params]
         for j in range(rounds):
             for adapter, instances in self.parallel.items():
-                shadow = adapter_parameters(self.model, shadow_name(adapter, j)) if j < instances else {}
-                for name, param in adapter_parameters(self.model, adapter).items():
-                    grad = shadow.get(name.replace(f".{adapter}.", f".{shadow_name(adapter, j)}."))
-                    param.grad = None if grad is None or grad.grad is None else grad.grad.clone()
+                if j >= instances:
+                    for param in adapter_parameters(self.model, adapter).values():
+                        param.grad = None
+                    continue
+                for param, shadow in paired_parameters(self.model, adapter, shadow_name(adapter, j)):
+                    param.grad = None if shadow.grad is None else shadow.grad.clone()
             for param, grad in kept:  # the other adapters take their single step with the first round
                 param.grad = grad if j == 0 else None
             optimizer_step()

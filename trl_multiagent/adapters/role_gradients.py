@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .routing import adapter_parameters, set_adapters_trainable
+from .routing import paired_parameters, set_adapters_trainable
 
 
 class RoleGradientSplit:
@@ -38,19 +38,13 @@ class RoleGradientSplit:
         return [self.shadow_of[r] if a in self.split else a for a, r in zip(adapters, roles)]
 
     def _pairs(self, role: str):
-        adapter, shadow = self._adapter_of[role], self.shadow_of[role]
-        shadow_params = adapter_parameters(self.model, shadow)
-        for name, param in adapter_parameters(self.model, adapter).items():
-            yield param, shadow_params[name.replace(f".{adapter}.", f".{shadow}.")]
+        return paired_parameters(self.model, self._adapter_of[role], self.shadow_of[role])
 
     @torch.no_grad()
     def sync_weights(self) -> None:
         for role in self.shadow_of:
             for param, shadow in self._pairs(role):
                 shadow.copy_(param)
-
-    def shadow_parameters(self) -> list[torch.nn.Parameter]:
-        return [shadow for role in self.shadow_of for _, shadow in self._pairs(role)]
 
     def role_squares(self) -> dict[str, float]:
         """Squared norm of each role's gradient contribution, before `merge`."""

@@ -66,11 +66,10 @@ def install_role_adapters(peft_model, adapter_names: Sequence[str], source: str 
     config = peft_model.peft_config[source]
     for name in adapter_names:
         peft_model.add_adapter(name, config)
-    source_params = {n: p for n, p in peft_model.named_parameters() if f".{source}." in n}
     with torch.no_grad():
         for name in adapter_names:
-            for param_name, param in source_params.items():
-                peft_model.get_parameter(param_name.replace(f".{source}.", f".{name}.")).copy_(param)
+            for param, copy in paired_parameters(peft_model, source, name, lora_only=False):
+                copy.copy_(param)
     peft_model.set_adapter(adapter_names[0])  # deleting the active adapter would warn
     peft_model.delete_adapter(source)
     set_adapters_trainable(peft_model, adapter_names)
@@ -85,6 +84,15 @@ def set_adapters_trainable(peft_model, adapter_names: Sequence[str]) -> None:
 
 def adapter_parameters(peft_model, adapter: str) -> dict[str, torch.nn.Parameter]:
     return {n: p for n, p in peft_model.named_parameters() if "lora_" in n and f".{adapter}." in n}
+
+
+def paired_parameters(
+    peft_model, adapter: str, other: str, lora_only: bool = True
+) -> Iterator[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+    """Each parameter of ``adapter`` with the same parameter of ``other`` (a copy or shadow of the same config)."""
+    for name, param in peft_model.named_parameters():
+        if f".{adapter}." in name and (not lora_only or "lora_" in name):
+            yield param, peft_model.get_parameter(name.replace(f".{adapter}.", f".{other}."))
 
 
 class AdapterRouter:

@@ -1,10 +1,73 @@
-"""The one place where model calls become TRL's training tensors."""
+"""The typed batch between generation and the loss, and the one place where it becomes TRL's tensor dict."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from ..rollout.records import ModelCall
+
+
+@dataclass
+class TrainingBatch:
+    """One training sample per model call (N calls; P = longest prompt, C = longest completion).
+
+    Per-sample fields are sliced together by `select`; the two counts are totals over the whole generation batch of
+    every process (TRL's normalisers), so they travel unchanged into every micro-batch.
+    """
+
+    prompt_ids: torch.Tensor  # [N, P] left-padded
+    prompt_mask: torch.Tensor  # [N, P]
+    completion_ids: torch.Tensor  # [N, C] right-padded
+    completion_mask: torch.Tensor  # [N, C]; all zero for a truncated call under `mask_truncated_completions`
+    advantages: torch.Tensor  # [N] the episode's advantage (times the sample weight once split for the loss)
+    roles: list[str]  # [N] role type of each call
+    adapters: list[str]  # [N] adapter that produced it and trains on it
+    instances: torch.Tensor  # [N] which parallel copy of its role
+    episode_ids: torch.Tensor  # [N] episode index over all processes
+    truncated: torch.Tensor  # [N] bool: stopped by the length limit
+    sample_weights: torch.Tensor  # [N] role weight x balance x micro-batch correction
+    num_items_in_batch: torch.Tensor  # scalar: completion tokens of the generation batch, all processes
+    num_samples_in_batch: torch.Tensor  # scalar: calls of the generation batch, all processes
+    sampling_per_token_logps: torch.Tensor | None = None  # [N, C] from backends that report them (vLLM)
+    old_per_token_logps: torch.Tensor | None = None  # [N, C] before this generation's updates, when needed
+    ref_per_token_logps: torch.Tensor | None = None  # [N, C] base model (adapters bypassed), for the KL term
+    importance_sampling_ratio: torch.Tensor | None = None  # [N, C] or [N, 1]: rollout-vs-trained correction
+
+    def __len__(self) -> int:
+        return len(self.roles)
+
+    def select(self, rows: torch.Tensor | slice | list[int]) -> TrainingBatch:
+        """The samples at ``rows`` (a slice, indices or a bool mask), every per-sample field alike."""
+        if isinstance(rows, torch.Tensor) and rows.dtype == torch.bool:
+            rows = rows.nonzero().flatten().tolist()
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                picked[f.name] = value[rows] if isinstance(rows, slice) else [value[i] for i in rows]
+            elif torch.is_tensor(value) and value.dim() > 0:
+                picked[f.name] = value[rows] if isinstance(rows, slice) else value[torch.as_tensor(rows).long()]
+        return replace(self, **picked)
+
+    def shuffled(self) -> TrainingBatch:
+        return self.select(torch.randperm(len(self)).tolist())
+
+    def to_trl_inputs(self) -> dict:
+        """The dict that ``GRPOTrainer._compute_loss`` reads. Advantages must already carry the sample weights."""
+        inputs = {
+            "prompt_ids": self.prompt_ids,
+            "prompt_mask": self.prompt_mask,
+            "completion_ids": self.completion_ids,
+            "completion_mask": self.completion_mask,
+            "advantages": self.advantages,
+            "num_items_in_batch": self.num_items_in_batch,
+        }
+        for name in ("old_per_token_logps", "sampling_per_token_logps", "importance_sampling_ratio"):
+            if getattr(self, name) is not None:
+                inputs[name] = getattr(self, name)
+        return inputs
 
 
 def calls_to_batch(
@@ -14,17 +77,8 @@ def calls_to_batch(
     pad_token_id: int,
     device: torch.device,
     mask_truncated_completions: bool = False,
-) -> dict:
-    """Pad the calls into the dict that ``GRPOTrainer._compute_loss`` reads, plus role tags carried along.
-
-    Returns (N = number of calls, P = longest prompt, C = longest completion):
-        prompt_ids, prompt_mask: `[N, P]`, left-padded
-        completion_ids, completion_mask: `[N, C]`, right-padded; a truncated call's mask is all zero when
-            `mask_truncated_completions`
-        advantages: `[N]` the episode advantage of each call
-        adapter_names, roles: `list[str]` of length N; instances, episode_ids: `[N]`; truncated: `[N]` bool
-        sampling_per_token_logps: `[N, C]` when every call carries backend logprobs
-    """
+) -> TrainingBatch:
+    """Pad the calls into a `TrainingBatch`; weights start at 1 and the counts at this process's own totals."""
     if not calls:
         raise ValueError("The workflow made no model call in this batch: there is nothing to train on.")
     width_p = max(len(c.prompt_ids) for c in calls)
@@ -40,21 +94,26 @@ def calls_to_batch(
         completion_ids[row, :c] = torch.tensor(call.completion_ids, dtype=torch.long)
         if not (mask_truncated_completions and call.truncated):
             completion_mask[row, :c] = 1
-    batch = {
-        "prompt_ids": prompt_ids.to(device),
-        "prompt_mask": prompt_mask.to(device),
-        "completion_ids": completion_ids.to(device),
-        "completion_mask": completion_mask.to(device),
-        "advantages": torch.tensor(advantages, dtype=torch.float32, device=device),
-        "adapter_names": [c.adapter for c in calls],
-        "roles": [c.role for c in calls],
-        "instances": torch.tensor([c.instance for c in calls], device=device),
-        "episode_ids": torch.tensor(episode_ids, device=device),
-        "truncated": torch.tensor([c.truncated for c in calls], device=device),
-    }
+    sampling = None
     if all(c.sampling_logprobs is not None for c in calls):
-        logps = torch.zeros((len(calls), width_c), dtype=torch.float32)
+        sampling = torch.zeros((len(calls), width_c), dtype=torch.float32)
         for row, call in enumerate(calls):
-            logps[row, : len(call.sampling_logprobs)] = torch.tensor(call.sampling_logprobs)
-        batch["sampling_per_token_logps"] = logps.to(device)
-    return batch
+            sampling[row, : len(call.sampling_logprobs)] = torch.tensor(call.sampling_logprobs)
+        sampling = sampling.to(device)
+    completion_mask = completion_mask.to(device)
+    return TrainingBatch(
+        prompt_ids=prompt_ids.to(device),
+        prompt_mask=prompt_mask.to(device),
+        completion_ids=completion_ids.to(device),
+        completion_mask=completion_mask,
+        advantages=torch.tensor(advantages, dtype=torch.float32, device=device),
+        roles=[c.role for c in calls],
+        adapters=[c.adapter for c in calls],
+        instances=torch.tensor([c.instance for c in calls], device=device),
+        episode_ids=torch.tensor(episode_ids, device=device),
+        truncated=torch.tensor([c.truncated for c in calls], device=device),
+        sample_weights=torch.ones(len(calls), device=device),
+        num_items_in_batch=completion_mask.sum().float(),
+        num_samples_in_batch=torch.tensor(float(len(calls)), device=device),
+        sampling_per_token_logps=sampling,
+    )

@@ -8,7 +8,12 @@ computed here, uses the same weights.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
+
+from .batch import TrainingBatch
+from .importance_sampling import fold_into_advantages
 
 SEQUENCE_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # TRL averages over the sequences of a micro-batch
 TOKEN_MEAN_LOSSES = ("bnpo",)  # TRL averages over the tokens of a micro-batch
@@ -103,3 +108,64 @@ def aggregate_like_trl(
             normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
         return (per_token * mask).sum() / normalizer
     raise ValueError(f"Unsupported loss_type {loss_type!r}.")
+
+
+def micro_batches(batch: TrainingBatch, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:
+    """``steps`` near-equal micro-batches covering every sample, each sample's weight corrected for its chunk."""
+    token_counts = batch.completion_mask.sum(dim=1).float()
+    chunks, begin = [], 0
+    for size in split_sizes(len(batch), steps):
+        rows = slice(begin, begin + size)
+        begin += size
+        correction = chunk_correction(
+            loss_type,
+            size,
+            token_counts[rows].sum().item(),
+            int(batch.num_samples_in_batch.item()),
+            batch.num_items_in_batch.item(),
+            num_processes,
+            steps,
+        )
+        chunk = batch.select(rows)
+        chunks.append(replace(chunk, sample_weights=chunk.sample_weights * correction))
+    return chunks
+
+
+def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:
+    """The batch TRL's loss reads: each advantage times its sample weight and, for vLLM rollouts, the
+    importance-sampling ratio folded in (VESPO reads the ratio itself)."""
+    advantages = batch.advantages * batch.sample_weights
+    ratio = batch.importance_sampling_ratio
+    if ratio is not None and loss_type != "vespo":
+        return replace(batch, advantages=fold_into_advantages(advantages, ratio), importance_sampling_ratio=None)
+    return replace(batch, advantages=advantages)
+
+
+def per_role_kl_loss(
+    per_token_logps: torch.Tensor,
+    batch: TrainingBatch,
+    beta: torch.Tensor,
+    loss_type: str,
+    gradient_accumulation_steps: int,
+    max_completion_length: int | None,
+    num_processes: int,
+    steps_per_generation: int,
+    training: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The KL term toward the base model with each sample's own ``beta`` (`[N]`) and weight, reduced as TRL reduces
+    its loss; also returns the detached `[N, C]` per-token KL (the low-variance estimator) for monitoring."""
+    ref = batch.ref_per_token_logps
+    per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+    scale = (beta * batch.sample_weights).unsqueeze(1)
+    loss = aggregate_like_trl(
+        per_token_kl * scale,
+        batch.completion_mask,
+        loss_type,
+        gradient_accumulation_steps,
+        max_completion_length,
+        batch.num_items_in_batch,
+        num_processes,
+        steps_per_generation,
+        training=training,
+    )
+    return loss, per_token_kl.detach()

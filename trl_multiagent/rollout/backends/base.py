@@ -24,6 +24,10 @@ class GenerationResult:
 
 
 class GenerationBackend(Protocol):
+    """``generate`` answers a batch of requests. Backends that serve copies of the adapters (vLLM) also define
+    ``sync_adapters(peft_model, adapter_names=None)``, called with the trained weights before the first rollout
+    after each optimizer step; one that serves every process from one place sets ``shared_across_processes``."""
+
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Answer every request in one batched call, results in request order."""
         ...

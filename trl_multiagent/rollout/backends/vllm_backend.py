@@ -216,6 +216,8 @@ class VLLMServerBackend:
     ``generate`` go out as one completions request per adapter, all at once.
     """
 
+    shared_across_processes = True  # one server for every training process: synced from the main one
+
     def __init__(
         self,
         base_url: str,

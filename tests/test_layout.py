@@ -1,0 +1,111 @@
+"""The package's rooms import in one direction only, and no module imports itself back through another.
+
+Read from the source with `ast` (every import, also those inside functions), so a new upward import fails here
+before it becomes a cycle at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trl_multiagent"
+ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
+
+# room -> rooms (first component under trl_multiagent) it must never import
+FORBIDDEN = {
+    "workflows": ROOMS_ABOVE_WORKFLOWS + ("tasks", "config", "toy"),
+    "tasks": ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training"),
+    "rollout": ("trainer", "training", "checkpoints", "evaluation", "monitoring", "config"),
+    "adapters": ("trainer", "training", "checkpoints", "evaluation", "config"),
+    "training": ("trainer", "adapters", "checkpoints", "evaluation", "monitoring"),
+    "monitoring": ("trainer", "training", "adapters", "checkpoints", "evaluation"),
+    "checkpoints": ("trainer", "evaluation"),
+    "toy": ROOMS_ABOVE_WORKFLOWS + ("workflows", "tasks"),
+}
+THIRD_PARTY_FORBIDDEN = {"workflows": ("torch", "transformers", "peft", "trl", "accelerate")}
+# What tasks may read of workflows: the public parsers, never a workflow's own module.
+TASKS_MAY_IMPORT_FROM_WORKFLOWS = {"trl_multiagent.workflows", "trl_multiagent.workflows.parsing"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved; ``from x import y`` counts as x
+    and, when y is a submodule, x.y)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").is_file() or (
+                    PACKAGE.parent / Path(*candidate.split("."))
+                ).is_dir():
+                    found.add(candidate)
+    return found
+
+
+MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "trl_multiagent" and len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_upward_import(module):
+    here = room(module)
+    imported = MODULES[module]
+    bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
+    bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
+    if here == "tasks":
+        bad += sorted(
+            m for m in imported if room(m) == "workflows" and m not in TASKS_MAY_IMPORT_FROM_WORKFLOWS
+        )
+    assert not bad, f"{module} ({here}) imports {bad}"
+
+
+def test_no_import_cycles():
+    graph = {m: {i for i in imports if i in MODULES and i != m} for m, imports in MODULES.items()}
+    # A package's __init__ re-exporting its own modules is not a cycle of rooms: drop edges from a package into
+    # its own submodules' imports of the package itself.
+    for module, imports in graph.items():
+        graph[module] = {i for i in imports if not (i.startswith(module + ".") and module in graph.get(i, set()))}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt) :] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_trainer_stays_thin():
+    assert len((PACKAGE / "trainer.py").read_text().splitlines()) <= 450

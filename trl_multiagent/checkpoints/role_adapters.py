@@ -1,0 +1,70 @@
+"""What a run saves beside TRL's checkpoint, and resuming the role adapters from one.
+
+Each role adapter lands in its own sub-folder (PEFT's layout for named adapters); next to them,
+``multiagent_config.json`` holds what it takes to rebuild the workflow that trained them, and
+``coherence_state.pt`` the state of the adapters' update schedule (the coherence EMA) when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+
+import torch
+
+from ..adapters.routing import unique_adapters
+from ..toy import model_name
+from .load import CONFIG_NAME
+
+UPDATE_STATE_NAME = "coherence_state.pt"
+
+
+def run_config(base_model: str, workflow, policy_sharing: str, role_adapters: dict[str, str]) -> dict:
+    """The content of ``multiagent_config.json``: the base model (``"toy"`` for the packaged one, wherever it is
+    installed), the workflow's ``config_dict()``, the policy sharing and the role-to-adapter mapping."""
+    return {
+        "base_model": model_name(base_model),
+        "workflow": workflow.config_dict(),
+        "policy_sharing": policy_sharing,
+        "role_to_adapter": dict(role_adapters),
+        "adapters": unique_adapters(role_adapters),
+    }
+
+
+def save_run_files(output_dir: str, config: dict, shadows: Sequence[str]) -> None:
+    """Write ``multiagent_config.json`` and drop the folders PEFT wrote for shadow adapters (never trained)."""
+    for shadow in shadows:
+        shutil.rmtree(os.path.join(output_dir, shadow), ignore_errors=True)
+    with open(os.path.join(output_dir, CONFIG_NAME), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def load_role_adapters(peft_model, checkpoint: str, adapter_names: Sequence[str]) -> None:
+    """Load every role adapter's weights from its sub-folder of ``checkpoint``.
+
+    The Trainer's PEFT resume reloads only the active adapter from the checkpoint root (and leaves the others
+    frozen), so each adapter is read from its own folder here.
+    """
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    for adapter in adapter_names:
+        path = os.path.join(checkpoint, adapter, "adapter_model.safetensors")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{checkpoint} has no weights for adapter {adapter!r} (expected {path}). Resume with the same "
+                "workflow and policy sharing as the run that wrote the checkpoint."
+            )
+        set_peft_model_state_dict(peft_model, load_file(path), adapter_name=adapter)
+
+
+def save_update_state(checkpoint: str, state: dict | None) -> None:
+    if state is not None:
+        torch.save(state, os.path.join(checkpoint, UPDATE_STATE_NAME))
+
+
+def load_update_state(checkpoint: str | None) -> dict | None:
+    path = os.path.join(checkpoint, UPDATE_STATE_NAME) if checkpoint else None
+    return torch.load(path) if path and os.path.isfile(path) else None

@@ -1,0 +1,135 @@
+"""Per-role metric arithmetic of the trainer's tensors: pure functions, the trainer only gathers and logs.
+
+Each `*_sums` function reduces one process's samples to a `[R, K]` tensor of sums per role (rows in the workflow's
+role order), so the trainer can add them up across processes with one reduction; the matching `*_metrics` function
+turns the summed tensor into `role/<role>/...` values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from trl.trainer.utils import nanstd
+
+
+def role_rows(roles: Sequence[str], sample_roles: Sequence[str], device: torch.device) -> torch.Tensor:
+    """`[R, N]` float indicator: row r marks the samples of ``roles[r]``."""
+    return torch.tensor([[float(s == role) for s in sample_roles] for role in roles], device=device).view(
+        len(roles), len(sample_roles)
+    )
+
+
+def token_stat_sums(
+    roles: Sequence[str],
+    sample_roles: Sequence[str],
+    logps: torch.Tensor,
+    entropies: torch.Tensor,
+    rollout_logps: torch.Tensor | None,
+    mask: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+) -> torch.Tensor:
+    """`[R, 6]` masked token sums per role of entropy, negative log-prob, policy ratio, (ratio - 1)^2, clipped, count.
+
+    The ratio compares the trained policy with the rollout policy (``rollout_logps``: the backend's sampling
+    log-probs, or the log-probs from before this generation's updates); with neither, it is exactly 1.
+    """
+    ratio = torch.exp(logps - rollout_logps) if rollout_logps is not None else torch.ones_like(logps)
+    clipped = (ratio < 1 - epsilon_low) | (ratio > 1 + epsilon_high)
+    per_token = torch.stack([entropies, -logps, ratio, (ratio - 1) ** 2, clipped.float(), torch.ones_like(logps)])
+    rows = role_rows(roles, sample_roles, mask.device)
+    return torch.einsum("rn,knt,nt->rk", rows, per_token.float(), mask.float())
+
+
+def token_stat_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, float]:
+    """Per-role entropy, perplexity of the sampled tokens, policy ratio, chi-square and clip fraction."""
+    metrics = {}
+    for role, (entropy, nll, ratio, chi, clip, tokens) in zip(roles, sums.tolist()):
+        if tokens:
+            metrics[f"role/{role}/entropy"] = entropy / tokens
+            metrics[f"role/{role}/perplexity"] = float(torch.exp(torch.tensor(nll / tokens)))
+            metrics[f"role/{role}/policy_ratio"] = ratio / tokens
+            metrics[f"role/{role}/chi_square"] = chi / tokens
+            metrics[f"role/{role}/clip_fraction"] = clip / tokens
+    return metrics
+
+
+def role_kl_metrics(roles: Sequence[str], sample_roles: Sequence[str], per_token_kl, mask) -> dict[str, float]:
+    """`role/<role>/kl` for each role with samples here: mean per-token KL to the base model over its tokens."""
+    present = [role for role in roles if role in sample_roles]
+    rows = role_rows(present, sample_roles, mask.device)
+    sums = rows @ (per_token_kl * mask).sum(dim=1).float()
+    tokens = rows @ mask.sum(dim=1).float()
+    return {f"role/{r}/kl": (s / t.clamp(min=1)).item() for r, s, t in zip(present, sums, tokens)}
+
+
+def rollout_sums(
+    roles: Sequence[str],
+    sample_roles: Sequence[str],
+    completion_tokens: torch.Tensor,
+    truncated: torch.Tensor,
+    advantages: torch.Tensor,
+) -> torch.Tensor:
+    """`[R, 4]` per role: calls, completion tokens, truncated calls, advantage sum."""
+    per_sample = torch.stack([torch.ones_like(advantages), completion_tokens.float(), truncated.float(), advantages])
+    return role_rows(roles, sample_roles, advantages.device) @ per_sample.T
+
+
+def rollout_metrics(
+    roles: Sequence[str],
+    sums: torch.Tensor,
+    rewards: torch.Tensor,
+    rewards_per_func: torch.Tensor,
+    reward_names: Sequence[str],
+    calls_per_episode: torch.Tensor,
+    num_samples: torch.Tensor,
+) -> dict[str, float]:
+    """What one generation batch looked like, from tensors gathered over every process.
+
+    ``sums``: `[R, 4]` from `rollout_sums`, summed over processes; ``rewards``: `[E]` outcome rewards (NaN where
+    unscorable); ``rewards_per_func``: `[E, F]`; ``calls_per_episode``: `[E]`; ``num_samples``: calls in the batch.
+    Logs the outcome (`workflow/success`, TRL's `reward`, `reward_std`, `rewards/<name>/mean|std`) and per role
+    `role/<role>/calls` always, completion length, truncated fraction and mean advantage when it made calls.
+    """
+    metrics = {
+        "workflow/samples_generated": num_samples.item(),
+        "workflow/calls_per_episode": calls_per_episode.mean().item(),
+        "workflow/success": torch.nanmean(rewards).item(),
+        "reward": torch.nanmean(rewards).item(),
+        "reward_std": torch.nan_to_num(rewards.view(-1, 1).std(), nan=0.0).item(),
+    }
+    for i, name in enumerate(reward_names):
+        metrics[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()
+        metrics[f"rewards/{name}/std"] = nanstd(rewards_per_func[:, i]).item()
+    for role, (calls, tokens, truncated, advantage) in zip(roles, sums.tolist()):
+        metrics[f"role/{role}/calls"] = calls
+        if calls:
+            metrics[f"role/{role}/completion_length"] = tokens / calls
+            metrics[f"role/{role}/truncated_fraction"] = truncated / calls
+            metrics[f"role/{role}/advantage"] = advantage / calls
+    return metrics
+
+
+def grad_norm_metrics(
+    adapter_squares: dict[str, float], role_adapters: dict[str, str], role_squares: dict[str, float]
+) -> dict[str, float]:
+    """Pre-clipping gradient norm of each adapter and role, and its share of the squared total.
+
+    An adapter that serves one role carries exactly that role's contribution; roles sharing an adapter are measured
+    through ``role_squares`` (their shadows' gradients), and their shares are relative to all role contributions.
+    """
+    metrics = {}
+    total = sum(adapter_squares.values())
+    role_squares = dict(role_squares)
+    for adapter, square in adapter_squares.items():
+        metrics[f"adapter/{adapter}/grad_norm"] = square**0.5
+        metrics[f"adapter/{adapter}/grad_norm_share"] = square / total if total else 0.0
+        roles = [r for r, a in role_adapters.items() if a == adapter]
+        if len(roles) == 1:
+            role_squares[roles[0]] = square
+    role_total = sum(role_squares.values())
+    for role, square in role_squares.items():
+        metrics[f"role/{role}/grad_norm"] = square**0.5
+        metrics[f"role/{role}/grad_norm_share"] = square / role_total if role_total else 0.0
+    return metrics
