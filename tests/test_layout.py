@@ -75,9 +75,7 @@ def test_no_upward_import(module):
     bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
     bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
     if here == "tasks":
-        bad += sorted(
-            m for m in imported if room(m) == "workflows" and m not in TASKS_MAY_IMPORT_FROM_WORKFLOWS
-        )
+        bad += sorted(m for m in imported if room(m) == "workflows" and m not in TASKS_MAY_IMPORT_FROM_WORKFLOWS)
     assert not bad, f"{module} ({here}) imports {bad}"
 
 
