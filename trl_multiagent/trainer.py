@@ -120,7 +120,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
-        self.rollout_backend = rollout_backend or build_backend(args, self._backend_context())
+        self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self._synced_step = -1
         self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
         self.answer_checker = answer_checker
@@ -132,20 +132,6 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self._samples_trained = 0
 
     # -------------------------------------------------------------------------------------------- rollout backend
-    def _backend_context(self) -> TrainerContext:
-        return TrainerContext(
-            model=self.model,
-            adapter_names=self.adapter_names,
-            tokenizer=self._tokenizer,
-            router=self.router,
-            unwrapped_model=self._unwrapped_for_generation,
-            generation_config=self.generation_config,
-            eos_token_ids=self.eos_token_ids,
-            chat_template_kwargs=self.chat_template_kwargs,
-            process_index=self.accelerator.process_index,
-            num_processes=self.accelerator.num_processes,
-        )
-
     @contextmanager
     def _unwrapped_for_generation(self) -> Iterator[torch.nn.Module]:
         with unwrap_model_for_generation(

@@ -33,20 +33,32 @@ class TrainerContext:
     process_index: int
     num_processes: int
 
+    @classmethod
+    def of(cls, trainer) -> TrainerContext:
+        """Read from a ``MultiAgentGRPOTrainer`` (duck-typed: the rollout room never imports the trainer)."""
+        return cls(
+            model=trainer.model,
+            adapter_names=trainer.adapter_names,
+            tokenizer=trainer._tokenizer,
+            router=trainer.router,
+            unwrapped_model=trainer._unwrapped_for_generation,
+            generation_config=trainer.generation_config,
+            eos_token_ids=trainer.eos_token_ids,
+            chat_template_kwargs=trainer.chat_template_kwargs,
+            process_index=trainer.accelerator.process_index,
+            num_processes=trainer.accelerator.num_processes,
+        )
+
 
 def build_backend(args, context: TrainerContext):
     """The backend ``args.rollout_backend`` names: ``"transformers"``, or ``"vllm"`` (colocated or server)."""
     if args.rollout_backend == "vllm":
         return _vllm_backend(args, context)
+    c = context
     return TransformersBackend(
-        unwrapped_model=context.unwrapped_model,
-        tokenizer=context.tokenizer,
-        router=context.router,
-        generation_config=context.generation_config,
-        eos_token_ids=context.eos_token_ids,
-        chat_template_kwargs=context.chat_template_kwargs,
+        c.unwrapped_model, c.tokenizer, c.router, c.generation_config, c.eos_token_ids, c.chat_template_kwargs,
         max_batch_size=args.rollout_batch_size,
-    )
+    )  # fmt: skip
 
 
 def _vllm_backend(args, context: TrainerContext):
