@@ -8,7 +8,8 @@ from typing import Any
 from trl import GRPOConfig
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
-PARALLEL_ROLE_STEPS = ("merged", "per_instance")
+UPDATE_SCHEDULES = ("merged", "mini_batches")
+ADVANTAGE_GROUPS = ("episodes", "roles")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 
 
@@ -39,11 +40,34 @@ class MultiAgentGRPOConfig(GRPOConfig):
             `"per_output"`: every model call weighs the same (the reference behaviour: three voters outweigh one
             aggregator). `"per_role"`: every role type gets the same total share of the loss, whatever its number of
             calls and, for token-level loss types, tokens.
-        parallel_role_steps (`str`, *optional*, defaults to `"merged"`):
-            For a role with several parallel instances per episode (the voters of Voting, the workers of
-            Orch-Workers) whose adapter serves that role alone: `"merged"` takes one optimizer step per training step
-            on all instances' samples; `"per_instance"` takes one step per instance, on that instance's samples (the
-            reference stack's behaviour, which the research ties to the isolated policy's late decline).
+        update_schedule (`str`, *optional*, defaults to `"merged"`):
+            How the samples of one training step update the adapters. `"merged"`: TRL's step, every adapter takes one
+            optimizer step on all its samples (the paper's fix for parallel roles). `"mini_batches"`: the research
+            stack's PPO update: each adapter's samples are cut, in episode order, into mini-batches of
+            `mini_batch_prompts * num_generations` samples, and each mini-batch is one optimizer step at the current
+            weights (log-probs recorded once, before the first), one adapter after the other, each clipped on its
+            own; a short last mini-batch is scaled by its size over the full size. A parallel role then takes
+            several steps per training step from its data volume (three voters: three steps). Needs
+            `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps once per training step.
+        mini_batch_prompts (`int`, *optional*):
+            Prompts per mini-batch under `update_schedule="mini_batches"` (the reference: 64). Defaults to the
+            prompts of one generation batch, so that a role with one call per episode takes one step per training
+            step, as in the reference, where the two are equal.
+        max_tokens_per_micro_batch (`int`, *optional*):
+            Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples and
+            at most this many (padded) tokens, with exact gradient accumulation, whatever the number of calls per
+            episode (the reference packs at most 51,200 tokens per GPU). `None`: no token bound.
+        advantage_groups (`str`, *optional*, defaults to `"episodes"`):
+            GRPO groups. `"episodes"`: the episodes of one prompt form a group and every call carries its episode's
+            advantage (TRL's statistics: std with eps 1e-4). `"roles"`: the reference's, one group per prompt, role
+            and instance (voter 0, 1, 2 apart), a role instance's calls in an episode pooled into one trajectory;
+            mean and unbiased std with eps 1e-6. With outcome rewards alone the two differ only where a role is
+            missing from some episodes (Orch-Workers with fewer strategies) and in the eps; with per-role rewards
+            they differ in what is compared.
+        clip_grad_norm_per_adapter (`bool`, *optional*, defaults to `False`):
+            Clip each adapter's gradient to `max_grad_norm` on its own (the reference under isolated policy) instead
+            of the norm over all adapters. Always the case under `update_schedule="mini_batches"`, where every step
+            updates one adapter.
         role_beta (`dict[str, float]` or `str`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
 
@@ -117,13 +141,30 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": list(ROLE_LOSS_BALANCES),
         },
     )
-    parallel_role_steps: str = field(
+    update_schedule: str = field(
         default="merged",
         metadata={
-            "help": "'merged': one optimizer step per parallel role per training step; 'per_instance': one per "
-            "instance.",
-            "choices": list(PARALLEL_ROLE_STEPS),
+            "help": "'merged': one optimizer step per training step; 'mini_batches': the research stack's sequential "
+            "mini-batch steps per adapter.",
+            "choices": list(UPDATE_SCHEDULES),
         },
+    )
+    mini_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts per mini-batch under update_schedule='mini_batches' (default: a generation batch)."
+        },
+    )
+    max_tokens_per_micro_batch: int | None = field(
+        default=None, metadata={"help": "Padded tokens per forward/backward micro-batch (None: no bound)."}
+    )
+    advantage_groups: str = field(
+        default="episodes",
+        metadata={"help": "'episodes': one GRPO group per prompt; 'roles': per prompt, role and instance.",
+                  "choices": list(ADVANTAGE_GROUPS)},
+    )  # fmt: skip
+    clip_grad_norm_per_adapter: bool = field(
+        default=False, metadata={"help": "Clip each adapter's gradient norm on its own (max_grad_norm)."}
     )
     role_beta: dict[str, float] | str | None = field(
         default=None,
@@ -166,10 +207,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"`role_loss_balance` must be one of {ROLE_LOSS_BALANCES}, got {self.role_loss_balance!r}."
             )
-        if self.parallel_role_steps not in PARALLEL_ROLE_STEPS:
+        if self.update_schedule not in UPDATE_SCHEDULES:
+            raise ValueError(f"`update_schedule` must be one of {UPDATE_SCHEDULES}, got {self.update_schedule!r}.")
+        if self.advantage_groups not in ADVANTAGE_GROUPS:
+            raise ValueError(f"`advantage_groups` must be one of {ADVANTAGE_GROUPS}, got {self.advantage_groups!r}.")
+        if self.update_schedule == "mini_batches" and self.num_iterations != 1:
             raise ValueError(
-                f"`parallel_role_steps` must be one of {PARALLEL_ROLE_STEPS}, got {self.parallel_role_steps!r}."
+                "`update_schedule='mini_batches'` takes each mini-batch once (the reference's ppo_epochs=1); set "
+                f"num_iterations=1 (got {self.num_iterations}) or use update_schedule='merged'."
             )
+        for name in ("mini_batch_prompts", "max_tokens_per_micro_batch"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1 or None, got {getattr(self, name)}.")
         if self.role_coherence_window < 1:
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:

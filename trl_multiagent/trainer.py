@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 
 import torch
@@ -27,30 +27,18 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
+from .checkpoints import role_adapters as saved_run
 from .checkpoints.card import final_metrics, model_card_section
-from .checkpoints.role_adapters import (
-    load_role_adapters,
-    load_update_state,
-    run_config,
-    save_run_files,
-    save_update_state,
-)
 from .config import MultiAgentGRPOConfig
-from .monitoring import monitoring_callbacks, workflow_metrics
-from .monitoring.role_metrics import (
-    role_kl_metrics,
-    rollout_metrics,
-    rollout_sums,
-    token_stat_metrics,
-    token_stat_sums,
-)
+from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .rollout.backends.from_config import TrainerContext, build_backend
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
-from .training.advantages import group_advantages
+from .training.advantages import call_advantages, group_advantages
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.importance_sampling import importance_sampling_ratio
-from .training.loss_weights import loss_ready, micro_batches, per_role_kl_loss, role_weights
+from .training.loss_weights import LossScale, loss_ready, micro_batches, per_role_kl_loss, role_weights
+from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
 from .workflows.base import Workflow
 
 
@@ -109,9 +97,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
         )
 
-        probe = probe_first_row(workflow, self.role_adapters, train_dataset)
+        probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
+        check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         self.adapters = AdapterUpdates.from_config(
-            self.model, self.role_adapters, args, probe, measure_gradients=not self.is_deepspeed_enabled
+            self.model, self.role_adapters, args, measure_gradients=not self.is_deepspeed_enabled
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
@@ -129,7 +118,6 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.callback_handler.callbacks[:0] = first
         for callback in last:
             self.add_callback(callback)
-        self._samples_trained = 0
 
     # -------------------------------------------------------------------------------------------- rollout backend
     @contextmanager
@@ -172,14 +160,14 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         rewards[unscorable] = torch.nan
         all_advantages = group_advantages(rewards, num_generations, self.scale_rewards)
         start = self.accelerator.process_index * len(prompts)
-        episode_advantages = all_advantages[start : start + len(prompts)].tolist()
 
-        # 3. One training sample per model call, carrying its episode's advantage.
-        calls, advantages, episode_ids = [], [], []
-        for episode, advantage in zip(episodes, episode_advantages):
-            calls += episode.calls
-            advantages += [advantage] * len(episode.calls)
-            episode_ids += [start + episode.index] * len(episode.calls)
+        # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
+        calls = [call for episode in episodes for call in episode.calls]
+        advantages = call_advantages(
+            episodes, start, all_advantages, rewards, self.workflow.roles, num_generations, self.scale_rewards,
+            self.args.advantage_groups, gather_object,
+        )  # fmt: skip
+        episode_ids = [start + e.index for e in episodes for _ in e.calls]
         batch = calls_to_batch(
             calls, advantages, episode_ids, self._tokenizer.pad_token_id, device, self.args.mask_truncated_completions
         )
@@ -200,7 +188,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         generate_every = self.args.steps_per_generation * self.num_iterations
         correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling:
+            mini_batches = self.args.update_schedule == "mini_batches"
+            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches:
                 batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
             if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
                 batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
@@ -216,24 +205,21 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return batch
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
-        input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-        attention_mask = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
-        logits_to_keep = batch.completion_ids.size(1)
+        """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        chunks = []
-        for begin in range(0, input_ids.size(0), size):
-            rows = slice(begin, begin + size)
-            with self.router.route(adapters[rows]):
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model, input_ids[rows], attention_mask[rows], logits_to_keep
-                )
-            chunks.append(logps)
-        return torch.cat(chunks, dim=0)
+
+        def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
+            with self.router.route(names):
+                return self._get_per_token_logps_and_entropies(self.model, *part.model_inputs())[0]
+
+        return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward)
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _prepare_inputs(self, generation_batch) -> TrainingBatch:
         # TRL's version splits with a fixed chunk size and drops the remainder; workflows make a variable number of
         # calls, so split into near-equal micro-batches and weigh each sample exactly (loss_weights.py).
+        if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
+            return generation_batch
         if not self.model.training:
             return loss_ready(self._generate_and_score_completions(generation_batch), self.loss_type)
         steps = self.args.steps_per_generation
@@ -241,7 +227,71 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             batch = self._generate_and_score_completions(generation_batch).shuffled()
             chunks = micro_batches(batch, steps, self.loss_type, self.accelerator.num_processes)
             self._buffered_inputs = [loss_ready(chunk, self.loss_type) for chunk in chunks]
+            trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
+            self._log_metrics("train", {"workflow/samples_trained": float(trained)})
         return self._buffered_inputs[self._step % steps]
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """One micro-step of TRL's loop: its samples in memory-bounded forwards; under
+        `update_schedule="mini_batches"`, the last micro-step of a generation runs every mini-batch step."""
+        model.train()  # as the Trainer's step does, before the rollout reads the mode (after an evaluation too)
+        if self.args.update_schedule == "mini_batches":
+            return self._mini_batch_update(model, inputs, num_items_in_batch)
+        step = self._step
+        chunk = self._prepare_inputs(inputs)
+        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        loss = self._accumulate(model, split_for_memory(chunk, size, budget, self.loss_type), num_items_in_batch)
+        self._step = step + 1
+        return loss
+
+    def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
+        """Forward and backward each part; only the last one synchronises gradients across processes."""
+        loss = torch.zeros((), device=self.accelerator.device)
+        for i, part in enumerate(parts):
+            with self.accelerator.no_sync(model) if i < len(parts) - 1 else nullcontext():
+                loss = loss + super().training_step(model, part, num_items_in_batch)
+        return loss
+
+    def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
+        # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
+        # last takes its optimizer step here, the last one takes the Trainer's own step.
+        step = self._step
+        self._step = step + 1
+        if self._step % self.args.steps_per_generation:
+            return torch.zeros((), device=self.accelerator.device)
+        batch = self._generate_and_score_completions(inputs)
+        prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
+        plan = mini_batch_plan(
+            batch,
+            self.adapter_names,
+            prompts * self.num_generations,
+            self.accelerator.num_processes,
+            lambda t: self.accelerator.reduce(t, reduction="sum"),
+            self.loss_type,
+            self.current_gradient_accumulation_steps,
+        )
+        loss = torch.zeros((), device=self.accelerator.device)
+        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        for k, (_, part) in enumerate(plan):
+            if k:
+                self._single_adapter_step(plan[k - 1][0])
+            parts = split_for_memory(loss_ready(part, self.loss_type), size, budget, self.loss_type)
+            loss = loss + self._accumulate(model, parts, num_items_in_batch)
+        self.adapters.keep_only(plan[-1][0])
+        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
+        self._log_metrics("train", steps)
+        self._metrics["train"]["workflow/samples_trained"].append(batch.num_samples_in_batch.item())
+        self._step = step + 1
+        return loss
+
+    def _single_adapter_step(self, adapter: str) -> None:
+        """An optimizer step of one mini-batch: its adapter alone, clipped on its own."""
+        self._before_optimizer_step()
+        self.adapters.keep_only(adapter)
+        if self.args.max_grad_norm > 0:
+            self.adapters.clip(self.args.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
@@ -250,76 +300,40 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self._loss_forward.append(output)
         return output
 
-    @contextmanager
-    def _recording_loss_forward(self) -> Iterator[list]:
-        """Collects the (log-probs, entropies, aux) of the forward TRL's loss runs, in training and evaluation."""
-        self._loss_forward = []
-        try:
-            yield self._loss_forward
-        finally:
-            self._loss_forward = None
-
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters.
         training = self.model.training
-        self.router.set(self.adapters.routing(inputs.adapters, inputs.roles, inputs.instances.tolist(), training))
-        with self._recording_loss_forward() as forward:
+        self.router.set(self.adapters.routing(inputs.adapters, inputs.roles, training))
+        self._loss_forward = []  # TRL's loss computes the log-probs; they are recorded, in training and evaluation
+        try:
             loss = super().compute_loss(model, inputs.to_trl_inputs(), return_outputs, num_items_in_batch)
-        (per_token_logps, entropies, _) = forward[-1]
+        finally:
+            (per_token_logps, entropies, _), self._loss_forward = self._loss_forward[-1], None
         if inputs.ref_per_token_logps is not None:
             loss = loss + self._kl_loss(per_token_logps, inputs)
         self._log_role_loss_metrics(per_token_logps.detach(), entropies.detach(), inputs)
-        if training:
-            self._count_trained(len(inputs))
         return loss
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
-        loss, per_token_kl = per_role_kl_loss(
-            per_token_logps,
-            inputs,
-            beta,
-            self.loss_type,
-            self.current_gradient_accumulation_steps,
-            self.max_completion_length,
-            self.accelerator.num_processes,
-            self.args.steps_per_generation,
-            training=self.model.training,
-        )
-        metrics = self._metrics["train" if self.model.training else "eval"]
-        for key, value in role_kl_metrics(
-            self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask
-        ).items():
-            metrics[key].append(value)
+        loss, per_token_kl = per_role_kl_loss(per_token_logps, inputs, beta, self.loss_type, LossScale.of(self))
+        kl = role_metrics.role_kl_metrics(self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask)
+        self._log_metrics("train" if self.model.training else "eval", kl)
         return loss
 
     def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: TrainingBatch) -> None:
-        # The rollout policy: the backend's sampling log-probs when it reports them, else the log-probs from before
-        # this generation's updates.
-        rollout = inputs.sampling_per_token_logps
-        rollout = inputs.old_per_token_logps if rollout is None else rollout
-        sums = token_stat_sums(
-            self.workflow.roles,
-            inputs.roles,
-            logps,
-            entropies,
-            rollout,
-            inputs.completion_mask,
-            self.epsilon_low,
-            self.epsilon_high,
+        sums = role_metrics.token_stat_sums(
+            self.workflow.roles, inputs, logps, entropies, self.epsilon_low, self.epsilon_high
         )
         sums = self.accelerator.reduce(sums, reduction="sum")
-        metrics = self._metrics["train" if self.model.training else "eval"]
-        for key, value in token_stat_metrics(self.workflow.roles, sums).items():
-            metrics[key].append(value)
+        self._log_metrics(
+            "train" if self.model.training else "eval", role_metrics.token_stat_metrics(self.workflow.roles, sums)
+        )
 
-    def _count_trained(self, count: int) -> None:
-        self._samples_trained += count
-        if (self._step + 1) % self.args.steps_per_generation == 0:  # last micro-batch of this generation
-            total = gather(torch.tensor([self._samples_trained], device=self.accelerator.device)).sum().item()
-            self._metrics["train"]["workflow/samples_trained"].append(float(total))
-            self._samples_trained = 0
+    def _log_metrics(self, mode: str, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            self._metrics[mode][key].append(value)
 
     # ---------------------------------------------------------------------------------------- the optimizer step
     def create_optimizer(self, model=None):
@@ -330,6 +344,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def _clip_grad_norm(self, model):
         self._before_optimizer_step()
+        if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
+            return self.adapters.clip(self.args.max_grad_norm)
         return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):
@@ -338,29 +354,30 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
-        for key, value in self.adapters.before_optimizer_step().items():
-            self._metrics["train"][key].append(value)
+        self._log_metrics("train", self.adapters.before_optimizer_step())
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
             folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            save_update_state(folder, self.adapters.state_dict())
+            saved_run.save_update_state(folder, self.adapters.state_dict())
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
-        state = load_update_state(checkpoint)
+        state = saved_run.load_update_state(checkpoint)
         if state is not None:
             self.adapters.load_state_dict(state)
 
     def _save(self, output_dir: str | None = None, state_dict=None):
         super()._save(output_dir, state_dict)
         if self.args.should_save:
-            save_run_files(output_dir or self.args.output_dir, self.multiagent_config(), self.adapters.shadows)
+            saved_run.save_run_files(
+                output_dir or self.args.output_dir, self.multiagent_config(), self.adapters.shadows
+            )
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        load_role_adapters(
+        saved_run.load_role_adapters(
             self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint, self.adapter_names
         )
         self.adapters.weights_loaded()
@@ -376,7 +393,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def multiagent_config(self) -> dict:
         base_model = self.model.peft_config[self.adapter_names[0]].base_model_name_or_path
-        return run_config(base_model, self.workflow, self.args.policy_sharing, self.role_adapters)
+        return saved_run.run_config(base_model, self.workflow, self.args.policy_sharing, self.role_adapters)
 
     # ---------------------------------------------------------------------------------------------------- metrics
     def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], rewards: list[float]) -> None:
@@ -384,8 +401,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         answers = [row["answer"] for row in inputs] if checker else None
         values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
         values.pop("workflow/success", None)  # logged from the rewards of every process already
-        for key, value in values.items():
-            self._metrics[mode][key].append(value)
+        self._log_metrics(mode, values)
         # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
         for role in self.workflow.roles:
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
@@ -395,8 +411,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         calls_per_episode = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=device))
         tokens = batch.completion_mask.sum(dim=1)
-        role_sums = rollout_sums(self.workflow.roles, batch.roles, tokens, batch.truncated, batch.advantages)
-        values = rollout_metrics(
+        role_sums = role_metrics.rollout_sums(
+            self.workflow.roles, batch.roles, tokens, batch.truncated, batch.advantages
+        )
+        values = role_metrics.rollout_metrics(
             self.workflow.roles,
             gather(role_sums.unsqueeze(0)).sum(dim=0),
             rewards,
@@ -405,8 +423,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             calls_per_episode,
             batch.num_samples_in_batch,
         )
-        for key, value in values.items():
-            self._metrics[mode][key].append(value)
+        self._log_metrics(mode, values)
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
         self._logs["prompt"].extend(gather_object(prompts))
         self._logs["completion"].extend(gather_object([e.final_answer for e in episodes]))

@@ -21,25 +21,21 @@ def role_rows(roles: Sequence[str], sample_roles: Sequence[str], device: torch.d
 
 
 def token_stat_sums(
-    roles: Sequence[str],
-    sample_roles: Sequence[str],
-    logps: torch.Tensor,
-    entropies: torch.Tensor,
-    rollout_logps: torch.Tensor | None,
-    mask: torch.Tensor,
-    epsilon_low: float,
-    epsilon_high: float,
+    roles: Sequence[str], batch, logps: torch.Tensor, entropies: torch.Tensor, epsilon_low: float, epsilon_high: float
 ) -> torch.Tensor:
     """`[R, 6]` masked token sums per role of entropy, negative log-prob, policy ratio, (ratio - 1)^2, clipped, count.
 
-    The ratio compares the trained policy with the rollout policy (``rollout_logps``: the backend's sampling
-    log-probs, or the log-probs from before this generation's updates); with neither, it is exactly 1.
+    ``batch`` is the micro-batch (a `TrainingBatch`: roles, completion mask, and the rollout policy's log-probs).
+    The ratio compares the trained policy with the rollout policy: the backend's sampling log-probs when it reports
+    them, else the log-probs from before this generation's updates; with neither, it is exactly 1.
     """
-    ratio = torch.exp(logps - rollout_logps) if rollout_logps is not None else torch.ones_like(logps)
+    rollout = batch.sampling_per_token_logps
+    rollout = batch.old_per_token_logps if rollout is None else rollout
+    ratio = torch.exp(logps - rollout) if rollout is not None else torch.ones_like(logps)
     clipped = (ratio < 1 - epsilon_low) | (ratio > 1 + epsilon_high)
     per_token = torch.stack([entropies, -logps, ratio, (ratio - 1) ** 2, clipped.float(), torch.ones_like(logps)])
-    rows = role_rows(roles, sample_roles, mask.device)
-    return torch.einsum("rn,knt,nt->rk", rows, per_token.float(), mask.float())
+    rows = role_rows(roles, batch.roles, logps.device)
+    return torch.einsum("rn,knt,nt->rk", rows, per_token.float(), batch.completion_mask.float())
 
 
 def token_stat_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, float]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from trl.trainer.utils import nanstd
 
@@ -34,3 +36,69 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
     if std is not None:
         advantages = advantages / (std + 1e-4)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+def trajectory_advantages(
+    trajectories: Sequence[tuple[int, int, int]],
+    rewards: Sequence[float],
+    num_generations: int,
+    scale_rewards: str = "group",
+) -> list[float]:
+    """Advantages of role trajectories grouped the reference's way: one group per prompt, role and instance.
+
+    Args:
+        trajectories: `(episode, role, instance)` of every trajectory (a role instance's calls in one episode,
+            pooled), over all processes; ``episode // num_generations`` is its prompt.
+        rewards: one reward per trajectory (NaN: unscorable, left out of its group's statistics, advantage 0).
+        scale_rewards: "group" divides by the group's (unbiased) std, "batch" by the std over all trajectories,
+            "none" by nothing. The std carries eps 1e-6, the reference's.
+    """
+    values = torch.tensor([float(r) for r in rewards], dtype=torch.float64)
+    keys = [(episode // num_generations, role, instance) for episode, role, instance in trajectories]
+    advantages = torch.zeros_like(values)
+    batch_std = nanstd(values) if scale_rewards == "batch" else None
+    for key in set(keys):
+        rows = torch.tensor([k == key for k in keys])
+        group = values[rows]
+        centred = group - torch.nanmean(group)
+        if scale_rewards == "group":
+            centred = centred / (torch.nan_to_num(nanstd(group), nan=0.0) + 1e-6)
+        elif scale_rewards == "batch":
+            centred = centred / (batch_std + 1e-6)
+        elif scale_rewards != "none":
+            raise ValueError(f"`scale_rewards` must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
+        advantages[rows] = centred
+    return torch.nan_to_num(advantages, nan=0.0).tolist()
+
+
+def call_advantages(
+    episodes: Sequence,
+    first_episode: int,
+    episode_advantages: torch.Tensor,
+    rewards: torch.Tensor,
+    roles: Sequence[str],
+    num_generations: int,
+    scale_rewards: str,
+    groups: str,
+    gather_object,
+) -> list[float]:
+    """The advantage of every call of this process's ``episodes`` (``Episode`` records), in call order.
+
+    ``groups="episodes"``: each call carries its episode's advantage (``episode_advantages``, `[E_all]`, GRPO over
+    the episodes of a prompt). ``groups="roles"``: each call carries its role trajectory's advantage from
+    ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`); ``gather_object`` collects every
+    process's trajectories, so groups span processes.
+    """
+    if groups == "episodes":
+        return [float(episode_advantages[first_episode + i]) for i, e in enumerate(episodes) for _ in e.calls]
+    local = sorted(
+        {(first_episode + i, roles.index(c.role), c.instance) for i, e in enumerate(episodes) for c in e.calls}
+    )
+    trajectories = gather_object(local)
+    values = trajectory_advantages(
+        trajectories, [float(rewards[t[0]]) for t in trajectories], num_generations, scale_rewards
+    )
+    advantage = dict(zip(map(tuple, trajectories), values))
+    return [
+        advantage[first_episode + i, roles.index(c.role), c.instance] for i, e in enumerate(episodes) for c in e.calls
+    ]

@@ -51,8 +51,40 @@ class TrainingBatch:
                 picked[f.name] = value[rows] if isinstance(rows, slice) else value[torch.as_tensor(rows).long()]
         return replace(self, **picked)
 
+    def lengths(self) -> tuple[list[int], list[int]]:
+        """Prompt and completion tokens of each sample (completion: up to its last unmasked token)."""
+        positions = torch.arange(1, self.completion_mask.size(1) + 1, device=self.completion_mask.device)
+        completion = (self.completion_mask * positions).max(dim=1).values
+        return self.prompt_mask.sum(dim=1).tolist(), completion.tolist()
+
+    def trimmed(self) -> TrainingBatch:
+        """The same samples without the padding columns none of them uses (left of the prompts, right of the
+        completions), so a micro-batch of short samples costs what its samples need."""
+        prompts, completions = self.lengths()
+        width_p, width_c = max(prompts), max(max(completions), 1)
+        full_p, full_c = self.prompt_ids.size(1), self.completion_ids.size(1)
+        trimmed = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if (
+                torch.is_tensor(value)
+                and value.dim() == 2
+                and value.size(1) == full_c
+                and f.name.startswith(("completion", "advantages", "sampling", "old", "ref", "importance"))
+            ):
+                trimmed[f.name] = value[:, :width_c]
+            elif torch.is_tensor(value) and value.dim() == 2 and f.name.startswith("prompt"):
+                trimmed[f.name] = value[:, full_p - width_p :]
+        return replace(self, **trimmed)
+
     def shuffled(self) -> TrainingBatch:
         return self.select(torch.randperm(len(self)).tolist())
+
+    def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """`[N, P + C]` input ids and attention mask of the full sequences, and the completion width C."""
+        input_ids = torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+        attention_mask = torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+        return input_ids, attention_mask, self.completion_ids.size(1)
 
     def to_trl_inputs(self) -> dict:
         """The dict that ``GRPOTrainer._compute_loss`` reads. Advantages must already carry the sample weights."""

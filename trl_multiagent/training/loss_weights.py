@@ -8,7 +8,7 @@ computed here, uses the same weights.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -141,31 +141,45 @@ def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:
     return replace(batch, advantages=advantages)
 
 
+@dataclass
+class LossScale:
+    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors)."""
+
+    gradient_accumulation_steps: int
+    max_completion_length: int | None
+    num_processes: int
+    steps_per_generation: int
+    training: bool
+
+    @classmethod
+    def of(cls, trainer) -> LossScale:
+        """Read from a ``MultiAgentGRPOTrainer`` as it is now (duck-typed: no import of the trainer)."""
+        return cls(
+            trainer.current_gradient_accumulation_steps,
+            trainer.max_completion_length,
+            trainer.accelerator.num_processes,
+            trainer.args.steps_per_generation,
+            trainer.model.training,
+        )
+
+
 def per_role_kl_loss(
-    per_token_logps: torch.Tensor,
-    batch: TrainingBatch,
-    beta: torch.Tensor,
-    loss_type: str,
-    gradient_accumulation_steps: int,
-    max_completion_length: int | None,
-    num_processes: int,
-    steps_per_generation: int,
-    training: bool,
+    per_token_logps: torch.Tensor, batch: TrainingBatch, beta: torch.Tensor, loss_type: str, scale: LossScale
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The KL term toward the base model with each sample's own ``beta`` (`[N]`) and weight, reduced as TRL reduces
     its loss; also returns the detached `[N, C]` per-token KL (the low-variance estimator) for monitoring."""
     ref = batch.ref_per_token_logps
     per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
-    scale = (beta * batch.sample_weights).unsqueeze(1)
+    weights = (beta * batch.sample_weights).unsqueeze(1)
     loss = aggregate_like_trl(
-        per_token_kl * scale,
+        per_token_kl * weights,
         batch.completion_mask,
         loss_type,
-        gradient_accumulation_steps,
-        max_completion_length,
+        scale.gradient_accumulation_steps,
+        scale.max_completion_length,
         batch.num_items_in_batch,
-        num_processes,
-        steps_per_generation,
-        training=training,
+        scale.num_processes,
+        scale.steps_per_generation,
+        training=scale.training,
     )
     return loss, per_token_kl.detach()

@@ -1,0 +1,188 @@
+"""How a training step updates the adapters: the reference's sequential mini-batch steps per adapter vs one merged
+step, per-adapter gradient clipping, and memory-bounded micro-batches that leave the update unchanged."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from peft import LoraConfig
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from transformers import AutoTokenizer
+
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent, Voting
+from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.training.mini_batches import padded_tokens
+
+
+def random_answers(requests, rng):
+    """Solvers answer "What is i + 2?" right half of the time; judges pick a random candidate."""
+    outputs = []
+    for request in requests:
+        found = re.search(r"What is (\d+) \+ 2", " ".join(m["content"] for m in request.messages))
+        i = int(found.group(1)) if found else 0
+        outputs.append(f"\\boxed{{{i + 2 if rng.random() < 0.5 else i + 3}}}" if found else "\\boxed{1}")
+    return outputs
+
+
+def always_incorrect(requests, rng):
+    """Isolated policy: the evaluator's adapter is "evaluator"; it rejects every attempt, so all iterations run."""
+    answers = iter(random_answers(requests, rng))
+    return ["\\boxed{Incorrect}" if r.adapter == "evaluator" else next(answers) for r in requests]
+
+
+def make_trainer(model_dir, tmp_path, workflow, respond=random_answers, **overrides):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    settings = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=8, max_steps=1, logging_steps=1, learning_rate=5e-2, report_to="none",
+        save_strategy="no", policy_sharing="isolated", seed=0, max_grad_norm=0.0, optim="sgd",
+    )  # fmt: skip
+    return MultiAgentGRPOTrainer(
+        model=model_dir,
+        workflow=workflow,
+        reward_funcs=boxed_answer_reward,
+        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
+        train_dataset=addition_dataset(8),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
+        processing_class=tokenizer,
+        rollout_backend=ScriptedBackend(tokenizer, respond),
+    )
+
+
+def record_batches(trainer) -> list:
+    batches, score = [], trainer._generate_and_score_completions
+
+    def recording(inputs):
+        batches.append(score(inputs))
+        return batches[-1]
+
+    trainer._generate_and_score_completions = recording
+    return batches
+
+
+def snapshot(model, adapter: str) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in adapter_parameters(model, adapter).items()}
+
+
+def adam_steps(trainer, adapter: str) -> set[int]:
+    optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    return {int(optimizer.state[p]["step"]) for p in adapter_parameters(trainer.model, adapter).values()}
+
+
+def test_two_mini_batches_equal_two_hand_written_sgd_steps(tiny_model_dir, tmp_path):
+    """8 episodes of one call each, mini-batches of 1 prompt x 4 episodes: two SGD steps, the second at the weights
+    the first produced, each on the clipped GRPO loss against the log-probs recorded before the first."""
+    lr = 0.5
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, SingleAgent(), policy_sharing="shared", learning_rate=lr,
+        update_schedule="mini_batches", mini_batch_prompts=1, lr_scheduler_type="constant",
+    )  # fmt: skip
+    batches = record_batches(trainer)
+    before = snapshot(trainer.model, "shared")
+    trainer.train()
+    trained = snapshot(trainer.model, "shared")
+    logs = trainer.state.log_history[0]
+    assert logs["adapter/shared/optimizer_steps"] == 2.0
+    assert logs["role/generator/policy_ratio"] != 1.0  # the second mini-batch is scored at the new weights
+    assert logs["role/generator/clip_fraction"] > 0.0
+
+    batch = batches[0]
+    assert len(batch) == 8 and batch.advantages.abs().sum() > 0
+    params = adapter_parameters(trainer.model, "shared")
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(before[name])
+    trainer.router.set(None)
+    eps = trainer.args.epsilon
+    for rows in (slice(0, 4), slice(4, 8)):
+        part = batch.select(rows)
+        with trainer.router.route(["shared"] * 4):
+            logps = trainer._get_per_token_logps_and_entropies(trainer.model, *part.model_inputs())[0]
+        ratio = torch.exp(logps - part.old_per_token_logps)
+        advantage = part.advantages.unsqueeze(1)
+        per_token = -torch.min(ratio * advantage, torch.clamp(ratio, 1 - eps, 1 + eps) * advantage)
+        mask = part.completion_mask
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1)).sum() / 4  # mean over the mini-batch of 4 samples
+        grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+        with torch.no_grad():
+            for param, grad in zip(params.values(), grads):
+                if grad is not None:
+                    param -= lr * grad
+    moved = max((trained[n] - before[n]).abs().max().item() for n in params)
+    gap = max((trained[n] - params[n]).abs().max().item() for n in params)
+    assert moved > 1e-3 and gap < 1e-6, (moved, gap)
+
+
+@pytest.mark.parametrize("schedule, generator_steps", [("mini_batches", 3), ("merged", 1)])
+def test_isolated_voting_generator_steps_follow_the_schedule(tiny_model_dir, tmp_path, schedule, generator_steps):
+    trainer = make_trainer(tiny_model_dir, tmp_path, Voting(), update_schedule=schedule, optim="adamw_torch")
+    trainer.train()
+    assert adam_steps(trainer, "generator") == {generator_steps}  # 3 voters' samples = 3 mini-batches of 8
+    assert adam_steps(trainer, "aggregator") == {1}
+    logs = trainer.state.log_history[0]
+    if schedule == "mini_batches":
+        assert logs["adapter/generator/optimizer_steps"] == 3 * logs["adapter/aggregator/optimizer_steps"]
+        assert logs["role/generator/policy_ratio"] != 1.0
+    else:
+        assert logs["role/generator/policy_ratio"] == 1.0  # one step on log-probs taken at the same weights
+
+
+@pytest.mark.parametrize("per_adapter", [True, False])
+def test_per_adapter_clipping_isolates_a_role_with_a_huge_gradient(tiny_model_dir, tmp_path, per_adapter):
+    common = dict(max_grad_norm=1e-3, clip_grad_norm_per_adapter=per_adapter)
+    plain = make_trainer(tiny_model_dir, tmp_path / "plain", Voting(), **common)
+    loud = make_trainer(
+        tiny_model_dir, tmp_path / "loud", Voting(), role_loss_weights={"aggregator": 1000.0}, **common
+    )
+    updates = []
+    for trainer in (plain, loud):
+        before = snapshot(trainer.model, "generator")
+        trainer.train()
+        after = snapshot(trainer.model, "generator")
+        updates.append({n: after[n] - before[n] for n in before})
+    assert max(u.abs().max().item() for u in updates[0].values()) > 1e-7
+    gap = max((updates[0][n] - updates[1][n]).abs().max().item() for n in updates[0])
+    if per_adapter:
+        assert gap < 1e-9  # the aggregator's 1000x gradient does not shrink the generator's step
+    else:
+        assert gap > 1e-7  # one global norm: the aggregator's gradient shrinks everyone's step
+
+
+def largest_micro_batch(trainer) -> list[int]:
+    sizes, compute = [], trainer.compute_loss
+
+    def recording(model, inputs, *args, **kwargs):
+        if model.training:
+            sizes.append(padded_tokens(inputs))
+        return compute(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = recording
+    return sizes
+
+
+@pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
+def test_token_budget_bounds_every_forward_and_leaves_the_update_unchanged(tiny_model_dir, tmp_path, schedule):
+    budget = 600
+    peaks, updates = {}, {}
+    for iterations in (1, 5):
+        for bound in (None, budget):
+            trainer = make_trainer(
+                tiny_model_dir, tmp_path / f"{iterations}-{bound}", EvalOpt(max_iterations=iterations),
+                respond=always_incorrect, update_schedule=schedule, max_tokens_per_micro_batch=bound,
+                per_device_train_batch_size=8, gradient_accumulation_steps=1,
+            )  # fmt: skip
+            sizes = largest_micro_batch(trainer)
+            before = {a: snapshot(trainer.model, a) for a in ("generator", "evaluator")}
+            trainer.train()
+            peaks[iterations, bound] = max(sizes)
+            updates[iterations, bound] = {
+                (a, n): p - before[a][n] for a in before for n, p in snapshot(trainer.model, a).items()
+            }
+    assert peaks[1, budget] <= budget and peaks[5, budget] <= budget  # flat however many calls an episode makes
+    assert peaks[5, None] > 2 * budget  # unbounded, the forward grows with the attempts
+    for iterations in (1, 5):
+        bounded, whole = updates[iterations, budget], updates[iterations, None]
+        assert max(u.abs().max().item() for u in whole.values()) > 1e-6
+        assert max((bounded[k] - whole[k]).abs().max().item() for k in whole) < 1e-6

@@ -1,0 +1,175 @@
+"""Cutting a training batch into optimizer steps (mini-batches) and memory-bounded forwards (micro-batches).
+
+Two independent cuts:
+
+- **micro-batches** bound memory: at most ``max_samples`` samples and ``max_tokens`` padded tokens per forward,
+  with weights that make the accumulated gradient exactly that of one pass over the whole set;
+- **mini-batches** (``update_schedule="mini_batches"``, the research stack's PPO update): each adapter's samples, in
+  episode order, are cut into mini-batches of ``mini_batch_size`` samples (over all processes); each is one
+  optimizer step. Every mini-batch's loss is normalised by ``max(its size, mini_batch_size)``, so a short last
+  mini-batch is scaled by its size over the full size, as the reference does.
+
+Every process must take the same number of optimizer steps and the same number of synchronised backward passes:
+mini-batch counts come from the totals over processes, and a process with no sample in a mini-batch trains on one
+zero-weight sample instead, which moves nothing but keeps the processes in step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from .batch import TrainingBatch
+from .loss_weights import chunk_correction
+
+SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class MiniBatch:
+    """One optimizer step: the adapter it updates and its micro-batches, weighted for the loss."""
+
+    adapter: str
+    micro_batches: list[TrainingBatch]
+    samples: int  # real samples of this process (a zero-weight stand-in does not count)
+
+
+def padded_tokens(batch: TrainingBatch) -> int:
+    """Tokens one forward of ``batch`` processes, padding included (what memory grows with)."""
+    return len(batch) * (batch.prompt_ids.size(1) + batch.completion_ids.size(1))
+
+
+def row_groups(
+    prompt_lengths: Sequence[int], completion_lengths: Sequence[int], max_samples: int, max_tokens: int | None
+) -> list[list[int]]:
+    """Consecutive groups of rows, each with at most ``max_samples`` rows and, once padded to its longest prompt and
+    completion, at most ``max_tokens`` tokens (a row longer than that on its own forms its own group)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    widest_p = widest_c = 0
+    for row, (p, c) in enumerate(zip(prompt_lengths, completion_lengths)):
+        wp, wc = max(widest_p, p), max(widest_c, c)
+        fits = len(current) < max_samples and (max_tokens is None or (len(current) + 1) * (wp + wc) <= max_tokens)
+        if current and not fits:
+            groups.append(current)
+            current, wp, wc = [], p, c
+        current.append(row)
+        widest_p, widest_c = wp, wc
+    if current:
+        groups.append(current)
+    return groups
+
+
+def bounded_logps(
+    batch: TrainingBatch,
+    adapters: Sequence[str],
+    max_samples: int,
+    max_tokens: int | None,
+    forward: Callable[[TrainingBatch, list[str]], torch.Tensor],
+) -> torch.Tensor:
+    """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts."""
+    logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
+    for rows in row_groups(*batch.lengths(), max_samples, max_tokens):
+        part = forward(batch.select(rows).trimmed(), [adapters[i] for i in rows])
+        logps[rows, : part.size(1)] = part.float()
+    return logps
+
+
+def split_for_memory(
+    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str
+) -> list[TrainingBatch]:
+    """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
+    loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``."""
+    groups = row_groups(*batch.lengths(), max_samples, max_tokens)
+    if len(groups) == 1:
+        return [batch]
+    tokens = batch.completion_mask.sum(dim=1).float()
+    total_tokens = tokens.sum().item()
+    parts = []
+    for rows in groups:
+        part = batch.select(rows).trimmed()
+        factor = chunk_correction(loss_type, len(rows), tokens[rows].sum().item(), len(batch), total_tokens, 1, 1)
+        parts.append(replace(part, advantages=part.advantages * factor, sample_weights=part.sample_weights * factor))
+    return parts
+
+
+def mini_batch_plan(
+    batch: TrainingBatch,
+    adapters: Sequence[str],
+    mini_batch_size: int,
+    num_processes: int,
+    sum_over_processes: SumOverProcesses,
+    loss_type: str,
+    accumulation_steps: int,
+) -> list[tuple[str, TrainingBatch]]:
+    """The mini-batches of every adapter in turn (``adapters`` order), each as (adapter, its samples here) with
+    weights set so that TRL's loss over it, divided by ``accumulation_steps`` as TRL divides, is its mean over
+    ``max(global size, mini_batch_size)`` samples (tokens, for token-level loss types).
+
+    ``batch`` is in episode order; each process cuts its own samples of an adapter into chunks of
+    ``ceil(mini_batch_size / num_processes)``; the number of mini-batches of an adapter is the same on every process
+    (from the total over processes), and an empty chunk becomes one zero-weight sample.
+    """
+    local = torch.tensor([float(a == name) for name in adapters for a in batch.adapters]).view(len(adapters), -1)
+    totals = sum_over_processes(local.sum(dim=1).to(batch.advantages.device)).tolist()
+    per_process = math.ceil(mini_batch_size / num_processes)
+    chunks: list[tuple[str, list[int]]] = []
+    for adapter, total in zip(adapters, totals):
+        rows = [i for i, a in enumerate(batch.adapters) if a == adapter]
+        steps = math.ceil(total / mini_batch_size)
+        for k in range(steps):
+            end = (k + 1) * per_process if k < steps - 1 else len(rows)
+            chunks.append((adapter, rows[k * per_process : end]))
+    tokens = batch.completion_mask.sum(dim=1).float()
+    counts = torch.tensor([[len(r), float(tokens[r].sum()) if r else 0.0] for _, r in chunks]).view(-1, 2)
+    counts = sum_over_processes(counts.to(batch.advantages.device)).tolist()
+    plan = []
+    for (adapter, rows), (samples, chunk_tokens) in zip(chunks, counts):
+        scale = max(1.0, mini_batch_size / samples) if samples else 1.0  # short mini-batch: size / full size
+        part = batch.select(rows) if rows else _stand_in(batch, adapter)
+        factor = chunk_correction(
+            loss_type,
+            len(part),
+            part.completion_mask.sum().item(),
+            samples * scale,
+            chunk_tokens * scale,
+            num_processes,
+            accumulation_steps,
+        )
+        if not rows:
+            factor = 0.0  # the stand-in: no policy term, no KL term, whatever the loss type
+        num_items = torch.tensor(chunk_tokens * scale, device=batch.advantages.device)
+        plan.append(
+            (adapter, replace(part, sample_weights=part.sample_weights * factor, num_items_in_batch=num_items))
+        )
+    return plan
+
+
+def _stand_in(batch: TrainingBatch, adapter: str) -> TrainingBatch:
+    """One sample routed to ``adapter`` that trains nothing (its weight becomes 0)."""
+    one = batch.select([0])
+    return replace(one, adapters=[adapter])
+
+
+def check_schedule(args, deepspeed: bool) -> None:
+    """DeepSpeed runs the backward passes and the optimizer step of a micro-step itself: none of these fit in it."""
+    if not deepspeed:
+        return
+    asked = [
+        name
+        for name, on in (
+            ("update_schedule='mini_batches'", args.update_schedule == "mini_batches"),
+            ("max_tokens_per_micro_batch", args.max_tokens_per_micro_batch is not None),
+            ("clip_grad_norm_per_adapter", args.clip_grad_norm_per_adapter),
+        )
+        if on
+    ]
+    if asked:
+        raise ValueError(
+            f"{', '.join(asked)} need(s) several backward passes or optimizer steps per micro-step, which the "
+            "DeepSpeed engine does not allow. Train without DeepSpeed (DDP through accelerate), or use "
+            "update_schedule='merged' with per_device_train_batch_size as the memory bound."
+        )
