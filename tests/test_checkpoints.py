@@ -5,36 +5,14 @@ from __future__ import annotations
 import json
 
 import torch
-from peft import LoraConfig, PeftModel
-from scripted import addition_dataset, boxed_answer_reward
+from peft import PeftModel
+from tiny import tiny_trainer
 from transformers import AutoModelForCausalLM
-
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 
 
 def make(tiny_model_dir, output_dir, max_steps=3):
-    return MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(output_dir),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=max_steps,
-            save_steps=1,
-            logging_steps=1,
-            learning_rate=5e-2,
-            report_to="none",
-            policy_sharing="isolated",
-            seed=3,
-        ),
-        train_dataset=addition_dataset(),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-    )
+    settings = dict(save_steps=1, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", seed=3)
+    return tiny_trainer(tiny_model_dir, output_dir, max_steps=max_steps, **settings)
 
 
 def adapters(model):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import random_answers, tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.adapters.coherence import CoherenceDamping
 
 
@@ -27,24 +25,12 @@ def test_scale_is_one_minus_lambda_times_positive_cosine():
     assert torch.allclose(damping.ema["generator"], torch.tensor([0.25, 0.0]))
 
 
-def voting_trainer(tiny_model_dir, output_dir, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
+def voting_trainer(tiny_model_dir, output_dir):
     settings = dict(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=8, max_steps=3, save_steps=2, logging_steps=1, learning_rate=1e-2, report_to="none",
+        per_device_train_batch_size=8, max_steps=3, save_steps=2, logging_steps=1, learning_rate=1e-2,
         policy_sharing="isolated", seed=0, role_coherence_lambda={"generator": 0.3}, role_coherence_window=4,
     )  # fmt: skip
-    return MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
-        train_dataset=addition_dataset(4),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-        processing_class=tokenizer,
-        rollout_backend=backend,
-    )
+    return tiny_trainer(tiny_model_dir, output_dir, dataset=addition_dataset(4), respond=random_answers, **settings)
 
 
 def test_damping_acts_on_its_role_and_resumes_from_checkpoints(tiny_model_dir, tmp_path):

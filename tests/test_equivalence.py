@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import torch
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from scripted import addition_dataset, boxed_answer_reward
+from tiny import CPU_SETTINGS, tiny_lora, tiny_trainer
 from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
+from trl_multiagent import SingleAgent
 
-LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
-SETTINGS = dict(
-    use_cpu=True,
-    bf16=False,
-    per_device_train_batch_size=4,
-    num_generations=4,
-    max_completion_length=8,
-    max_steps=1,
-    logging_steps=1,
-    learning_rate=1e-2,
-    report_to="none",
-    save_strategy="no",
-    seed=0,
-)
+SETTINGS = dict(max_steps=1, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
 
 
 def scripted_text(prompt_text: str, occurrence: int) -> str:
@@ -65,27 +52,20 @@ def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
     plain = GRPOTrainer(
         model=tiny_model_dir,
         reward_funcs=boxed_answer_reward,
-        args=GRPOConfig(output_dir=str(tmp_path / "plain"), **SETTINGS),
+        args=GRPOConfig(output_dir=str(tmp_path / "plain"), **CPU_SETTINGS, **SETTINGS),
         train_dataset=addition_dataset(),
         processing_class=tokenizer,
-        peft_config=LORA,
+        peft_config=tiny_lora(),
         rollout_func=rollout_func,
     )
     initial = adapter_weights(plain.model, "default")
     plain.train()
 
-    backend = ScriptedBackend(
-        tokenizer, lambda requests, rng: texts_for([r.messages[-1]["content"] for r in requests])
-    )
-    ours = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=SingleAgent(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(output_dir=str(tmp_path / "ours"), policy_sharing="shared", **SETTINGS),
-        train_dataset=addition_dataset(),
-        processing_class=tokenizer,
-        peft_config=LORA,
-        rollout_backend=backend,
+    def respond(requests, rng):
+        return texts_for([r.messages[-1]["content"] for r in requests])
+
+    ours = tiny_trainer(
+        tiny_model_dir, tmp_path / "ours", SingleAgent(), respond=respond, policy_sharing="shared", **SETTINGS
     )
     ours_initial = adapter_weights(ours.model, "shared")
     assert all(torch.equal(initial[n], ours_initial[n]) for n in initial)

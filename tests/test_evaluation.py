@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from peft import LoraConfig
-from scripted import addition_dataset, boxed_answer_reward
+from tiny import tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent, Voting
+from trl_multiagent import SingleAgent, Voting
 from trl_multiagent.evaluation import (
     EvalSettings,
     evaluate,
@@ -90,27 +89,8 @@ def test_role_instability_tolerates_missing_metrics():
 
 
 def train(model_dir, output_dir, workflow, policy_sharing="isolated"):
-    MultiAgentGRPOTrainer(
-        model=model_dir,
-        workflow=workflow,
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(output_dir),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=6,
-            max_steps=2,
-            save_steps=1,
-            learning_rate=5e-2,
-            report_to="none",
-            policy_sharing=policy_sharing,
-            seed=3,
-        ),  # fmt: skip
-        train_dataset=addition_dataset(),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-    ).train()
+    settings = dict(max_completion_length=6, max_steps=2, save_steps=1, learning_rate=5e-2, seed=3)
+    tiny_trainer(model_dir, output_dir, workflow, policy_sharing=policy_sharing, **settings).train()
     return output_dir
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 
 import transformers.trainer
-from peft import LoraConfig
-from scripted import addition_dataset, boxed_answer_reward
+from scripted import addition_dataset
+from tiny import tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from trl_multiagent import MultiAgentGRPOTrainer
 from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
 
 
@@ -30,28 +30,8 @@ def test_push_to_hub_folder_rebuilds_the_trained_workflow(tiny_model_dir, tmp_pa
     api = FakeHubApi(tmp_path / "uploaded")
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda *a, **k: api)
     monkeypatch.setattr(MultiAgentGRPOTrainer, "init_hf_repo", lambda self, token=None: None)
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(tmp_path / "run"),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=2,
-            logging_steps=1,
-            learning_rate=5e-2,
-            report_to="none",
-            save_strategy="no",
-            policy_sharing="isolated",
-            hub_model_id="me/voting-toy",
-        ),  # fmt: skip
-        train_dataset=addition_dataset(),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-    )
+    settings = dict(max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", policy_sharing="isolated")
+    trainer = tiny_trainer(tiny_model_dir, tmp_path / "run", hub_model_id="me/voting-toy", **settings)
     trainer.hub_model_id = "me/voting-toy"
     trainer.train()
     trainer.push_to_hub()

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 import torch
-from peft import LoraConfig
-from scripted import addition_dataset, boxed_answer_reward
+from scripted import addition_dataset
+from tiny import tiny_trainer
 from transformers import GenerationConfig
 
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from trl_multiagent import EvalOpt, Voting
 from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
@@ -20,27 +20,8 @@ from trl_multiagent.rollout.engine import RolloutEngine
 @pytest.fixture(scope="module")
 def trained(tiny_model_dir, tmp_path_factory):
     output_dir = tmp_path_factory.mktemp("voting-run")
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(output_dir),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=4,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=2,
-            save_steps=2,
-            learning_rate=5e-2,
-            report_to="none",
-            policy_sharing="isolated",
-            seed=3,
-        ),
-        train_dataset=addition_dataset(),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-    )
+    settings = dict(max_steps=2, save_steps=2, learning_rate=5e-2, policy_sharing="isolated", seed=3)
+    trainer = tiny_trainer(tiny_model_dir, output_dir, **settings)
     trainer.train()
     return trainer, output_dir / "checkpoint-2"
 

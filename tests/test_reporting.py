@@ -7,31 +7,23 @@ import time
 
 import pandas as pd
 import pytest
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
-
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from scripted import addition_dataset
+from tiny import random_answers, tiny_trainer
 
 
-def voting_run(tiny_model_dir, tmp_path, respond=None, answer_checker=None, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    respond = respond or (lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
+def voting_run(tiny_model_dir, tmp_path, respond=random_answers, answer_checker=None, **overrides):
     settings = dict(
-        output_dir=str(tmp_path / "run"), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=16, max_steps=2, logging_steps=1, learning_rate=1e-2, report_to="none",
+        per_device_train_batch_size=8, max_completion_length=16, max_steps=2, logging_steps=1, learning_rate=1e-2,
         save_strategy="no", policy_sharing="isolated", seed=0,
     )  # fmt: skip
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
-        train_dataset=addition_dataset(4),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
-        processing_class=tokenizer,
-        rollout_backend=ScriptedBackend(tokenizer, respond),
+    settings.update(overrides)
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path / "run",
+        dataset=addition_dataset(4),
+        respond=respond,
         answer_checker=answer_checker,
+        **settings,
     )
     trainer.train()
     return trainer

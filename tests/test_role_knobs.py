@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import torch
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import random_answers, tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.training.loss_weights import role_weights
 
@@ -26,23 +24,12 @@ def test_per_role_balance_gives_each_role_type_an_equal_share():
 
 
 def voting_run(tiny_model_dir, tmp_path, before_train=None, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
     settings = dict(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=8, max_steps=3, logging_steps=1, learning_rate=5e-2, report_to="none",
-        save_strategy="no", policy_sharing="isolated", seed=0,
+        per_device_train_batch_size=8, max_steps=3, logging_steps=1, learning_rate=5e-2, save_strategy="no",
+        policy_sharing="isolated", seed=0,
     )  # fmt: skip
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
-        train_dataset=addition_dataset(4),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-        processing_class=tokenizer,
-        rollout_backend=backend,
-    )
+    settings.update(overrides)
+    trainer = tiny_trainer(tiny_model_dir, tmp_path, dataset=addition_dataset(4), respond=random_answers, **settings)
     trainer.initial_weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     if before_train is not None:
         before_train(trainer)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import random_answers, tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+from trl_multiagent import MultiAgentGRPOTrainer
 from trl_multiagent.adapters.routing import adapter_parameters
 
 ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
@@ -18,30 +17,11 @@ LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_
 
 def train_voting(tiny_model_dir, output_dir, **config) -> MultiAgentGRPOTrainer:
     """Two steps of Voting on the tiny model with scripted answers, ``config`` added to the shared settings."""
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(
-            output_dir=str(output_dir),
-            use_cpu=True,
-            bf16=False,
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=8,
-            max_steps=2,
-            logging_steps=1,
-            learning_rate=5e-2,
-            report_to="none",
-            save_strategy="no",
-            **config,
-        ),
-        train_dataset=addition_dataset(4),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-        processing_class=tokenizer,
-        rollout_backend=backend,
+    settings = dict(
+        per_device_train_batch_size=8, max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no"
+    )
+    trainer = tiny_trainer(
+        tiny_model_dir, output_dir, dataset=addition_dataset(4), respond=random_answers, **settings, **config
     )
     trainer.train()
     return trainer

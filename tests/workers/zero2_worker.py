@@ -4,36 +4,14 @@ import json
 import sys
 
 import torch
-from peft import LoraConfig
-from scripted import addition_dataset, boxed_answer_reward
+from tiny import tiny_trainer
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 
 torch.set_num_threads(1)
 model_dir, output_dir, ds_config = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
-trainer = MultiAgentGRPOTrainer(
-    model=model_dir,
-    workflow=Voting(),
-    reward_funcs=boxed_answer_reward,
-    args=MultiAgentGRPOConfig(
-        output_dir=output_dir,
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=5e-2,
-        report_to="none",
-        policy_sharing="isolated",
-        save_strategy="no",
-        deepspeed=ds_config,
-    ),  # fmt: skip
-    train_dataset=addition_dataset(),
-    peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-)
+settings = dict(max_steps=2, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", save_strategy="no")
+trainer = tiny_trainer(model_dir, output_dir, deepspeed=ds_config, **settings)
 before = {
     a: {n: p.detach().clone() for n, p in adapter_parameters(trainer.model, a).items()} for a in trainer.adapter_names
 }

@@ -1,0 +1,72 @@
+"""The tiny CPU training run the trainer tests share: its config, its LoRA and its trainer.
+
+``CPU_SETTINGS`` are what every tiny run has in common; each test passes the rest (steps, learning rate, saving,
+seed, sharing) by name, so the settings its assertions depend on stand where it builds the trainer.
+"""
+
+from __future__ import annotations
+
+from peft import LoraConfig
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from transformers import AutoTokenizer
+
+from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
+
+CPU_SETTINGS = dict(
+    use_cpu=True,
+    bf16=False,
+    per_device_train_batch_size=4,
+    num_generations=4,
+    max_completion_length=8,
+    report_to="none",
+)
+
+
+def tiny_config(output_dir, **overrides) -> MultiAgentGRPOConfig:
+    """``CPU_SETTINGS`` with ``overrides`` on top."""
+    return MultiAgentGRPOConfig(output_dir=str(output_dir), **{**CPU_SETTINGS, **overrides})
+
+
+def tiny_lora() -> LoraConfig:
+    """A new config per model: PEFT writes the target modules it resolves into the config it is given."""
+    return LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
+
+
+def random_answers(requests, rng) -> list[str]:
+    """A boxed number from 2 to 5 for every request: some right, some wrong, so groups have a learning signal."""
+    return [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests]
+
+
+def tiny_trainer(
+    model_dir,
+    output_dir,
+    workflow=None,
+    *,
+    dataset=None,
+    respond=None,
+    respond_seed: int = 0,
+    reward_funcs=boxed_answer_reward,
+    answer_checker=None,
+    **config,
+) -> MultiAgentGRPOTrainer:
+    """A trainer of ``workflow`` (``Voting()`` by default) on ``dataset`` (``addition_dataset()``), its adapters as
+    ``tiny_lora()``, its arguments ``tiny_config(output_dir, **config)``.
+
+    With ``respond`` the rollouts are scripted: ``ScriptedBackend(tokenizer, respond, respond_seed)``; without, the
+    tiny model generates them.
+    """
+    tokenizer = backend = None
+    if respond is not None:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        backend = ScriptedBackend(tokenizer, respond, seed=respond_seed)
+    return MultiAgentGRPOTrainer(
+        model=model_dir,
+        workflow=Voting() if workflow is None else workflow,
+        reward_funcs=reward_funcs,
+        args=tiny_config(output_dir, **config),
+        train_dataset=addition_dataset() if dataset is None else dataset,
+        peft_config=tiny_lora(),
+        processing_class=tokenizer,
+        rollout_backend=backend,
+        answer_checker=answer_checker,
+    )
