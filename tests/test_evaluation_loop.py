@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 import re
 
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import tiny_trainer
 
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent import EvalOpt
 
 
 def judge_or_answer(requests, rng):
@@ -27,38 +26,14 @@ def judge_or_answer(requests, rng):
 
 
 def eval_trainer(model_dir, tmp_path, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    backend = ScriptedBackend(tokenizer, judge_or_answer)
     settings = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        per_device_eval_batch_size=4,
-        num_generations_eval=2,
-        max_completion_length=8,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-2,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-        policy_sharing="isolated",
-    )
-    settings.update(overrides)
-    trainer = MultiAgentGRPOTrainer(
-        model=model_dir,
-        workflow=EvalOpt(max_iterations=2),
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(**settings),
-        train_dataset=addition_dataset(4),
-        eval_dataset=addition_dataset(6),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-        processing_class=tokenizer,
-        rollout_backend=backend,
-    )
-    return trainer
+        per_device_eval_batch_size=4, num_generations_eval=2, max_steps=2, logging_steps=1, learning_rate=1e-2,
+        save_strategy="no", seed=0, policy_sharing="isolated",
+    )  # fmt: skip
+    return tiny_trainer(
+        model_dir, tmp_path / "out", EvalOpt(max_iterations=2), dataset=addition_dataset(4),
+        eval_dataset=addition_dataset(6), respond=judge_or_answer, **{**settings, **overrides},
+    )  # fmt: skip
 
 
 def test_training_with_eval_strategy_steps_logs_eval_metrics_per_role(tiny_model_dir, tmp_path):

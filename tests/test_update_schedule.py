@@ -7,11 +7,10 @@ import re
 
 import pytest
 import torch
-from peft import LoraConfig
-from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from transformers import AutoTokenizer
+from scripted import addition_dataset
+from tiny import tiny_trainer
 
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent, Voting
+from trl_multiagent import EvalOpt, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.training.mini_batches import padded_tokens
 
@@ -33,22 +32,12 @@ def always_incorrect(requests, rng):
 
 
 def make_trainer(model_dir, tmp_path, workflow, respond=random_answers, **overrides):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     settings = dict(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=8, num_generations=4,
-        max_completion_length=8, max_steps=1, logging_steps=1, learning_rate=5e-2, report_to="none",
-        save_strategy="no", policy_sharing="isolated", seed=0, max_grad_norm=0.0, optim="sgd",
+        per_device_train_batch_size=8, max_steps=1, logging_steps=1, learning_rate=5e-2, save_strategy="no",
+        policy_sharing="isolated", seed=0, max_grad_norm=0.0, optim="sgd",
     )  # fmt: skip
-    return MultiAgentGRPOTrainer(
-        model=model_dir,
-        workflow=workflow,
-        reward_funcs=boxed_answer_reward,
-        args=MultiAgentGRPOConfig(**{**settings, **overrides}),
-        train_dataset=addition_dataset(8),
-        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
-        processing_class=tokenizer,
-        rollout_backend=ScriptedBackend(tokenizer, respond),
-    )
+    dataset = addition_dataset(8)
+    return tiny_trainer(model_dir, tmp_path, workflow, dataset=dataset, respond=respond, **{**settings, **overrides})
 
 
 def record_batches(trainer) -> list:
