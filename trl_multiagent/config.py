@@ -259,3 +259,19 @@ def _check_role_numbers(name: str, value: Any) -> None:
     for role, number in value.items():
         if not isinstance(number, int | float) or number < 0:
             raise ValueError(f"`{name}[{role!r}]` must be a number >= 0, got {number!r}.")
+
+
+def check_trainer_arguments(args, workflow, peft_config) -> MultiAgentGRPOConfig:
+    """``args`` (a default config when None) once the trainer's own arguments are known to fit together."""
+    from .workflows.base import Workflow
+
+    if args is None:
+        args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")
+    if not isinstance(args, MultiAgentGRPOConfig):
+        raise TypeError(f"`args` must be a MultiAgentGRPOConfig, got {type(args).__name__}.")
+    if not isinstance(workflow, Workflow) or not workflow.roles:
+        raise TypeError("`workflow` must be a trl_multiagent Workflow subclass instance with non-empty `roles`.")
+    if peft_config is None:
+        raise ValueError("Pass a LoRA `peft_config`: every role is trained as a LoRA adapter on a frozen base.")
+    args.check_roles(workflow.roles)
+    return args

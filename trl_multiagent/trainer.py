@@ -29,9 +29,9 @@ from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.card import final_metrics, model_card_section
-from .config import MultiAgentGRPOConfig
+from .config import MultiAgentGRPOConfig, check_trainer_arguments
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
-from .rollout.backends.from_config import TrainerContext, build_backend
+from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
 from .training.advantages import call_advantages, group_advantages
@@ -72,18 +72,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         rollout_backend=None,
         answer_checker=None,
     ):
-        if args is None:
-            args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")
-        if not isinstance(args, MultiAgentGRPOConfig):
-            raise TypeError(f"`args` must be a MultiAgentGRPOConfig, got {type(args).__name__}.")
-        if not isinstance(workflow, Workflow) or not workflow.roles:
-            raise TypeError("`workflow` must be a trl_multiagent Workflow subclass instance with non-empty `roles`.")
-        if peft_config is None:
-            raise ValueError("Pass a LoRA `peft_config`: every role is trained as a LoRA adapter on a frozen base.")
+        args = check_trainer_arguments(args, workflow, peft_config)
         check_prompt_column(train_dataset, "train_dataset")
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
-        args.check_roles(workflow.roles)
 
         super().__init__(
             model=model,
@@ -130,9 +122,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def _sync_backend_adapters(self) -> None:
         """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3)."""
         with self._unwrapped_for_generation() as model:
-            # A shared server takes the adapters from one process; colocated engines each need their own copy.
-            if not getattr(self.rollout_backend, "shared_across_processes", False) or self.accelerator.is_main_process:
-                self.rollout_backend.sync_adapters(model, self.adapter_names)
+            sync_adapters(self.rollout_backend, model, self.adapter_names, self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
         self._synced_step = self.state.global_step
 
@@ -212,7 +202,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             with self.router.route(names):
                 return self._get_per_token_logps_and_entropies(self.model, *part.model_inputs())[0]
 
-        return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward)
+        budget, split = self.args.max_tokens_per_micro_batch, not self.router.mixes_adapters
+        return bounded_logps(batch, adapters, size, budget, forward, split_by_adapter=split)
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _prepare_inputs(self, generation_batch) -> TrainingBatch:
@@ -238,11 +229,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         if self.args.update_schedule == "mini_batches":
             return self._mini_batch_update(model, inputs, num_items_in_batch)
         step = self._step
-        chunk = self._prepare_inputs(inputs)
-        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
-        loss = self._accumulate(model, split_for_memory(chunk, size, budget, self.loss_type), num_items_in_batch)
+        loss = self._accumulate(model, self._micro_batches(self._prepare_inputs(inputs)), num_items_in_batch)
         self._step = step + 1
         return loss
+
+    def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
+        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        return split_for_memory(batch, size, budget, self.loss_type, split_by_adapter=not self.router.mixes_adapters)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes."""
@@ -271,12 +264,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.current_gradient_accumulation_steps,
         )
         loss = torch.zeros((), device=self.accelerator.device)
-        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
         for k, (_, part) in enumerate(plan):
             if k:
                 self._single_adapter_step(plan[k - 1][0])
-            parts = split_for_memory(loss_ready(part, self.loss_type), size, budget, self.loss_type)
-            loss = loss + self._accumulate(model, parts, num_items_in_batch)
+            loss = loss + self._accumulate(
+                model, self._micro_batches(loss_ready(part, self.loss_type)), num_items_in_batch
+            )
         self.adapters.keep_only(plan[-1][0])
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
         self._log_metrics("train", steps)

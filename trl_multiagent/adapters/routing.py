@@ -106,17 +106,22 @@ class AdapterRouter:
 
     def __init__(self, model: torch.nn.Module):
         from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora.layer import ParamWrapper
 
         self._names: list[str] | None = None  # per-sample names, only while a batch mixes adapters
         self._layers = [module for module in model.modules() if isinstance(module, LoraLayer)]
         if not self._layers:
             raise ValueError("The model has no LoRA layers to route; pass a LoRA `peft_config` to the trainer.")
+        # LoRA on a weight (MoE experts and routers, through PEFT's ParamWrapper) sees the batch's tokens flattened
+        # and applies one weight per forward: such a model cannot mix adapters inside one batch, and its callers
+        # split mixed batches by adapter instead (exact: each sample still goes through its own adapter).
+        self.mixes_adapters = not any(isinstance(layer, ParamWrapper) for layer in self._layers)
         self._handles = [layer.register_forward_pre_hook(self._inject, with_kwargs=True) for layer in self._layers]
         self._routing: list[str] | None = None
         self._original_active = [layer._active_adapter for layer in self._layers]
 
     def _inject(self, module, args, kwargs):
-        if self._routing is None:
+        if self._routing is None or self._names is None:  # one adapter for the whole batch: PEFT's own path
             return None
         x = args[0] if args else kwargs["x"]
         if x.shape[0] != len(self._routing):
@@ -124,8 +129,6 @@ class AdapterRouter:
                 f"Adapter routing holds {len(self._routing)} samples but a LoRA layer received a batch of "
                 f"{x.shape[0]}."
             )
-        if self._names is None:
-            return None
         kwargs["adapter_names"] = self._names
         return args, kwargs
 
@@ -133,6 +136,11 @@ class AdapterRouter:
         """Route the next forwards (and the recomputation of checkpointed ones in backward) sample by sample."""
         self._routing = list(names) if names is not None else None
         unique = set(self._routing) if self._routing else set()
+        if len(unique) > 1 and not self.mixes_adapters:
+            raise ValueError(
+                f"This model's LoRA layers cannot mix adapters in one batch (MoE weights); got {sorted(unique)}. "
+                "Split the batch by adapter (`split_by_adapter`)."
+            )
         if len(unique) == 1:
             # A name that is no adapter of a layer ("__base__") makes PEFT skip that layer's LoRA: the base model.
             self._names = None

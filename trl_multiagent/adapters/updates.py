@@ -52,6 +52,12 @@ class AdapterUpdates:
         install_role_adapters(peft_model, self.adapter_names)
         self.router = AdapterRouter(peft_model)
         self.role_split = None
+        if monitor_role_grad_norms and not self.router.mixes_adapters:
+            raise ValueError(
+                "`monitor_role_grad_norms` routes each role of a shared adapter to its own shadow inside one batch, "
+                "which LoRA on MoE expert weights cannot do. Turn it off, or leave the experts out of "
+                "`target_modules`."
+            )
         if monitor_role_grad_norms and len(self.adapter_names) < len(self.role_adapters):
             self.role_split = RoleGradientSplit(peft_model, self.role_adapters, self.adapter_names)
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)

@@ -43,23 +43,31 @@ def padded_tokens(batch: TrainingBatch) -> int:
 
 
 def row_groups(
-    prompt_lengths: Sequence[int], completion_lengths: Sequence[int], max_samples: int, max_tokens: int | None
+    prompt_lengths: Sequence[int],
+    completion_lengths: Sequence[int],
+    max_samples: int,
+    max_tokens: int | None,
+    keys: Sequence[str] | None = None,
 ) -> list[list[int]]:
-    """Consecutive groups of rows, each with at most ``max_samples`` rows and, once padded to its longest prompt and
-    completion, at most ``max_tokens`` tokens (a row longer than that on its own forms its own group)."""
+    """Groups of rows, each with at most ``max_samples`` rows and, once padded to its longest prompt and
+    completion, at most ``max_tokens`` tokens (a row longer than that on its own forms its own group). With
+    ``keys`` (e.g. each row's adapter), a group holds rows of one key only."""
+    order = range(len(prompt_lengths))
+    partitions = [list(order)] if keys is None else [[i for i in order if keys[i] == k] for k in dict.fromkeys(keys)]
     groups: list[list[int]] = []
-    current: list[int] = []
-    widest_p = widest_c = 0
-    for row, (p, c) in enumerate(zip(prompt_lengths, completion_lengths)):
-        wp, wc = max(widest_p, p), max(widest_c, c)
-        fits = len(current) < max_samples and (max_tokens is None or (len(current) + 1) * (wp + wc) <= max_tokens)
-        if current and not fits:
+    for rows in partitions:
+        current: list[int] = []
+        widest_p = widest_c = 0
+        for row in rows:
+            wp, wc = max(widest_p, prompt_lengths[row]), max(widest_c, completion_lengths[row])
+            fits = len(current) < max_samples and (max_tokens is None or (len(current) + 1) * (wp + wc) <= max_tokens)
+            if current and not fits:
+                groups.append(current)
+                current, wp, wc = [], prompt_lengths[row], completion_lengths[row]
+            current.append(row)
+            widest_p, widest_c = wp, wc
+        if current:
             groups.append(current)
-            current, wp, wc = [], p, c
-        current.append(row)
-        widest_p, widest_c = wp, wc
-    if current:
-        groups.append(current)
     return groups
 
 
@@ -69,21 +77,24 @@ def bounded_logps(
     max_samples: int,
     max_tokens: int | None,
     forward: Callable[[TrainingBatch, list[str]], torch.Tensor],
+    split_by_adapter: bool = False,
 ) -> torch.Tensor:
-    """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts."""
+    """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (one adapter per
+    part with ``split_by_adapter``)."""
     logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
-    for rows in row_groups(*batch.lengths(), max_samples, max_tokens):
+    keys = list(adapters) if split_by_adapter else None
+    for rows in row_groups(*batch.lengths(), max_samples, max_tokens, keys):
         part = forward(batch.select(rows).trimmed(), [adapters[i] for i in rows])
         logps[rows, : part.size(1)] = part.float()
     return logps
 
 
 def split_for_memory(
-    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str
+    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str, split_by_adapter: bool = False
 ) -> list[TrainingBatch]:
     """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
     loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``."""
-    groups = row_groups(*batch.lengths(), max_samples, max_tokens)
+    groups = row_groups(*batch.lengths(), max_samples, max_tokens, batch.adapters if split_by_adapter else None)
     if len(groups) == 1:
         return [batch]
     tokens = batch.completion_mask.sum(dim=1).float()

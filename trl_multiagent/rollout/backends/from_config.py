@@ -95,3 +95,10 @@ def _vllm_backend(args, context: TrainerContext):
         distributed_executor_backend="external_launcher" if context.num_processes > 1 else "uni",
         **common,
     )
+
+
+def sync_adapters(backend, peft_model, adapter_names: Sequence[str], is_main_process: bool) -> None:
+    """Send the trained adapters to ``backend``: from every process to colocated engines (each holds its own copy),
+    from the main process alone to one that serves them all (``shared_across_processes``)."""
+    if not getattr(backend, "shared_across_processes", False) or is_main_process:
+        backend.sync_adapters(peft_model, adapter_names)

@@ -1,0 +1,49 @@
+"""A mixture-of-experts model: LoRA on expert and router weights sees flattened tokens and cannot mix adapters in a
+batch, so mixed batches are split by adapter (each sample still through its own adapter) and every role trains."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from tiny import random_answers, tiny_trainer
+from transformers import AutoConfig, AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from trl_multiagent import Voting
+from trl_multiagent.adapters.routing import adapter_parameters
+
+
+@pytest.fixture(scope="module")
+def tiny_moe_dir(tiny_model_dir, tmp_path_factory) -> str:
+    dense = AutoConfig.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = Qwen3MoeConfig(
+        vocab_size=dense.vocab_size, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=4,
+        num_experts_per_tok=2, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    folder = str(tmp_path_factory.mktemp("tiny-qwen3-moe"))
+    Qwen3MoeForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
+def test_isolated_voting_trains_every_role_adapter_on_a_moe_model(tiny_moe_dir, tmp_path, schedule):
+    trainer = tiny_trainer(
+        tiny_moe_dir, tmp_path, Voting(), respond=random_answers, policy_sharing="isolated", max_steps=2,
+        logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0, update_schedule=schedule,
+    )  # fmt: skip
+    assert not trainer.router.mixes_adapters  # LoRA on expert/router weights (PEFT's ParamWrapper)
+    experts = [n for n in adapter_parameters(trainer.model, "generator") if "experts" in n]
+    assert experts  # the experts carry LoRA weights of every adapter
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    for adapter in ("generator", "aggregator"):
+        moved = [n for n, p in adapter_parameters(trainer.model, adapter).items() if not torch.equal(p, before[n])]
+        assert any("experts" in n for n in moved) and any("self_attn" in n for n in moved), adapter
