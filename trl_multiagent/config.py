@@ -64,6 +64,16 @@ class MultiAgentGRPOConfig(GRPOConfig):
             mean and unbiased std with eps 1e-6. With outcome rewards alone the two differ only where a role is
             missing from some episodes (Orch-Workers with fewer strategies) and in the eps; with per-role rewards
             they differ in what is compared.
+        role_rewards (`str`, *optional*):
+            `"reference"`: the reference stack's per-role rewards, read from the workflow's declared role formats: an
+            answer (generator, voter, worker, synthesizer) is rewarded when it is right by `reward_funcs`, a verdict
+            when it matches whether the attempt it judged is right, a selection when the answer it chose is right, a
+            plan with the episode's outcome. Normalised in role groups and mixed with the outcome advantage by
+            `role_reward_weight`; logged as `role/<role>/role_reward`. Custom ones: the trainer's
+            `role_reward_funcs`.
+        role_reward_weight (`float`, *optional*, defaults to `1.0`):
+            Share of the per-role reward's advantage in a call's advantage (1: the reference's per-role variant, the
+            outcome left out for those roles; 0: outcome only).
         clip_grad_norm_per_adapter (`bool`, *optional*, defaults to `False`):
             Clip each adapter's gradient to `max_grad_norm` on its own (the reference under isolated policy) instead
             of the norm over all adapters. Always the case under `update_schedule="mini_batches"`, where every step
@@ -163,6 +173,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={"help": "'episodes': one GRPO group per prompt; 'roles': per prompt, role and instance.",
                   "choices": list(ADVANTAGE_GROUPS)},
     )  # fmt: skip
+    role_rewards: str | None = field(
+        default=None,
+        metadata={"help": "'reference': the reference stack's per-role rewards (see the docstring).",
+                  "choices": [None, "reference"]},
+    )  # fmt: skip
+    role_reward_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the per-role reward's advantage against the outcome's (0 to 1)."}
+    )
     clip_grad_norm_per_adapter: bool = field(
         default=False, metadata={"help": "Clip each adapter's gradient norm on its own (max_grad_norm)."}
     )
@@ -211,6 +229,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(f"`update_schedule` must be one of {UPDATE_SCHEDULES}, got {self.update_schedule!r}.")
         if self.advantage_groups not in ADVANTAGE_GROUPS:
             raise ValueError(f"`advantage_groups` must be one of {ADVANTAGE_GROUPS}, got {self.advantage_groups!r}.")
+        if self.role_rewards not in (None, "reference"):
+            raise ValueError(f"`role_rewards` must be None or 'reference', got {self.role_rewards!r}.")
+        if not 0.0 <= self.role_reward_weight <= 1.0:
+            raise ValueError(f"`role_reward_weight` must be in [0, 1], got {self.role_reward_weight}.")
         if self.update_schedule == "mini_batches" and self.num_iterations != 1:
             raise ValueError(
                 "`update_schedule='mini_batches'` takes each mini-batch once (the reference's ppo_epochs=1); set "
@@ -261,7 +283,7 @@ def _check_role_numbers(name: str, value: Any) -> None:
             raise ValueError(f"`{name}[{role!r}]` must be a number >= 0, got {number!r}.")
 
 
-def check_trainer_arguments(args, workflow, peft_config) -> MultiAgentGRPOConfig:
+def check_trainer_arguments(args, workflow, peft_config, role_reward_funcs=None) -> MultiAgentGRPOConfig:
     """``args`` (a default config when None) once the trainer's own arguments are known to fit together."""
     from .workflows.base import Workflow
 
@@ -274,4 +296,16 @@ def check_trainer_arguments(args, workflow, peft_config) -> MultiAgentGRPOConfig
     if peft_config is None:
         raise ValueError("Pass a LoRA `peft_config`: every role is trained as a LoRA adapter on a frozen base.")
     args.check_roles(workflow.roles)
+    if role_reward_funcs is not None and args.role_rewards is not None:
+        raise ValueError("Pass `role_reward_funcs` or set `role_rewards`, not both.")
+    unknown = sorted(set(role_reward_funcs or {}) - set(workflow.roles))
+    if unknown:
+        raise ValueError(
+            f"`role_reward_funcs` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}."
+        )
+    if args.role_rewards == "reference" and not getattr(workflow, "formats", None):
+        raise ValueError(
+            f"role_rewards='reference' reads the roles' declared output formats, and {type(workflow).__name__} "
+            "declares none (`formats = {role: BoxedAnswer(), ...}`); declare them or pass `role_reward_funcs`."
+        )
     return args

@@ -14,9 +14,7 @@ One training step, in order (mirrored by the numbered comments below):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
@@ -39,6 +37,7 @@ from .training.batch import TrainingBatch, calls_to_batch
 from .training.importance_sampling import importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, micro_batches, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
+from .training.role_rewards import custom_role_rewards, outcome_scorer, reference_role_rewards
 from .workflows.base import Workflow
 
 
@@ -71,8 +70,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         peft_config=None,
         rollout_backend=None,
         answer_checker=None,
+        role_reward_funcs=None,
     ):
-        args = check_trainer_arguments(args, workflow, peft_config)
+        args = check_trainer_arguments(args, workflow, peft_config, role_reward_funcs)
         check_prompt_column(train_dataset, "train_dataset")
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
@@ -105,6 +105,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self._synced_step = -1
         self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
         self.answer_checker = answer_checker
+        self.role_reward_funcs = role_reward_funcs
+        if args.role_rewards == "reference":
+            self._score_own_answer = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())
         first, last = monitoring_callbacks(args)
         # First in line, so the report_to integrations that log after them see the alarm metrics.
         self.callback_handler.callbacks[:0] = first
@@ -112,12 +115,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.add_callback(callback)
 
     # -------------------------------------------------------------------------------------------- rollout backend
-    @contextmanager
-    def _unwrapped_for_generation(self) -> Iterator[torch.nn.Module]:
-        with unwrap_model_for_generation(
-            self.model_wrapped, self.accelerator, gather_deepspeed3_params=self.args.ds3_gather_for_generation
-        ) as model:
-            yield model
+    def _unwrapped_for_generation(self):
+        gather_zero3 = self.args.ds3_gather_for_generation
+        return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
 
     def _sync_backend_adapters(self) -> None:
         """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3)."""
@@ -152,25 +152,21 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * len(prompts)
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
-        calls = [call for episode in episodes for call in episode.calls]
+        role_rewards = self._role_rewards(episodes, inputs, rewards[start : start + len(prompts)].tolist(), mode)
         advantages = call_advantages(
             episodes, start, all_advantages, rewards, self.workflow.roles, num_generations, self.scale_rewards,
-            self.args.advantage_groups, gather_object,
+            self.args.advantage_groups, gather_object, role_rewards, self.args.role_reward_weight,
         )  # fmt: skip
-        episode_ids = [start + e.index for e in episodes for _ in e.calls]
-        batch = calls_to_batch(
-            calls, advantages, episode_ids, self._tokenizer.pad_token_id, device, self.args.mask_truncated_completions
+        calls, episode_ids = (
+            [c for e in episodes for c in e.calls],
+            [start + e.index for e in episodes for _ in e.calls],
         )
-        token_counts = batch.completion_mask.sum(dim=1)
-        totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch]).view(1, 2)).sum(dim=0)
-        batch = replace(
-            batch,
-            sample_weights=role_weights(
-                batch.roles, token_counts, self.role_loss_weights, self.args.role_loss_balance, self.loss_type
-            ),
-            num_samples_in_batch=totals[0],
-            num_items_in_batch=totals[1],
-        )
+        pad, mask_truncated = self._tokenizer.pad_token_id, self.args.mask_truncated_completions
+        batch = calls_to_batch(calls, advantages, episode_ids, pad, device, mask_truncated)
+        tokens, balance = batch.completion_mask.sum(dim=1), self.args.role_loss_balance
+        batch.sample_weights = role_weights(batch.roles, tokens, self.role_loss_weights, balance, self.loss_type)
+        totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
+        batch.num_samples_in_batch, batch.num_items_in_batch = totals[0], totals[1]
         self._log_rollout_metrics(mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts)
         self._log_workflow_metrics(mode, episodes, inputs, rewards[start : start + len(prompts)].tolist())
 
@@ -193,6 +189,18 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                 self.vllm_importance_sampling_clip_max,
             )
         return batch
+
+    def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
+        formats = getattr(self.workflow, "formats", {})
+        if self.role_reward_funcs:
+            values = custom_role_rewards(self.role_reward_funcs, formats, episodes, rows)
+        elif self.args.role_rewards == "reference":
+            values = reference_role_rewards(formats, episodes, rows, outcome, self._score_own_answer)
+        else:
+            return None
+        sums = role_metrics.role_reward_sums(self.workflow.roles, episodes, values, self.accelerator.device)
+        self._log_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
+        return values
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""

@@ -129,3 +129,18 @@ def grad_norm_metrics(
         metrics[f"role/{role}/grad_norm"] = square**0.5
         metrics[f"role/{role}/grad_norm_share"] = square / role_total if role_total else 0.0
     return metrics
+
+
+def role_reward_sums(roles: Sequence[str], episodes, role_rewards, device: torch.device) -> torch.Tensor:
+    """`[R, 2]` per role: sum and count of the per-role rewards of this process's calls (None: not counted)."""
+    sums = torch.zeros(len(roles), 2, device=device)
+    for episode, rewards in zip(episodes, role_rewards):
+        for call, reward in zip(episode.calls, rewards):
+            if reward is not None:
+                sums[roles.index(call.role)] += torch.tensor([reward, 1.0], device=device)
+    return sums
+
+
+def role_reward_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, float]:
+    """`role/<role>/role_reward`: the mean per-role reward of each role that has one."""
+    return {f"role/{role}/role_reward": total / count for role, (total, count) in zip(roles, sums.tolist()) if count}

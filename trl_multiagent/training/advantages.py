@@ -81,24 +81,37 @@ def call_advantages(
     scale_rewards: str,
     groups: str,
     gather_object,
+    role_rewards: Sequence[Sequence[float | None]] | None = None,
+    role_reward_weight: float = 1.0,
 ) -> list[float]:
     """The advantage of every call of this process's ``episodes`` (``Episode`` records), in call order.
 
     ``groups="episodes"``: each call carries its episode's advantage (``episode_advantages``, `[E_all]`, GRPO over
     the episodes of a prompt). ``groups="roles"``: each call carries its role trajectory's advantage from
-    ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`); ``gather_object`` collects every
-    process's trajectories, so groups span processes.
+    ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`). ``role_rewards`` (per episode, per
+    call; None where a role has none) are pooled per trajectory (their mean), normalised in role groups and mixed in:
+    ``(1 - role_reward_weight) * outcome advantage + role_reward_weight * role advantage``. ``gather_object``
+    collects every process's trajectories, so groups span processes.
     """
+    keys = [(first_episode + i, roles.index(c.role), c.instance) for i, e in enumerate(episodes) for c in e.calls]
     if groups == "episodes":
-        return [float(episode_advantages[first_episode + i]) for i, e in enumerate(episodes) for _ in e.calls]
-    local = sorted(
-        {(first_episode + i, roles.index(c.role), c.instance) for i, e in enumerate(episodes) for c in e.calls}
-    )
-    trajectories = gather_object(local)
-    values = trajectory_advantages(
-        trajectories, [float(rewards[t[0]]) for t in trajectories], num_generations, scale_rewards
-    )
-    advantage = dict(zip(map(tuple, trajectories), values))
-    return [
-        advantage[first_episode + i, roles.index(c.role), c.instance] for i, e in enumerate(episodes) for c in e.calls
-    ]
+        outcome = [float(episode_advantages[key[0]]) for key in keys]
+    else:
+        trajectories = [tuple(t) for t in gather_object(sorted(set(keys)))]
+        values = [float(rewards[episode]) for episode, _, _ in trajectories]
+        advantage = dict(
+            zip(trajectories, trajectory_advantages(trajectories, values, num_generations, scale_rewards))
+        )
+        outcome = [advantage[key] for key in keys]
+    if role_rewards is None:
+        return outcome
+    pooled: dict[tuple, list[float]] = {}
+    for key, value in zip(keys, (r for per_episode in role_rewards for r in per_episode)):
+        if value is not None:
+            pooled.setdefault(key, []).append(value)
+    local = sorted((key, sum(v) / len(v)) for key, v in pooled.items())
+    gathered = [(tuple(key), value) for key, value in gather_object(local)]
+    values = trajectory_advantages([k for k, _ in gathered], [v for _, v in gathered], num_generations, scale_rewards)
+    role_advantage = {key: value for (key, _), value in zip(gathered, values)}
+    w = role_reward_weight
+    return [(1 - w) * a + w * role_advantage[key] if key in role_advantage else a for key, a in zip(keys, outcome)]

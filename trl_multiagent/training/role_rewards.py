@@ -1,0 +1,144 @@
+"""Per-role rewards: a reward for every call of a role, from what that role's output means.
+
+The outcome reward says whether the episode's final answer is right; a judge that praises wrong attempts can still
+share in a right outcome. The reference stack has a per-role variant, built in here as ``role_rewards="reference"``
+from the roles' declared output formats (``Workflow.formats``):
+
+- an answer (generator, voter, worker, synthesizer): its own answer is right;
+- a verdict (evaluator): the verdict matches whether the attempt it judged is right;
+- a selection (aggregator): the answer it selected is right;
+- a plan (orchestrator): the episode's outcome.
+
+"Right" is the outcome reward (the trainer's ``reward_funcs``) scored on that call's own text: at least 1.
+
+Users pass their own as ``role_reward_funcs={"evaluator": fn}``: TRL's reward signature, called once per role with
+that role's calls of the batch: ``fn(prompts, completions, completion_ids, judged, candidates, final_answer,
+**columns) -> list[float | None]``; ``judged`` is the text of the answer a verdict judged (else None),
+``candidates`` the answers a selection chose among, ``final_answer`` the episode's, and ``columns`` the dataset row's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
+
+
+@dataclass
+class CallContext:
+    """What one call's output refers to, read from the formats of the calls before it in its episode."""
+
+    judged: int | None = None  # index (in the episode's calls) of the answer a verdict judged
+    candidates: tuple[int, ...] = ()  # indices of the answers a selection chose among, by instance
+
+
+def call_contexts(formats: Mapping[str, Any], calls: Sequence) -> list[CallContext]:
+    """A verdict judges the latest answer before it; a selection chooses among the latest answer of each instance of
+    the role that answered last before it."""
+    contexts, latest, last = [], {}, None
+    for i, call in enumerate(calls):
+        kind = getattr(formats.get(call.role), "kind", None)
+        if kind == "answer":
+            latest[call.role, call.instance], last = i, i
+            contexts.append(CallContext())
+        elif kind == "verdict":
+            contexts.append(CallContext(judged=last))
+        elif kind == "selection" and last is not None:
+            role = calls[last].role
+            contexts.append(CallContext(candidates=tuple(latest[k] for k in sorted(latest) if k[0] == role)))
+        else:
+            contexts.append(CallContext())
+    return contexts
+
+
+def reference_role_rewards(
+    formats: Mapping[str, Any], episodes: Sequence, rows: Sequence[dict], outcome: Sequence[float], score: Scorer
+) -> list[list[float | None]]:
+    """The reference's per-role reward of every call of every episode (None for a role without a format)."""
+    answers = [
+        (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if _kind(formats, c) == "answer"
+    ]
+    scores = score([episodes[e].calls[i].text for e, i in answers], [rows[e] for e, _ in answers]) if answers else []
+    right = {key: value >= 1.0 for key, value in zip(answers, scores)}
+    rewards = []
+    for e, episode in enumerate(episodes):
+        per_call: list[float | None] = []
+        for i, (call, context) in enumerate(zip(episode.calls, call_contexts(formats, episode.calls))):
+            kind, fmt = _kind(formats, call), formats.get(call.role)
+            if kind == "answer":
+                per_call.append(float(right[e, i]))
+            elif kind == "verdict":
+                judged = right.get((e, context.judged)) if context.judged is not None else None
+                per_call.append(None if judged is None else float(fmt.read(call.text) == judged))
+            elif kind == "selection" and context.candidates:
+                pick = context.candidates[min(fmt.read(call.text), len(context.candidates) - 1)]
+                per_call.append(float(right[e, pick]))
+            elif kind == "plan":
+                per_call.append(float(outcome[e]))
+            else:
+                per_call.append(None)
+        rewards.append(per_call)
+    return rewards
+
+
+def custom_role_rewards(
+    funcs: Mapping[str, Callable], formats: Mapping[str, Any], episodes: Sequence, rows: Sequence[dict]
+) -> list[list[float | None]]:
+    """``funcs[role]`` on each role's calls (see the module docstring); None for roles without a function."""
+    rewards: list[list[float | None]] = [[None] * len(e.calls) for e in episodes]
+    for role, func in funcs.items():
+        where, kwargs = [], {"prompts": [], "completions": [], "completion_ids": [], "judged": [], "candidates": []}
+        kwargs["final_answer"] = []
+        columns: dict[str, list] = {key: [] for key in (rows[0] if rows else {}) if key != "prompt"}
+        for e, episode in enumerate(episodes):
+            contexts = call_contexts(formats, episode.calls)
+            for i, call in enumerate(episode.calls):
+                if call.role != role:
+                    continue
+                where.append((e, i))
+                context = contexts[i]
+                kwargs["prompts"].append(call.messages)
+                kwargs["completions"].append(call.text)
+                kwargs["completion_ids"].append(call.completion_ids)
+                kwargs["judged"].append(None if context.judged is None else episode.calls[context.judged].text)
+                kwargs["candidates"].append([episode.calls[k].text for k in context.candidates])
+                kwargs["final_answer"].append(episode.final_answer)
+                for key in columns:
+                    columns[key].append(rows[e][key])
+        if not where:
+            continue
+        values = func(**kwargs, **columns)
+        if len(values) != len(where):
+            raise ValueError(f"role_reward_funcs[{role!r}] returned {len(values)} rewards for {len(where)} calls.")
+        for (e, i), value in zip(where, values):
+            rewards[e][i] = None if value is None else float(value)
+    return rewards
+
+
+def _kind(formats: Mapping[str, Any], call) -> str | None:
+    return getattr(formats.get(call.role), "kind", None)
+
+
+def outcome_scorer(reward_funcs: Sequence[Callable], weights: Sequence[float]) -> Scorer:
+    """Scores texts as if each were an episode's final answer: the weighted sum of the outcome reward functions
+    (TRL's signature, called with the rows' columns), None counting as 0."""
+    for func in reward_funcs:
+        if not callable(func) or hasattr(func, "forward"):
+            raise ValueError(
+                "role_rewards='reference' grades each role's own answer with `reward_funcs`, which must be functions "
+                "(a reward model cannot grade role outputs here); pass `role_reward_funcs` instead."
+            )
+
+    def score(texts: list[str], rows: list[dict]) -> list[float]:
+        conversational = isinstance(rows[0]["prompt"], list)  # as the episodes' final answers are passed
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else list(texts)
+        columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion")}
+        totals = [0.0] * len(texts)
+        for func, weight in zip(reward_funcs, weights):
+            values = func(prompts=[row["prompt"] for row in rows], completions=completions, **columns)
+            totals = [t + weight * (v or 0.0) for t, v in zip(totals, values)]
+        return totals
+
+    return score
