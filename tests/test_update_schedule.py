@@ -3,35 +3,23 @@ step, per-adapter gradient clipping, and memory-bounded micro-batches that leave
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from scripted import addition_dataset
-from tiny import tiny_trainer
+from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import EvalOpt, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.training.mini_batches import padded_tokens
 
 
-def random_answers(requests, rng):
-    """Solvers answer "What is i + 2?" right half of the time; judges pick a random candidate."""
-    outputs = []
-    for request in requests:
-        found = re.search(r"What is (\d+) \+ 2", " ".join(m["content"] for m in request.messages))
-        i = int(found.group(1)) if found else 0
-        outputs.append(f"\\boxed{{{i + 2 if rng.random() < 0.5 else i + 3}}}" if found else "\\boxed{1}")
-    return outputs
-
-
 def always_incorrect(requests, rng):
     """Isolated policy: the evaluator's adapter is "evaluator"; it rejects every attempt, so all iterations run."""
-    answers = iter(random_answers(requests, rng))
+    answers = iter(half_right_answers(requests, rng))
     return ["\\boxed{Incorrect}" if r.adapter == "evaluator" else next(answers) for r in requests]
 
 
-def make_trainer(model_dir, tmp_path, workflow, respond=random_answers, **overrides):
+def make_trainer(model_dir, tmp_path, workflow, respond=half_right_answers, **overrides):
     settings = dict(
         per_device_train_batch_size=8, max_steps=1, logging_steps=1, learning_rate=5e-2, save_strategy="no",
         policy_sharing="isolated", seed=0, max_grad_norm=0.0, optim="sgd",

@@ -6,6 +6,8 @@ seed, sharing) by name, so the settings its assertions depend on stand where it 
 
 from __future__ import annotations
 
+import re
+
 from peft import LoraConfig
 from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from transformers import AutoTokenizer
@@ -37,6 +39,17 @@ def random_answers(requests, rng) -> list[str]:
     return [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests]
 
 
+def half_right_answers(requests, rng) -> list[str]:
+    """Every call answers "What is i + 2?" (the problem found anywhere in its messages) right half of the time, so
+    every group of episodes is likely to hold both outcomes; a judge's answer falls to its parser's fallbacks."""
+    outputs = []
+    for request in requests:
+        found = re.search(r"What is (\d+) \+ 2", " ".join(m["content"] for m in request.messages))
+        i = int(found.group(1)) if found else 0
+        outputs.append(f"\\boxed{{{i + 2 if rng.random() < 0.5 else i + 3}}}" if found else "\\boxed{1}")
+    return outputs
+
+
 def tiny_trainer(
     model_dir,
     output_dir,
@@ -47,6 +60,7 @@ def tiny_trainer(
     respond=None,
     respond_seed: int = 0,
     reward_funcs=boxed_answer_reward,
+    reward_processing_classes=None,
     answer_checker=None,
     **config,
 ) -> MultiAgentGRPOTrainer:
@@ -69,6 +83,7 @@ def tiny_trainer(
         eval_dataset=eval_dataset,
         peft_config=tiny_lora(),
         processing_class=tokenizer,
+        reward_processing_classes=reward_processing_classes,
         rollout_backend=backend,
         answer_checker=answer_checker,
     )

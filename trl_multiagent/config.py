@@ -259,11 +259,6 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 "`use_vllm` drives TRL's single-completion generation, which multi-agent rollouts do not use. "
                 "Choose the rollout engine with `rollout_backend` instead."
             )
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                "Workflow advantages are grouped over episode outcomes with `multi_objective_aggregation="
-                "'sum_then_normalize'`; other aggregations are not supported."
-            )
 
     def check_roles(self, roles) -> None:
         """Fail if a per-role field names a role the workflow does not have."""
@@ -283,18 +278,48 @@ def _check_role_numbers(name: str, value: Any) -> None:
             raise ValueError(f"`{name}[{role!r}]` must be a number >= 0, got {number!r}.")
 
 
-def check_trainer_arguments(args, workflow, peft_config, role_reward_funcs=None) -> MultiAgentGRPOConfig:
+UNSUPPORTED_TRL_ARGUMENTS = {
+    "tools": "tool calling inside one completion",
+    "rollout_func": "a custom single-completion rollout",
+    "environment_factory": "environments",
+}
+
+
+def check_trainer_arguments(
+    args, workflow, model, peft_config, role_reward_funcs=None, unsupported=None
+) -> MultiAgentGRPOConfig:
     """``args`` (a default config when None) once the trainer's own arguments are known to fit together."""
+    from peft import PeftModel
+
     from .workflows.base import Workflow
 
+    for name, value in (unsupported or {}).items():
+        what = UNSUPPORTED_TRL_ARGUMENTS.get(name)
+        if what is None:
+            raise TypeError(f"MultiAgentGRPOTrainer got an unexpected keyword argument {name!r}.")
+        if value is not None:
+            raise ValueError(
+                f"`{name}` ({what}) is a GRPOTrainer feature that multi-agent rollouts do not support: the workflow "
+                "makes the model calls. Write the steps as a Workflow (its `run` may call tools between its calls)."
+            )
     if args is None:
         args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")
     if not isinstance(args, MultiAgentGRPOConfig):
         raise TypeError(f"`args` must be a MultiAgentGRPOConfig, got {type(args).__name__}.")
     if not isinstance(workflow, Workflow) or not workflow.roles:
         raise TypeError("`workflow` must be a trl_multiagent Workflow subclass instance with non-empty `roles`.")
-    if peft_config is None:
-        raise ValueError("Pass a LoRA `peft_config`: every role is trained as a LoRA adapter on a frozen base.")
+    if peft_config is None and not isinstance(model, PeftModel):
+        raise ValueError(
+            "Pass a LoRA `peft_config` (or a ready PeftModel): every role is trained as a LoRA adapter on a frozen "
+            "base."
+        )
+    if isinstance(model, PeftModel) and args.beta != 0.0:
+        raise ValueError(
+            "With a ready PeftModel, TRL would anchor the KL term to a copy of its 'default' adapter; the per-role KL "
+            "here anchors to the base model. Pass the base model with `peft_config`, or set beta=0."
+        )
+    if args.use_liger_kernel:
+        raise ValueError("`use_liger_kernel` replaces the loss forward that routes each sample to its role's adapter.")
     args.check_roles(workflow.roles)
     if role_reward_funcs is not None and args.role_rewards is not None:
         raise ValueError("Pass `role_reward_funcs` or set `role_rewards`, not both.")

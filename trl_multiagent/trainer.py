@@ -32,7 +32,7 @@ from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
-from .training.advantages import call_advantages, group_advantages
+from .training.advantages import call_advantages, outcome_advantages
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.importance_sampling import importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, micro_batches, per_role_kl_loss, role_weights
@@ -60,19 +60,22 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self,
         model,
         workflow: Workflow,
-        reward_funcs,
+        reward_funcs=None,
         args: MultiAgentGRPOConfig | None = None,
         train_dataset=None,
         eval_dataset=None,
         processing_class=None,
+        reward_processing_classes=None,
         callbacks=None,
         optimizers=(None, None),
         peft_config=None,
         rollout_backend=None,
         answer_checker=None,
         role_reward_funcs=None,
+        quantization_config=None,
+        **unsupported,
     ):
-        args = check_trainer_arguments(args, workflow, peft_config, role_reward_funcs)
+        args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
         check_prompt_column(train_dataset, "train_dataset")
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
@@ -84,8 +87,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
             callbacks=callbacks,
             optimizers=optimizers,
+            quantization_config=quantization_config,
             peft_config=peft_config,
         )
 
@@ -145,10 +150,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         ]
         last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
-        rewards[unscorable] = torch.nan
-        all_advantages = group_advantages(rewards, num_generations, self.scale_rewards)
+        rewards, all_advantages = outcome_advantages(
+            rewards_per_func,
+            self.reward_weights,
+            num_generations,
+            self.scale_rewards,
+            self.multi_objective_aggregation,
+        )
         start = self.accelerator.process_index * len(prompts)
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
@@ -180,14 +188,11 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
                 batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
         if correct_sampling:
+            clip = (self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
             batch.importance_sampling_ratio = importance_sampling_ratio(
-                batch.old_per_token_logps,
-                batch.sampling_per_token_logps,
-                batch.completion_mask,
-                self.vllm_importance_sampling_mode,
-                self.vllm_importance_sampling_clip_min,
-                self.vllm_importance_sampling_clip_max,
-            )
+                batch.old_per_token_logps, batch.sampling_per_token_logps, batch.completion_mask,
+                self.vllm_importance_sampling_mode, *clip,
+            )  # fmt: skip
         return batch
 
     def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
@@ -409,21 +414,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self._logs["extra"][f"role/{role}"].extend(gather_object(column))
 
     def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
-        device = self.accelerator.device
-        calls_per_episode = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=device))
-        tokens = batch.completion_mask.sum(dim=1)
-        role_sums = role_metrics.rollout_sums(
-            self.workflow.roles, batch.roles, tokens, batch.truncated, batch.advantages
-        )
-        values = role_metrics.rollout_metrics(
-            self.workflow.roles,
-            gather(role_sums.unsqueeze(0)).sum(dim=0),
-            rewards,
-            rewards_per_func,
-            self.reward_func_names,
-            calls_per_episode,
-            batch.num_samples_in_batch,
-        )
+        roles, names, tokens = self.workflow.roles, self.reward_func_names, batch.completion_mask.sum(dim=1)
+        calls = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=self.accelerator.device))
+        sums = gather(role_metrics.rollout_sums(roles, batch.roles, tokens, batch.truncated, batch.advantages)[None])
+        values = role_metrics.rollout_metrics(roles, sums.sum(0), rewards, rewards_per_func, names, calls, batch)
         self._log_metrics(mode, values)
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
         self._logs["prompt"].extend(gather_object(prompts))

@@ -8,14 +8,14 @@ import torch
 from scripted import addition_dataset
 from tiny import random_answers, tiny_trainer
 
-import trl_multiagent.trainer as trainer_module
+import trl_multiagent.training.advantages as advantages_module
 
 torch.set_num_threads(1)
 model_dir, out_dir = sys.argv[1], sys.argv[2]
 rank = int(os.environ["RANK"])
 record = {"rewards": [], "all_advantages": [], "local": []}
 
-original = trainer_module.group_advantages
+original = advantages_module.group_advantages
 
 
 def recording_group_advantages(rewards, num_generations, scale_rewards="group"):
@@ -25,7 +25,7 @@ def recording_group_advantages(rewards, num_generations, scale_rewards="group"):
     return advantages
 
 
-trainer_module.group_advantages = recording_group_advantages
+advantages_module.group_advantages = recording_group_advantages
 
 
 settings = dict(

@@ -58,20 +58,28 @@ def unique_adapters(role_adapters: dict[str, str]) -> list[str]:
 
 
 def install_role_adapters(peft_model, adapter_names: Sequence[str], source: str = "default") -> None:
-    """Give ``peft_model`` one trainable LoRA adapter per name, all starting from the ``source`` adapter's init.
+    """Give ``peft_model`` one trainable LoRA adapter per name, those it lacks starting from the ``source`` adapter.
 
     Starting every role from the same initialisation keeps shared and isolated runs comparable, and keeps a
-    shared-policy run numerically identical to plain TRL (which initialises ``default``).
+    shared-policy run numerically identical to plain TRL (which initialises ``default``). A ready ``PeftModel``
+    whose adapters are named after the role adapters keeps them as they are.
     """
-    config = peft_model.peft_config[source]
-    for name in adapter_names:
-        peft_model.add_adapter(name, config)
+    missing = [name for name in adapter_names if name not in peft_model.peft_config]
+    if missing and source not in peft_model.peft_config:
+        raise ValueError(
+            f"The model's adapters are {list(peft_model.peft_config)}; role adapter(s) {missing} are missing and "
+            f"there is no {source!r} adapter to start them from. Name the PeftModel's adapters after the role "
+            f"adapters {list(adapter_names)}, or give it a {source!r} adapter."
+        )
+    for name in missing:
+        peft_model.add_adapter(name, peft_model.peft_config[source])
     with torch.no_grad():
-        for name in adapter_names:
+        for name in missing:
             for param, copy in paired_parameters(peft_model, source, name, lora_only=False):
                 copy.copy_(param)
-    peft_model.set_adapter(adapter_names[0])  # deleting the active adapter would warn
-    peft_model.delete_adapter(source)
+    if source in peft_model.peft_config and source not in adapter_names:
+        peft_model.set_adapter(adapter_names[0])  # deleting the active adapter would warn
+        peft_model.delete_adapter(source)
     set_adapters_trainable(peft_model, adapter_names)
 
 

@@ -79,17 +79,17 @@ def rollout_metrics(
     rewards_per_func: torch.Tensor,
     reward_names: Sequence[str],
     calls_per_episode: torch.Tensor,
-    num_samples: torch.Tensor,
+    batch,
 ) -> dict[str, float]:
     """What one generation batch looked like, from tensors gathered over every process.
 
     ``sums``: `[R, 4]` from `rollout_sums`, summed over processes; ``rewards``: `[E]` outcome rewards (NaN where
-    unscorable); ``rewards_per_func``: `[E, F]`; ``calls_per_episode``: `[E]`; ``num_samples``: calls in the batch.
+    unscorable); ``rewards_per_func``: `[E, F]`; ``calls_per_episode``: `[E]`; ``batch``: the `TrainingBatch`.
     Logs the outcome (`workflow/success`, TRL's `reward`, `reward_std`, `rewards/<name>/mean|std`) and per role
     `role/<role>/calls` always, completion length, truncated fraction and mean advantage when it made calls.
     """
     metrics = {
-        "workflow/samples_generated": num_samples.item(),
+        "workflow/samples_generated": batch.num_samples_in_batch.item(),
         "workflow/calls_per_episode": calls_per_episode.mean().item(),
         "workflow/success": torch.nanmean(rewards).item(),
         "reward": torch.nanmean(rewards).item(),

@@ -24,10 +24,9 @@ def probe_episode(workflow: Workflow, role_adapters: Mapping[str, str], prompt: 
 
 
 def probe_first_row(workflow: Workflow, role_adapters: Mapping[str, str], dataset) -> Episode | None:
-    """`probe_episode` on the first row's prompt; None without rows."""
-    if dataset is None or len(dataset) == 0:
-        return None
-    return probe_episode(workflow, role_adapters, dataset[0]["prompt"])
+    """`probe_episode` on the first row's prompt (an iterable dataset too); None without rows."""
+    first = next(iter(dataset), None) if dataset is not None else None
+    return probe_episode(workflow, role_adapters, first["prompt"]) if first is not None else None
 
 
 def check_prompt_column(dataset, name: str) -> None:

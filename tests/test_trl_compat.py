@@ -1,0 +1,156 @@
+"""A TRL GRPO script with the trainer swapped: what a GRPOTrainer user relies on keeps working, or fails at
+construction saying why."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from datasets import IterableDataset
+from peft import get_peft_model
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from tiny import half_right_answers, tiny_config, tiny_lora, tiny_trainer
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from trl_multiagent import MultiAgentGRPOTrainer, SingleAgent, Voting
+from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.training.advantages import outcome_advantages
+
+TWO_STEPS = dict(max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0)
+
+
+def lora_moved(trainer, before: dict) -> set[str]:
+    return {n for n, p in trainer.model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])}
+
+
+def snapshot(trainer) -> dict:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+
+
+def test_iterable_train_dataset_trains(tiny_model_dir, tmp_path):
+    rows = addition_dataset(8)
+    iterable = IterableDataset.from_generator(lambda: iter(rows))
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, Voting(), dataset=iterable, respond=half_right_answers, **TWO_STEPS
+    )
+    before = snapshot(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 2 and lora_moved(trainer, before)
+
+
+def test_reward_model_with_its_own_tokenizer(tiny_model_dir, tmp_path):
+    reward_dir = tmp_path / "reward-model"
+    torch.manual_seed(0)
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, num_labels=1).save_pretrained(reward_dir)
+    reward_tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    reward_tokenizer.save_pretrained(reward_dir)
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path / "run", SingleAgent(), respond=half_right_answers,
+        reward_funcs=[str(reward_dir)], reward_processing_classes=[reward_tokenizer], **TWO_STEPS,
+    )  # fmt: skip
+    assert trainer.reward_processing_classes[0] is reward_tokenizer
+    before = snapshot(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert all(math.isfinite(h["rewards/reward-model/mean"]) for h in logs)
+    assert lora_moved(trainer, before)
+
+
+def test_normalize_then_sum_follows_trl():
+    rewards_per_func = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 4.0], [1.0, float("nan")]])
+    weights = torch.tensor([1.0, 0.5])
+    rewards, advantages = outcome_advantages(rewards_per_func, weights, 2, "group", "normalize_then_sum")
+    # per function, per prompt of 2 episodes: (x - mean) / (std + 1e-4); then the weighted sum; then over the batch
+    s = math.sqrt(0.5)
+    f1 = [0.5 / (s + 1e-4), -0.5 / (s + 1e-4), 0.0, 0.0]
+    f2 = [-1 / (2 * s + 1e-4), 1 / (2 * s + 1e-4), 0.0, 0.0]  # the second prompt's f2 has one value: std NaN -> 0
+    expected = torch.tensor([a + 0.5 * b for a, b in zip(f1, f2)])
+    assert torch.allclose(rewards, expected, atol=1e-5)
+    assert torch.allclose(advantages, (expected - expected.mean()) / (expected.std() + 1e-4), atol=1e-5)
+
+
+def test_normalize_then_sum_trains(tiny_model_dir, tmp_path):
+    def length_reward(completions, **kwargs):
+        return [float(len(c[0]["content"])) for c in completions]
+
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, Voting(), respond=half_right_answers,
+        reward_funcs=[boxed_answer_reward, length_reward], multi_objective_aggregation="normalize_then_sum",
+        **TWO_STEPS,
+    )  # fmt: skip
+    before = snapshot(trainer)
+    trainer.train()
+    assert lora_moved(trainer, before)
+
+
+def test_a_ready_peft_model_default_adapter_starts_every_role(tiny_model_dir, tmp_path):
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tiny_lora())
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)  # a trained adapter, not a fresh one
+    start = {n.replace(".default.", "."): p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
+    trainer = MultiAgentGRPOTrainer(
+        model=peft_model,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=tiny_config(tmp_path, policy_sharing="isolated", **TWO_STEPS),
+        train_dataset=addition_dataset(),
+        processing_class=(tokenizer := AutoTokenizer.from_pretrained(tiny_model_dir)),
+        rollout_backend=ScriptedBackend(tokenizer, half_right_answers),
+    )
+    for adapter in ("generator", "aggregator"):
+        weights = adapter_parameters(trainer.model, adapter)
+        assert all(torch.equal(p, start[n.replace(f".{adapter}.", ".")]) for n, p in weights.items())
+    before = snapshot(trainer)
+    trainer.train()
+    assert {n.split(".lora_")[1].split(".")[1] for n in lora_moved(trainer, before)} == {"generator", "aggregator"}
+
+
+def test_a_peft_model_with_role_adapters_keeps_them(tiny_model_dir, tmp_path):
+    torch.manual_seed(0)
+    peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tiny_lora(), "generator")
+    peft_model.add_adapter("aggregator", tiny_lora())
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.1)
+    start = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
+    trainer = MultiAgentGRPOTrainer(
+        model=peft_model,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=tiny_config(tmp_path, policy_sharing="isolated", **TWO_STEPS),
+        train_dataset=addition_dataset(),
+        processing_class=(tokenizer := AutoTokenizer.from_pretrained(tiny_model_dir)),
+        rollout_backend=ScriptedBackend(tokenizer, half_right_answers),
+    )
+    assert sorted(trainer.model.peft_config) == ["aggregator", "generator"]
+    assert all(torch.equal(p, start[n]) for n, p in trainer.model.named_parameters() if "lora_" in n)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(tools=[len]), "Write the steps as a Workflow"),
+        (dict(rollout_func=lambda *a: None), "Write the steps as a Workflow"),
+        (dict(args_use_liger_kernel=True), "use_liger_kernel"),
+        (dict(reward_funcs=None), "No reward source provided"),
+    ],
+)
+def test_unsupported_or_missing_features_fail_at_construction(tiny_model_dir, tmp_path, overrides, message):
+    settings = dict(policy_sharing="isolated", **TWO_STEPS)
+    if overrides.pop("args_use_liger_kernel", False):
+        settings["use_liger_kernel"] = True
+    kwargs = {"reward_funcs": boxed_answer_reward, **overrides}
+    with pytest.raises((ValueError, TypeError), match=message):
+        MultiAgentGRPOTrainer(
+            model=tiny_model_dir,
+            workflow=Voting(),
+            args=tiny_config(tmp_path, **settings),
+            train_dataset=addition_dataset(),
+            peft_config=tiny_lora(),
+            **kwargs,
+        )
