@@ -1,4 +1,5 @@
-"""DeepSpeed ZeRO-2, single process on the CPU accelerator: a workflow trains through the DeepSpeed engine.
+"""DeepSpeed ZeRO-2 and ZeRO-3, single process on the CPU accelerator: a workflow trains through the DeepSpeed
+engine, and under ZeRO-3's parameter partitioning the per-sample adapter routing still moves every role adapter.
 
 Multi-process DeepSpeed does not run on CPU here (ranks disagree on world size); multi-GPU ZeRO needs a GPU machine.
 """
@@ -19,20 +20,27 @@ TESTS = Path(__file__).parent
 pytest.importorskip("deepspeed", reason="install the test extras: pip install -e '.[test]'")
 
 
-def test_zero2_single_process_trains_two_steps(tiny_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def extensions_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("torch_extensions"))  # DeepSpeed's CPU ops compile once per module
+
+
+@pytest.mark.parametrize("stage, sharing", [(2, "isolated"), (3, "isolated"), (3, "shared")])
+def test_zero_single_process_trains_every_adapter(tiny_model_dir, tmp_path, extensions_dir, stage, sharing):
     launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
     env = {
         **os.environ,
         "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
         "DS_ACCELERATOR": "cpu",
         "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch_extensions"),
+        "TORCH_EXTENSIONS_DIR": extensions_dir,
     }
-    command = [launcher, "--num_gpus", "1", "--master_port", "29531", str(TESTS / "workers" / "zero2_worker.py"),
-               tiny_model_dir, str(tmp_path), str(TESTS / "fixtures" / "zero2.json")]  # fmt: skip
+    command = [launcher, "--num_gpus", "1", "--master_port", "29531", str(TESTS / "workers" / "deepspeed_worker.py"),
+               tiny_model_dir, str(tmp_path), str(TESTS / "fixtures" / f"zero{stage}.json"), sharing]  # fmt: skip
     result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     outcome = json.loads((tmp_path / "result.json").read_text())
-    assert outcome["engine"] == "DeepSpeedEngine" and outcome["zero_stage"] == 2
+    assert outcome["engine"] == "DeepSpeedEngine" and outcome["zero_stage"] == stage
     assert outcome["steps"] == 2 and all(math.isfinite(x) for x in outcome["losses"])
-    assert set(outcome["moved"]) == {"generator", "aggregator"}
+    expected = {"shared"} if sharing == "shared" else {"generator", "aggregator"}
+    assert set(outcome["moved"]) == expected and all(moved > 0 for moved in outcome["moved"].values())
