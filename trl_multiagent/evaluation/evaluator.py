@@ -26,7 +26,7 @@ from ..workflows import Workflow
 from .datasets import DEFAULT_DATASETS, TASKS, check_task, eval_dataset, task_reward
 from .episodes import episode_record, write_episode
 from .modes import ModePlan, plan_mode
-from .pass_at_k import pass_at_k
+from ..monitoring.pass_at_k import pass_at_k
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
