@@ -26,3 +26,13 @@ PAPER_DEFAULTS = dict(
 )
 MATH_MAX_COMPLETION_LENGTH = 5120
 CODE_MAX_COMPLETION_LENGTH = 2048
+
+# What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).
+# "paper": the research's reference workflows (also the workflows' defaults): the paper prompt set, one shared Eval-Opt
+# conversation, one worker per strategy, the SA-RL baseline on the generator's request.
+# "toy": the requests the shipped toy model was trained on (recipes/configs/toy.yaml): the guarded prompt set, a fresh
+# evaluator chat, always n_workers workers, the single agent on the raw dataset prompt.
+WORKFLOW_PRESETS = {
+    "paper": dict(prompts="paper", history="shared", workers="per_strategy", template="generator"),
+    "toy": dict(prompts="guarded", history="fresh", workers="fixed", template="raw"),
+}
