@@ -1,4 +1,4 @@
-"""Drop-in equivalence: SingleAgent under shared policy is plain TRL GRPO, step for step."""
+"""Drop-in equivalence: SingleAgent(template="raw") under shared policy is plain TRL GRPO, step for step."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
     )
     ours = MultiAgentGRPOTrainer(
         model=tiny_model_dir,
-        workflow=SingleAgent(),
+        workflow=SingleAgent(template="raw"),  # the dataset prompt unchanged, as plain TRL generates
         reward_funcs=boxed_answer_reward,
         args=MultiAgentGRPOConfig(output_dir=str(tmp_path / "ours"), policy_sharing="shared", **SETTINGS),
         train_dataset=addition_dataset(),
