@@ -58,7 +58,11 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
-    assert json.loads((output_dir / "multiagent_config.json").read_text())["base_model"] == "toy"
+    saved = json.loads((output_dir / "multiagent_config.json").read_text())
+    assert saved["base_model"] == "toy"
+    assert saved["workflow"] == {  # the toy preset: the requests the toy model was trained on
+        "workflow": "EvalOpt", "max_iterations": 3, "task": "math", "history": "fresh", "prompts": "guarded"
+    }  # fmt: skip
     assert (output_dir / "training_summary.png").is_file()
     assert "workflow/success" in result.stdout and "role/<role>/..." in result.stdout
     state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
