@@ -700,6 +700,13 @@ def test_workflows_only_call_their_declared_roles(workflow):
     assert {role for role, _ in fake.sequence} == set(workflow.roles)
 
 
+def test_parallel_roles_declare_their_most_instances():
+    assert Voting(n_voters=4).parallel == {"generator": 4}
+    assert OrchWorkers(n_workers=2).parallel == {"worker": 2}
+    assert EvalOpt().parallel == {} and SingleAgent().parallel == {}
+    assert "parallel" not in Voting().config_dict()
+
+
 def test_workflows_import_no_models():
     """Workflows must stay importable and testable without torch, and independent of the other rooms."""
     forbidden = {"torch", "transformers", "trl", "peft", "vllm", "accelerate"}

@@ -37,10 +37,15 @@ class Workflow:
     (``formats.BoxedAnswer()``, ``Verdict()``, ``Selection(n)``, ``Strategies(n)``, ...). The per-role metrics
     (``role/<role>/unparseable``, regrading, verdict and selection accuracy, pass@k) and the evaluators read role
     outputs through it; a role without a declared format gets the generic style metrics only.
+
+    ``parallel`` (optional) declares, per role type run as parallel instances, the most instances one episode can
+    have (Orch-Workers runs between 1 and ``n_workers`` workers), for setups that must know it before any episode
+    runs (one optimizer step per instance).
     """
 
     roles: tuple[str, ...] = ()
     formats: Mapping[str, OutputFormat] = {}
+    parallel: Mapping[str, int] = {}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError

@@ -61,6 +61,10 @@ class OrchWorkers(Workflow):
             "synthesizer": answer_format(self.task),
         }
 
+    @property
+    def parallel(self):
+        return {"worker": self.n_workers}
+
     async def run(self, prompt: Messages, generate: Generate) -> str:
         values = {"problem": problem_text(prompt), "request": request_text(prompt)}
         strategy_format = "\n".join(f"STRATEGY {k}: <strategy>" for k in range(1, self.n_workers + 1))

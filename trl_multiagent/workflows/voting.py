@@ -42,6 +42,10 @@ class Voting(Workflow):
     def formats(self):
         return {"generator": answer_format(self.task), "aggregator": Selection(self.n_voters)}
 
+    @property
+    def parallel(self):
+        return {"generator": self.n_voters}
+
     async def run(self, prompt: Messages, generate: Generate) -> str:
         values = {"problem": problem_text(prompt), "request": request_text(prompt)}
         request = self._prompts.render("vote", **values)
