@@ -22,7 +22,9 @@ def train_voting(tiny_model_dir, output_dir, **config) -> MultiAgentGRPOTrainer:
     backend = ScriptedBackend(tokenizer, lambda requests, rng: [f"\\boxed{{{rng.randint(2, 5)}}}" for _ in requests])
     trainer = MultiAgentGRPOTrainer(
         model=tiny_model_dir,
-        workflow=Voting(),
+        # The wording the 1e-5 tolerance below was set on: with the paper set's longer requests, monitored and plain
+        # updates differ by 7.7e-5 after two Adam steps at lr 5e-2 (summation order of the role shadows' gradients).
+        workflow=Voting(prompts="guarded"),
         reward_funcs=boxed_answer_reward,
         args=MultiAgentGRPOConfig(
             output_dir=str(output_dir),

@@ -14,7 +14,7 @@ model_dir, output_dir = sys.argv[1], sys.argv[2]
 resume = sys.argv[3] if len(sys.argv) > 3 else None
 trainer = MultiAgentGRPOTrainer(
     model=model_dir,
-    workflow=Voting(),
+    workflow=Voting(prompts="guarded"),  # the requests on which these 8 steps' losses carry signal
     reward_funcs=boxed_answer_reward,
     args=MultiAgentGRPOConfig(
         output_dir=output_dir,
