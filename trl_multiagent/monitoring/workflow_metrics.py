@@ -123,8 +123,9 @@ def _declared_metrics(
     right: dict[str, list[bool]] = defaultdict(list)
     groups: list[list[bool]] = []
     iterations, verdicts, verdict_right, plan_sizes, selection_right = [], [], [], [], []
-    n_choices = max((fmt.n_candidates for fmt in formats.values() if fmt.kind == "selection"), default=0)
-    picks = [0] * n_choices
+    # A selection format's candidate count, when it declares one, so that never-picked candidates log 0.
+    selectors = [fmt for fmt in formats.values() if fmt.kind == "selection"]
+    picks = [0] * max((getattr(fmt, "n_candidates", 0) for fmt in selectors), default=0)
     for episode in episodes:
         latest: dict[tuple[str, int], ModelCall] = {}  # (answer role, instance) -> its latest call so far
         last_answer: ModelCall | None = None
@@ -149,6 +150,7 @@ def _declared_metrics(
                 candidates = _candidates(latest, last_answer)
                 if candidates:
                     index = min(fmt.read(call.text), len(candidates) - 1)
+                    picks += [0] * (index + 1 - len(picks))
                     picks[index] += 1
                     if graded and any(right_of[id(c)] for c in candidates):
                         selection_right.append(right_of[id(candidates[index])])
