@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
-from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     load_dapo_math,
@@ -31,6 +31,28 @@ class WorkflowArguments:
     max_iterations: int = field(
         default=3, metadata={"help": "Generator attempts per episode, each judged by the evaluator."}
     )
+    workflow_preset: str = field(
+        default="paper",
+        metadata={
+            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
+            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
+            "choices": list(WORKFLOW_PRESETS),
+        },
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
+            "(default: the preset's)."
+        },
+    )
+    history: str | None = field(
+        default=None,
+        metadata={
+            "help": "'shared': one conversation (the paper's); 'fresh': a new evaluator chat per attempt "
+            "(default: the preset's).",
+        },
+    )
 
 
 if __name__ == "__main__":
@@ -43,9 +65,14 @@ if __name__ == "__main__":
     else:
         train_dataset = load_dapo_math(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
 
+    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
-        workflow=EvalOpt(max_iterations=workflow_args.max_iterations),
+        workflow=EvalOpt(
+            max_iterations=workflow_args.max_iterations,
+            prompts=workflow_args.prompts or preset["prompts"],
+            history=workflow_args.history or preset["history"],
+        ),
         reward_funcs=math_reward,
         args=training_args,
         train_dataset=train_dataset,

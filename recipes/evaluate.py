@@ -75,8 +75,6 @@ def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
     name = RECIPE_NAMES.get(spec, spec)
     if name not in BUILT_IN_WORKFLOWS:
         raise ValueError(f"--workflow {spec!r} is neither a run folder nor one of {sorted(RECIPE_NAMES)}.")
-    if name == "SingleAgent":
-        return BUILT_IN_WORKFLOWS[name]()
     if name == "EvalOpt":  # the paper: 3 attempts for math, 2 for code
         return BUILT_IN_WORKFLOWS[name](max_iterations=3 if task == "math" else 2, task=task)
     return BUILT_IN_WORKFLOWS[name](task=task)

@@ -19,13 +19,35 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
-from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
 
 
 @dataclass
 class WorkflowArguments:
     n_workers: int = field(default=3, metadata={"help": "Strategies proposed by the orchestrator, one worker each."})
+    workflow_preset: str = field(
+        default="paper",
+        metadata={
+            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
+            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
+            "choices": list(WORKFLOW_PRESETS),
+        },
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
+            "(default: the preset's)."
+        },
+    )
+    workers: str | None = field(
+        default=None,
+        metadata={
+            "help": "'per_strategy': one worker per strategy read (the paper's); 'fixed': always n_workers "
+            "(default: the preset's).",
+        },
+    )
 
 
 @dataclass
@@ -46,9 +68,15 @@ if __name__ == "__main__":
     else:
         train_dataset = load_deepcoder(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
 
+    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=model_args.model_name_or_path,
-        workflow=OrchWorkers(n_workers=workflow_args.n_workers, task="code"),
+        workflow=OrchWorkers(
+            n_workers=workflow_args.n_workers,
+            task="code",
+            prompts=workflow_args.prompts or preset["prompts"],
+            workers=workflow_args.workers or preset["workers"],
+        ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
         args=training_args,
         train_dataset=train_dataset,

@@ -1,4 +1,4 @@
-"""Train the single-agent baseline (one call on the row's prompt, same harness) on DeepCoder with multi-agent GRPO.
+"""Train the single-agent baseline (SA-RL: one generator call on the workflows' first request) on DeepCoder.
 
 Programs are graded in the code sandbox, which needs root (see ``trl_multiagent/tasks/sandbox.py``).
 
@@ -19,13 +19,34 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
-from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
 
 
 @dataclass
 class WorkflowArguments:
-    """SingleAgent has no parameters: it answers the row's prompt, which says how the program is run."""
+    workflow_preset: str = field(
+        default="paper",
+        metadata={
+            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
+            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
+            "choices": list(WORKFLOW_PRESETS),
+        },
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
+            "(default: the preset's)."
+        },
+    )
+    template: str | None = field(
+        default=None,
+        metadata={
+            "help": "'generator': the workflows' generator request (the paper's SA-RL); 'raw': the dataset "
+            "prompt, as plain TRL GRPO (default: the preset's).",
+        },
+    )
 
 
 @dataclass
@@ -46,9 +67,14 @@ if __name__ == "__main__":
     else:
         train_dataset = load_deepcoder(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
 
+    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=model_args.model_name_or_path,
-        workflow=SingleAgent(),
+        workflow=SingleAgent(
+            task="code",
+            prompts=workflow_args.prompts or preset["prompts"],
+            template=workflow_args.template or preset["template"],
+        ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
         args=training_args,
         train_dataset=train_dataset,

@@ -1,4 +1,4 @@
-"""Train the single-agent baseline (one call, same harness) on DAPO-Math-17K with multi-agent GRPO.
+"""Train the single-agent baseline (SA-RL: one generator call on the workflows' first request) on DAPO-Math-17K.
 
 Paper-scale run (defaults: Qwen3-1.7B, LoRA r=64/alpha=32 all-linear, 8 episodes per problem, lr 2e-5, T=0.7):
 
@@ -10,12 +10,12 @@ CPU, offline, minutes (tiny model, toy arithmetic task):
     accelerate launch --cpu --num_processes 1 recipes/single_agent_math.py --config recipes/configs/cpu.yaml
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
-from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     load_dapo_math,
@@ -28,7 +28,28 @@ from trl_multiagent.toy import resolve_model_name
 
 @dataclass
 class WorkflowArguments:
-    """SingleAgent has no parameters."""
+    workflow_preset: str = field(
+        default="paper",
+        metadata={
+            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
+            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
+            "choices": list(WORKFLOW_PRESETS),
+        },
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
+            "(default: the preset's)."
+        },
+    )
+    template: str | None = field(
+        default=None,
+        metadata={
+            "help": "'generator': the workflows' generator request (the paper's SA-RL); 'raw': the dataset "
+            "prompt, as plain TRL GRPO (default: the preset's).",
+        },
+    )
 
 
 if __name__ == "__main__":
@@ -41,9 +62,13 @@ if __name__ == "__main__":
     else:
         train_dataset = load_dapo_math(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
 
+    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
-        workflow=SingleAgent(),
+        workflow=SingleAgent(
+            prompts=workflow_args.prompts or preset["prompts"],
+            template=workflow_args.template or preset["template"],
+        ),
         reward_funcs=math_reward,
         args=training_args,
         train_dataset=train_dataset,

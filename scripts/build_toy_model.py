@@ -46,7 +46,6 @@ from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 from trl_multiagent.tasks.math import math_prompt
 from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer, random_qwen3
 from trl_multiagent.toy import TOY_MODEL_DIR
-from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
 
 # Probability that a solver gets a line wrong, by operation. Most errors are one concentrated mistake, so they
 # survive sampling at temperature 0.7: the confusable operation (+ <-> -, * -> +, / -> -) or, on a later line,
@@ -232,7 +231,9 @@ class Teacher:
         return target
 
 
-TAUGHT = (SingleAgent(), EvalOpt(max_iterations=3), Voting(n_voters=3), OrchWorkers(n_workers=3))
+# The toy preset's workflows (guarded prompts, fresh Eval-Opt chats, a fixed worker count, the raw single-agent
+# prompt): the requests the shipped toy model was trained on, and the ones recipes/configs/toy.yaml runs.
+TAUGHT = tuple(build() for build in WORKFLOWS.values())
 
 
 def transcripts(n_problems: int, seed: int) -> list[tuple[str, list[dict], str]]:

@@ -1,4 +1,4 @@
-"""Drop-in equivalence: SingleAgent under shared policy is plain TRL GRPO, step for step."""
+"""Drop-in equivalence: SingleAgent(template="raw") under shared policy is plain TRL GRPO, step for step."""
 
 from __future__ import annotations
 
@@ -65,7 +65,12 @@ def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
         return texts_for([r.messages[-1]["content"] for r in requests])
 
     ours = tiny_trainer(
-        tiny_model_dir, tmp_path / "ours", SingleAgent(), respond=respond, policy_sharing="shared", **SETTINGS
+        tiny_model_dir,
+        tmp_path / "ours",
+        SingleAgent(template="raw"),
+        respond=respond,
+        policy_sharing="shared",
+        **SETTINGS,
     )
     ours_initial = adapter_weights(ours.model, "shared")
     assert all(torch.equal(initial[n], ours_initial[n]) for n in initial)

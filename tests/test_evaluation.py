@@ -120,7 +120,8 @@ def test_evaluating_a_run_twice_appends_nothing(voting_run):
     assert roles == [("generator", 0), ("generator", 1), ("generator", 2), ("aggregator", 0)]
     call = episode["calls"][-1]
     assert call["messages"][0]["role"] == "user" and isinstance(call["output"], str)
-    assert set(call["parsed"]) == {"selection", "parsed"} and call["reward"] == episode["reward"]
+    assert set(call["parsed"]) == {"kind", "value", "parsed"} and call["parsed"]["kind"] == "selection"
+    assert 1 <= call["parsed"]["value"] <= 3 and call["reward"] == episode["reward"]
     assert episode["row"]["answer"]
 
 

@@ -5,8 +5,10 @@ Every expected value is worked out by hand in the comment next to it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
+from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback, TrainerControl, TrainerState
@@ -15,7 +17,17 @@ from transformers.trainer_callback import CallbackHandler
 from trl_multiagent.monitoring import DriftAlarm, DriftThresholds, RoleDriftCallback, workflow_metrics
 from trl_multiagent.rollout.records import Episode, ModelCall
 from trl_multiagent.tasks.math import math_reward
-from trl_multiagent.workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
+from trl_multiagent.workflows import (
+    BoxedAnswer,
+    EvalOpt,
+    Messages,
+    OrchWorkers,
+    Selection,
+    SingleAgent,
+    Verdict,
+    Voting,
+    Workflow,
+)
 
 CODE = "```python\nprint(4)\n```"
 
@@ -167,9 +179,9 @@ def test_orch_workers_metrics():
             ],
         ),
     ]
-    m = workflow_metrics(OrchWorkers(), episodes, [1.0, 0.0], contains_checker, ["4", "4"])
+    m = workflow_metrics(OrchWorkers(workers="fixed"), episodes, [1.0, 0.0], contains_checker, ["4", "4"])
 
-    assert m["role/orchestrator/unparseable"] == 0.5
+    assert m["role/orchestrator/unparseable"] == 0.5  # fixed worker count: episode 0 lacked a third strategy
     assert m["role/worker/unparseable"] == pytest.approx(1 / 6)
     assert m["role/synthesizer/unparseable"] == 0.0
     assert m["workflow/regraded/worker"] == pytest.approx(2 / 6)
@@ -179,6 +191,29 @@ def test_orch_workers_metrics():
     assert m["workflow/pass@2"] == 0.5  # episode 0: 1 - C(1,2)/C(3,2) = 1
     assert m["workflow/pass@3"] == 0.5
     assert m["role/synthesizer/words_median"] == 2.0  # 3 and 1 words
+    assert m["workflow/plan_size"] == 2.5  # 2 and 3 strategies
+    # One worker per strategy: two headers are a readable plan.
+    per_strategy = workflow_metrics(OrchWorkers(), episodes, [1.0, 0.0], contains_checker, ["4", "4"])
+    assert per_strategy["role/orchestrator/unparseable"] == 0.0
+
+
+def test_orch_workers_metrics_with_a_variable_worker_count():
+    episodes = [
+        # Two strategies, two workers (4 right, 5 wrong); one strategy, one worker (4 right); no header (fallback).
+        Episode(0, [call("orchestrator", "STRATEGY 1: a\nSTRATEGY 2: b"), call("worker", r"\boxed{4}"),
+                    call("worker", r"\boxed{5}", instance=1), call("synthesizer", r"\boxed{4}")]),
+        Episode(1, [call("orchestrator", "STRATEGY 1: a"), call("worker", r"\boxed{4}"), call("synthesizer", "4")]),
+        Episode(2, [call("orchestrator", "1. guess\n2. check"), call("worker", r"\boxed{3}"),
+                    call("worker", r"\boxed{3}", instance=1), call("synthesizer", r"\boxed{3}")]),
+    ]  # fmt: skip
+    m = workflow_metrics(OrchWorkers(), episodes, [1.0, 0.0, 0.0], contains_checker, ["4"] * 3)
+    assert m["role/orchestrator/unparseable"] == pytest.approx(1 / 3)  # the numbered list is a fallback
+    assert m["workflow/plan_size"] == pytest.approx(5 / 3)  # 2, 1, 2 strategies read
+    assert m["workflow/regraded/worker"] == pytest.approx(2 / 5)
+    assert m["workflow/any_correct"] == pytest.approx(2 / 3)
+    assert m["workflow/pass@1"] == pytest.approx((1 / 2 + 1 + 0) / 3)
+    assert m["workflow/pass@2"] == pytest.approx((1 + 0) / 2)  # episode 1 has one worker: no pass@2
+    assert m["role/synthesizer/unparseable"] == pytest.approx(1 / 3)
 
 
 def test_code_task_needs_a_python_block():
@@ -188,25 +223,28 @@ def test_code_task_needs_a_python_block():
             [
                 call("orchestrator", "STRATEGY 1: a STRATEGY 2: b STRATEGY 3: c"),
                 call("worker", CODE, instance=0),
-                call("worker", "```\nprint(4)\n```", instance=1),  # untagged: not the requested format
+                call("worker", "```\nprint(4)\n```", instance=1),  # untagged: the code reward runs it, so it counts
                 call("worker", r"\boxed{4}", instance=2),
                 call("synthesizer", CODE),
             ],
         )
     ]
     m = workflow_metrics(OrchWorkers(task="code"), episodes, [1.0])
-    assert m["role/worker/unparseable"] == pytest.approx(2 / 3)
+    assert m["role/worker/unparseable"] == pytest.approx(1 / 3)
     assert m["role/synthesizer/unparseable"] == 0.0
     assert m["role/orchestrator/unparseable"] == 0.0  # headers on one line still split
     assert m["role/worker/code_block_fraction"] == pytest.approx(2 / 3)  # any fenced block counts as style
 
 
-def test_single_agent_accepts_either_answer_format():
+@pytest.mark.parametrize("template", ["generator", "raw"])
+def test_single_agent_reads_its_tasks_answer_format(template):
     episodes = [Episode(0, [call("generator", r"\boxed{4}")]), Episode(1, [call("generator", CODE)])]
     episodes.append(Episode(2, [call("generator", "four")]))
-    m = workflow_metrics(SingleAgent(), episodes, [1.0, 0.0, 0.0], contains_checker, ["4"] * 3)
-    assert m["role/generator/unparseable"] == pytest.approx(1 / 3)
+    m = workflow_metrics(SingleAgent(template=template), episodes, [1.0, 0.0, 0.0], contains_checker, ["4"] * 3)
+    assert m["role/generator/unparseable"] == pytest.approx(2 / 3)  # math: the code block is no answer
     assert m["workflow/regraded/generator"] == pytest.approx(1 / 3)
+    code = workflow_metrics(SingleAgent(task="code", template=template), episodes, [1.0, 0.0, 0.0])
+    assert code["role/generator/unparseable"] == pytest.approx(2 / 3)
 
 
 class PlanSolve(Workflow):
@@ -224,6 +262,42 @@ def test_user_workflow_gets_generic_role_features_only():
         for role in ("planner", "solver")
         for feature in ("code_block_fraction", "words_median", "words_p95")
     }
+
+
+class DraftJudgePick(Workflow):
+    """Two drafters, a checker judging the last draft, a chooser picking one: declared, not built in."""
+
+    roles = ("drafter", "checker", "chooser")
+    formats = {"drafter": BoxedAnswer(), "checker": Verdict(), "chooser": Selection(2)}
+
+    async def run(self, prompt: Messages, generate) -> str:
+        raise NotImplementedError  # only its declarations are read here
+
+
+def test_user_workflow_gets_the_metrics_of_its_declared_formats():
+    episodes = [
+        Episode(
+            0,
+            [
+                call("drafter", r"\boxed{4}"),
+                call("drafter", r"\boxed{5}", instance=1),
+                call("checker", r"\boxed{Incorrect}"),  # judges the last draft (5): right
+                call("chooser", r"\boxed{1}"),  # picks 4: right
+            ],
+        )
+    ]
+    m = workflow_metrics(DraftJudgePick(), episodes, [1.0], contains_checker, ["4"])
+    assert m["role/drafter/unparseable"] == 0.0 and m["role/checker/unparseable"] == 0.0
+    assert m["workflow/regraded/drafter"] == 0.5
+    assert m["workflow/any_correct"] == 1.0 and m["workflow/pass@2"] == 1.0
+    assert m["workflow/verdict_accuracy"] == 1.0 and m["workflow/verdict_incorrect_rate"] == 1.0
+    assert m["workflow/selection/1"] == 1.0 and m["workflow/selection_accuracy"] == 1.0
+
+
+def test_monitoring_reads_declarations_not_workflow_classes():
+    source = Path(inspect.getsourcefile(workflow_metrics)).read_text()
+    for name in ("EvalOpt", "Voting", "OrchWorkers", "SingleAgent", "isinstance"):
+        assert name not in source
 
 
 def test_word_percentiles_are_nearest_rank():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +33,9 @@ def small_run(recipe: str, tiny_model_dir, output_dir, *extra) -> list[str]:
 def test_recipe_runs_on_cpu(recipe, tiny_model_dir, tmp_path):
     run([sys.executable, *small_run(recipe, tiny_model_dir, tmp_path)], tmp_path)
     assert (tmp_path / "checkpoint-2" / "multiagent_config.json").is_file()
-    assert (tmp_path / "multiagent_config.json").is_file()  # the final save
+    saved = json.loads((tmp_path / "multiagent_config.json").read_text())["workflow"]  # the final save
+    assert saved["prompts"] == "paper"  # the paper preset by default
+    assert saved.get("workers", "per_strategy") == "per_strategy" and saved.get("template", "generator") == "generator"
 
 
 def test_eval_opt_recipe_through_accelerate_launch(tiny_model_dir, tmp_path):

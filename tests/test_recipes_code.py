@@ -37,11 +37,17 @@ def saved_workflow(output_dir: Path) -> dict:
 @pytest.mark.parametrize(
     ("recipe", "workflow"),
     [
-        ("voting_code", {"workflow": "Voting", "n_voters": 3, "task": "code"}),
-        ("orch_workers_code", {"workflow": "OrchWorkers", "n_workers": 3, "task": "code"}),
-        ("single_agent_code", {"workflow": "SingleAgent"}),
+        ("voting_code", {"workflow": "Voting", "n_voters": 3, "task": "code", "prompts": "paper"}),
+        (
+            "orch_workers_code",
+            {"workflow": "OrchWorkers", "n_workers": 3, "task": "code", "workers": "per_strategy", "prompts": "paper"},
+        ),
+        (
+            "single_agent_code",
+            {"workflow": "SingleAgent", "task": "code", "template": "generator", "prompts": "paper"},
+        ),
     ],
-)
+)  # fmt: skip
 def test_code_recipe_runs_on_toy_problems(recipe, workflow, tiny_model_dir, tmp_path):
     logs = run(recipe, tiny_model_dir, tmp_path)
     assert saved_workflow(tmp_path) == workflow
@@ -51,7 +57,9 @@ def test_code_recipe_runs_on_toy_problems(recipe, workflow, tiny_model_dir, tmp_
 def test_eval_opt_code_recipe_reads_a_deepcoder_file(tiny_model_dir, tmp_path):
     extra = ["--dataset_name", str(DEEPCODER_FIXTURE), "--code_reward_mode", "fraction"]
     logs = run("eval_opt_code", tiny_model_dir, tmp_path, *extra)
-    assert saved_workflow(tmp_path) == {"workflow": "EvalOpt", "max_iterations": 2, "task": "code"}  # paper: 2
+    assert saved_workflow(tmp_path) == {
+        "workflow": "EvalOpt", "max_iterations": 2, "task": "code", "history": "shared", "prompts": "paper"
+    }  # fmt: skip
     assert "rewards/code_reward_fraction/mean" in logs
     for role in ("generator", "evaluator"):  # cpu_code.yaml trains one adapter per role
         assert (tmp_path / role / "adapter_model.safetensors").is_file()

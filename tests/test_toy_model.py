@@ -41,7 +41,7 @@ def test_toy_model_follows_every_role_format(workflow):
     """Sampled at temperature 0.7 on 100 held-out problems, each role's output parses >= 95% of the time."""
     trained = load_policy("toy", workflow)
     episodes = sample_episodes(trained, list(held_out_dataset(100)["prompt"]), temperature=0.7, seed=0)
-    rates = format_rates(episodes)
+    rates = format_rates(trained.workflow, episodes)
     assert set(rates) == set(trained.workflow.roles)
     assert all(rate >= 0.95 for rate in rates.values()), rates
 
@@ -58,7 +58,11 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
 
-    assert json.loads((output_dir / "multiagent_config.json").read_text())["base_model"] == "toy"
+    saved = json.loads((output_dir / "multiagent_config.json").read_text())
+    assert saved["base_model"] == "toy"
+    assert saved["workflow"] == {  # the toy preset: the requests the toy model was trained on
+        "workflow": "EvalOpt", "max_iterations": 3, "task": "math", "history": "fresh", "prompts": "guarded"
+    }  # fmt: skip
     assert (output_dir / "training_summary.png").is_file()
     assert "workflow/success" in result.stdout and "role/<role>/..." in result.stdout
     state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
@@ -68,5 +72,5 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     trained = load_policy(str(output_dir), "eval_opt")
     assert sorted(trained.role_to_adapter.values()) == ["evaluator", "generator"]
     episodes = sample_episodes(trained, list(held_out_dataset(30)["prompt"]), temperature=0.7, seed=0)
-    rates = format_rates(episodes)
+    rates = format_rates(trained.workflow, episodes)
     assert all(rate >= 0.9 for rate in rates.values()), rates

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiagent.evaluation.toy import follows_format
+from trl_multiagent.evaluation.toy import WORKFLOWS, follows_format
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "build_toy_model.py"
@@ -33,7 +33,8 @@ def test_every_transcript_target_follows_its_role_format(build):
     assert {role for role, _, _ in records} == {
         "generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer",
     }  # fmt: skip
-    broken = [(role, target) for role, _, target in records if not follows_format(role, target)]
+    workflow_of = {role: workflow for workflow in (build() for build in WORKFLOWS.values()) for role in workflow.roles}
+    broken = [(role, target) for role, _, target in records if not follows_format(workflow_of[role], role, target)]
     assert broken == []
 
 

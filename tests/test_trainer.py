@@ -69,7 +69,9 @@ def test_builtin_workflow_trains_two_steps(tiny_model_dir, tmp_path, name, shari
             assert roles[-1] == ("aggregator", 0)
         elif name == "orch_workers":
             assert roles[0] == ("orchestrator", 0) and roles[-1] == ("synthesizer", 0)
-            assert sorted(roles[1:-1]) == [("worker", 0), ("worker", 1), ("worker", 2)]
+            workers = sorted(roles[1:-1])  # one per strategy read from the orchestrator's output
+            strategies = trainer.workflow.formats["orchestrator"].read(episode.calls[0].text)
+            assert workers == [("worker", i) for i in range(len(strategies))] and 1 <= len(workers) <= 3
             assert episode.final_answer == episode.calls[-1].text
         else:
             assert 2 <= len(roles) <= 4 and len(roles) % 2 == 0
@@ -152,9 +154,11 @@ def verdict_by_problem(requests, rng):
     # Problem "0 + 2" is always judged Incorrect (the generator retries up to max_iterations), others Correct.
     outputs = []
     for request in requests:
-        content = request.messages[-1]["content"]
+        content = request.messages[-1]["content"]  # the request; the problem is in the first message
         if "\\boxed{Correct}" in content or "verdict" in content.lower() or "evaluat" in content.lower():
-            outputs.append("\\boxed{Incorrect}" if "What is 0 + 2" in content else "\\boxed{Correct}")
+            outputs.append(
+                "\\boxed{Incorrect}" if "What is 0 + 2" in request.messages[0]["content"] else "\\boxed{Correct}"
+            )
         else:
             outputs.append(f"\\boxed{{{rng.randint(1, 4)}}}")
     return outputs

@@ -170,6 +170,34 @@ def test_synced_adapter_serves_the_new_weights(greedy_backend, served):
     assert len(os.listdir(greedy_backend.folders._tmp.name)) == len(ROLES) + 1  # old versions deleted
 
 
+def test_role_settings_override_sampling_per_request(sampling_backend, served):
+    """A request's generation_kwargs (its role's `role_generation_kwargs`) apply to it alone, in a mixed batch."""
+    model, router, tokenizer = served
+    prompt = tokenizer.apply_chat_template(question(0), add_generation_prompt=True, return_dict=False)
+    greedy = hf_greedy(model, router, prompt, "critic", 12, {tokenizer.eos_token_id})
+    short, sampled = sampling_backend.generate(
+        [
+            GenerationRequest("critic", question(0), {"temperature": 0.0, "max_tokens": 4}),
+            GenerationRequest("critic", question(0)),
+        ]
+    )
+    assert short.completion_ids == greedy[:4] and len(short.sampling_logprobs) == len(short.completion_ids)
+    assert short.truncated == (tokenizer.eos_token_id not in greedy[:4])
+    assert 0 < len(sampled.completion_ids) <= 12
+
+    text = tokenizer.decode(greedy, skip_special_tokens=True)
+    windows = [text[i : i + 2] for i in range(2, len(text) - 1) if "\ufffd" not in text[i : i + 2]]
+    if not windows:
+        pytest.skip(f"the tiny model's greedy output {text!r} is too short to stop inside")
+    (stopped,) = sampling_backend.generate(
+        [GenerationRequest("critic", question(0), {"temperature": 0.0, "stop": [windows[0]]})]
+    )
+    assert windows[0] in stopped.text and not stopped.truncated  # the stop string is kept, as by transformers
+    assert stopped.completion_ids == greedy[: len(stopped.completion_ids)]
+    assert windows[0] not in tokenizer.decode(stopped.completion_ids[:-1], skip_special_tokens=True)
+    assert len(stopped.sampling_logprobs) == len(stopped.completion_ids)
+
+
 def test_unsynced_or_unknown_adapter_fails_clearly(sampling_backend):
     with pytest.raises(KeyError, match="not served"):
         sampling_backend.generate([GenerationRequest("judge", question(0))])
@@ -220,6 +248,8 @@ def test_server_backend_routes_each_role_and_syncs(server_url, served):
     for request, result in zip(requests, backend.generate(requests)):
         expected = hf_logprobs(model, router, result.prompt_ids, result.completion_ids, request.adapter, TEMPERATURE)
         assert torch.allclose(torch.tensor(result.sampling_logprobs), expected, atol=1e-4, rtol=0), request.adapter
+    short = backend.generate([GenerationRequest("critic", question(0), {"max_tokens": 3}), requests[1]])
+    assert len(short[0].completion_ids) <= 3 and len(short[1].completion_ids) <= 12  # per request, one batch
 
     long = [{"role": "user", "content": " ".join(f"step {i}: add the number and check the answer" for i in range(20))}]
     backend.generate([GenerationRequest("solver", long)])  # fills the prefix cache with the old weights' blocks

@@ -119,6 +119,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
             `vllm_importance_sampling_correction` included.
         rollout_batch_size (`int`, *optional*):
             Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
+        role_generation_kwargs (`dict[str, dict]` or `str`, *optional*):
+            Sampling settings per role type, overriding the run's for that role's calls, e.g.
+            `{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}`. Keys: `temperature`
+            (`0` is greedy), `top_p`, `top_k`, `min_p`, `repetition_penalty`, `max_tokens`, `stop` (a completion
+            ending on a stop string keeps it). Honoured by both rollout backends. A JSON string is accepted on the
+            command line.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + [
@@ -127,6 +133,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         "role_beta",
         "role_coherence_lambda",
         "drift_thresholds",
+        "role_generation_kwargs",
     ]
 
     policy_sharing: str = field(
@@ -215,6 +222,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
     rollout_batch_size: int | None = field(
         default=None,
         metadata={"help": "Largest batch of one generate call; None sends all pending calls of a tick at once."},
+    )
+    role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Sampling settings per role type (JSON on the command line), e.g. "
+            '\'{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}\'.'
+        },
     )
 
     def __post_init__(self):

@@ -42,3 +42,13 @@ CODE_MAX_COMPLETION_LENGTH = 2048
 
 # Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, held-out split.
 PAPER_EVAL_DEFAULTS = dict(temperature=0.7, chat_template_kwargs={"enable_thinking": False})
+
+# What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).
+# "paper": the research's reference workflows (also the workflows' defaults): the paper prompt set, one shared Eval-Opt
+# conversation, one worker per strategy, the SA-RL baseline on the generator's request.
+# "toy": the requests the shipped toy model was trained on (recipes/configs/toy.yaml): the guarded prompt set, a fresh
+# evaluator chat, always n_workers workers, the single agent on the raw dataset prompt.
+WORKFLOW_PRESETS = {
+    "paper": dict(prompts="paper", history="shared", workers="per_strategy", template="generator"),
+    "toy": dict(prompts="guarded", history="fresh", workers="fixed", template="raw"),
+}

@@ -108,7 +108,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self._synced_step = -1
-        self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters)
+        self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards == "reference":

@@ -6,11 +6,14 @@ import sys
 import torch
 from tiny import tiny_trainer
 
+from trl_multiagent import Voting
+
 torch.set_num_threads(1)
 model_dir, output_dir = sys.argv[1], sys.argv[2]
 resume = sys.argv[3] if len(sys.argv) > 3 else None
 settings = dict(max_steps=8, save_steps=4, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", seed=7)
-trainer = tiny_trainer(model_dir, output_dir, **settings)
+# the requests on which these 8 steps' losses carry signal
+trainer = tiny_trainer(model_dir, output_dir, Voting(prompts="guarded"), **settings)
 trainer.train(resume_from_checkpoint=resume)
 losses = {int(h["step"]): h["loss"] for h in trainer.state.log_history if "loss" in h}
 trainer.save_model(f"{output_dir}/final")

@@ -74,7 +74,17 @@ def workflow_from_config(config: dict[str, Any]) -> Workflow:
             f"Workflow {name!r} is not built in ({sorted(BUILT_IN_WORKFLOWS)}); rebuild it yourself and pass it "
             f"explicitly: load_trained_workflow(path, workflow=YourWorkflow(**params)) with params {params}."
         )
+    if "prompts" not in params:  # saved before prompt sets existed: the workflows as they ran then
+        params = {**_BEFORE_PROMPT_SETS[name], **params}
     return BUILT_IN_WORKFLOWS[name](**params)
+
+
+_BEFORE_PROMPT_SETS = {
+    "EvalOpt": {"history": "fresh", "prompts": "guarded"},
+    "Voting": {"prompts": "guarded"},
+    "OrchWorkers": {"workers": "fixed", "prompts": "guarded"},
+    "SingleAgent": {"template": "raw", "prompts": "guarded"},
+}
 
 
 def load_trained_workflow(
@@ -173,8 +183,10 @@ def run_episodes(
     generation_config: GenerationConfig,
     rollout_batch_size: int | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
+    role_generation_kwargs: dict[str, dict[str, Any]] | None = None,
 ) -> list[Episode]:
-    """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing."""
+    """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing
+    (``role_generation_kwargs``: a role's own sampling settings, as in training)."""
     backend = TransformersBackend(
         unwrapped_model=lambda: _as_context(trained.model),
         tokenizer=trained.tokenizer,
@@ -184,7 +196,7 @@ def run_episodes(
         chat_template_kwargs=chat_template_kwargs,
         max_batch_size=rollout_batch_size,
     )
-    return RolloutEngine(trained.workflow, backend, trained.role_to_adapter).run(prompts)
+    return RolloutEngine(trained.workflow, backend, trained.role_to_adapter, role_generation_kwargs).run(prompts)
 
 
 @contextmanager

@@ -6,11 +6,11 @@
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
 
+from ..monitoring.pass_at_k import pass_at_k
 from .datasets import eval_dataset, task_reward
 from .evaluator import EvalSettings, evaluate, list_checkpoints, score
 from .instability import read_log_history, role_instability, role_series
 from .modes import MODES, ModePlan, plan_mode
-from .pass_at_k import pass_at_k
 from .results import RESULTS_FILE, read_results
 from .table import accuracy_curves, format_table, paper_table
 

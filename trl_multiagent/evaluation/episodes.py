@@ -7,21 +7,22 @@ from pathlib import Path
 from typing import Any
 
 from ..rollout.records import Episode, ModelCall
-from ..workflows import Workflow, last_boxed, last_code_block, parse_selection, parse_strategies, parse_verdict
+from ..workflows import Workflow
 
 
 def parse_call(call: ModelCall, workflow: Workflow, task: str) -> dict[str, Any] | None:
-    """What the workflow reads out of a call, by role type; ``None`` for roles without a built-in parser."""
-    if call.role == "evaluator":
-        return {"verdict": parse_verdict(call.text)}
-    if call.role == "aggregator":
-        index, parsed = parse_selection(call.text, getattr(workflow, "n_voters", 3))
-        return {"selection": index + 1, "parsed": parsed}
-    if call.role == "orchestrator":
-        return {"strategies": parse_strategies(call.text, getattr(workflow, "n_workers", 3))}
-    if call.role in ("generator", "worker", "synthesizer"):
-        return {"answer": last_boxed(call.text)} if task == "math" else {"code": last_code_block(call.text)}
-    return None
+    """What the workflow reads out of a call, through the role's declared format (``workflow.formats``): its kind, the
+    value the workflow acts on (a selection 1-based, as the aggregator writes it) and whether the primary rule read
+    it; ``None`` for a role without a declared format."""
+    fmt = workflow.formats.get(call.role)
+    if fmt is None:
+        return None
+    value = fmt.read(call.text)
+    return {
+        "kind": fmt.kind,
+        "value": value + 1 if fmt.kind == "selection" else value,
+        "parsed": fmt.parse(call.text) is not None,
+    }
 
 
 def episode_record(

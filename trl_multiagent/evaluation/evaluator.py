@@ -21,12 +21,12 @@ from datasets import Dataset
 from transformers import set_seed
 
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
+from ..monitoring.pass_at_k import pass_at_k
 from ..paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH
 from ..workflows import Workflow
 from .datasets import DEFAULT_DATASETS, TASKS, check_task, eval_dataset, task_reward
 from .episodes import episode_record, write_episode
 from .modes import ModePlan, plan_mode
-from .pass_at_k import pass_at_k
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

@@ -93,7 +93,9 @@ def plan_mode(
                 f"{checkpoint} has no role {alone_role!r} (roles: {list(config['role_to_adapter'])}); pass the role "
                 "to evaluate alone with alone_role= (--alone_role), e.g. 'worker' for OrchWorkers."
             )
-        workflow = SingleAgent()
+        # The role's adapter on the generator's first request of the run's own prompt set and task.
+        trained = config["workflow"]
+        workflow = SingleAgent(task=trained.get("task", "math"), prompts=trained.get("prompts", "paper"))
         mapping = {"generator": config["role_to_adapter"][alone_role]}
     return ModePlan(mode, workflow, mapping, model, config["policy_sharing"], trained_in, str(checkpoint))
 

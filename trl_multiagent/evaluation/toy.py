@@ -27,35 +27,20 @@ from ..checkpoints import (
     make_generation_config,
     run_episodes,
 )
+from ..paper import WORKFLOW_PRESETS
 from ..tasks import math_reward
 from ..toy import resolve_model_name
-from ..workflows import (
-    EvalOpt,
-    OrchWorkers,
-    SingleAgent,
-    Voting,
-    last_boxed,
-    parse_selection,
-    parse_strategies,
-    parse_verdict,
-)
+from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
 from .datasets import eval_dataset
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
 MAX_NEW_TOKENS = 80  # the toy preset's max_completion_length
+TOY = WORKFLOW_PRESETS["toy"]
 WORKFLOWS = {
-    "single_agent": SingleAgent,
-    "eval_opt": lambda: EvalOpt(max_iterations=3),
-    "voting": lambda: Voting(n_voters=N_CANDIDATES),
-    "orch_workers": lambda: OrchWorkers(n_workers=N_CANDIDATES),
-}
-FORMATS = {
-    "generator": lambda text: last_boxed(text) is not None,
-    "worker": lambda text: last_boxed(text) is not None,
-    "synthesizer": lambda text: last_boxed(text) is not None,
-    "evaluator": lambda text: parse_verdict(text) is not None,
-    "aggregator": lambda text: parse_selection(text, N_CANDIDATES)[1],
-    "orchestrator": lambda text: len(parse_strategies(text, N_CANDIDATES)) == N_CANDIDATES,
+    "single_agent": lambda: SingleAgent(template=TOY["template"], prompts=TOY["prompts"]),
+    "eval_opt": lambda: EvalOpt(max_iterations=3, history=TOY["history"], prompts=TOY["prompts"]),
+    "voting": lambda: Voting(n_voters=N_CANDIDATES, prompts=TOY["prompts"]),
+    "orch_workers": lambda: OrchWorkers(n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"]),
 }
 
 
@@ -65,9 +50,9 @@ def held_out_dataset(n: int = 300) -> Dataset:
     return eval_dataset("math", "arithmetic", limit=n)
 
 
-def follows_format(role: str, text: str) -> bool:
-    """Whether a role's output parses without the workflow's fallback."""
-    return FORMATS[role](text)
+def follows_format(workflow: Workflow, role: str, text: str) -> bool:
+    """Whether a role's output parses under its declared format, without the workflow's fallback."""
+    return workflow.formats[role].parse(text) is not None
 
 
 def load_policy(policy: str, workflow_name: str):
@@ -85,11 +70,11 @@ def sample_episodes(trained, prompts: list, temperature: float, seed: int = 0) -
     return run_episodes(trained, prompts, make_generation_config(trained, MAX_NEW_TOKENS, temperature))
 
 
-def format_rates(episodes) -> dict[str, float]:
+def format_rates(workflow: Workflow, episodes) -> dict[str, float]:
     """Role -> share of its outputs in these episodes that follow its format."""
     ok = defaultdict(list)
     for call in (call for episode in episodes for call in episode.calls):
-        ok[call.role].append(follows_format(call.role, call.text))
+        ok[call.role].append(follows_format(workflow, call.role, call.text))
     return {role: sum(flags) / len(flags) for role, flags in sorted(ok.items())}
 
 
@@ -102,7 +87,7 @@ def _right(text: str, answer: str) -> bool:
     return math_reward([[{"role": "assistant", "content": text}]], answer=[answer])[0] == 1.0
 
 
-def role_quality(episodes, answers: list[str]) -> dict[str, float]:
+def role_quality(workflow: Workflow, episodes, answers: list[str]) -> dict[str, float]:
     """How often each role is right: solvers' answers, evaluator verdicts on the attempt they review, and the
     aggregator's and synthesizer's picks on problems whose candidates disagree (``.../chance``: a random pick)."""
     outcomes = defaultdict(list)
@@ -113,12 +98,12 @@ def role_quality(episodes, answers: list[str]) -> dict[str, float]:
                 latest[call.instance] = _right(call.text, answer)
                 outcomes[f"{call.role}/accuracy"].append(latest[call.instance])
             elif call.role == "evaluator":
-                outcomes["evaluator/accuracy"].append(parse_verdict(call.text) == latest[0])
+                outcomes["evaluator/accuracy"].append(workflow.formats["evaluator"].parse(call.text) == latest[0])
             elif call.role in ("aggregator", "synthesizer"):
                 candidates = [latest[i] for i in sorted(latest)]
                 if any(candidates) and not all(candidates):
                     if call.role == "aggregator":
-                        picked = candidates[parse_selection(call.text, len(candidates))[0]]
+                        picked = candidates[workflow.formats["aggregator"].read(call.text)]
                     else:
                         picked = _right(call.text, answer)
                     outcomes[f"{call.role}/accuracy"].append(picked)
@@ -139,9 +124,11 @@ def evaluate(policy: str, workflow_name: str, n: int = 300, samples: int = 4, se
         "problems": n,
         "greedy": sum(success(greedy, answers)) / n,
         "pass@1": sum(sum(success(episodes, answers)) for episodes in sampled) / (n * samples),
-        "format_greedy": format_rates(greedy),
-        "format_sampled": format_rates([episode for episodes in sampled for episode in episodes]),
-        "roles_sampled": role_quality([e for episodes in sampled for e in episodes], answers * samples),
+        "format_greedy": format_rates(trained.workflow, greedy),
+        "format_sampled": format_rates(trained.workflow, [episode for episodes in sampled for episode in episodes]),
+        "roles_sampled": role_quality(
+            trained.workflow, [e for episodes in sampled for e in episodes], answers * samples
+        ),
     }
 
 

@@ -13,15 +13,14 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..rollout.records import Episode, ModelCall
-from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
-from ..workflows.parsing import last_boxed, last_code_block, parse_selection, parse_strategies, parse_verdict
+from ..workflows import OutputFormat, Workflow
+from .pass_at_k import pass_at_k
 
 AnswerChecker = Callable[[str, Any], bool]  # (role output text, the row's ground truth) -> is it right?
-Grader = Callable[[int, ModelCall], bool] | None  # (episode position, call) -> is the call's answer right?
 
 # An opening fence line (```python, ```cpp, bare ```), closed or not: a judge cut off mid-program still wrote code.
 _FENCE_OPEN = re.compile(r"```[^\n`]*\n")
@@ -41,7 +40,7 @@ def workflow_metrics(
     ``answers[i]`` (e.g. ``lambda text, answer: math_reward([text], [answer])[0] == 1.0``); pass both or neither.
     A metric whose population is empty in this batch is left out rather than logged as 0. Fractions are in [0, 1].
 
-    Every workflow (user workflows too), for each role type with at least one call:
+    Every workflow, for each role type with at least one call:
 
     - ``workflow/success``: mean outcome reward over the scorable episodes (for 0/1 rewards, the solve rate).
     - ``role/<role>/code_block_fraction``: share of the role's outputs with a fenced block (a line opening with
@@ -49,33 +48,28 @@ def workflow_metrics(
     - ``role/<role>/words_median``, ``role/<role>/words_p95``: whitespace-separated words per output; median, and
       the nearest-rank 95th percentile (the ``ceil(0.95 n)``-th smallest, so the largest when ``n < 20``).
 
-    Answering roles (generator, worker, synthesizer) need an answer in the task's format: a ``\boxed{}`` for
-    ``task="math"``, a closed ```` ```python ```` block for ``task="code"`` (``last_boxed`` / ``last_code_block``);
-    ``SingleAgent`` has no task, so either format counts. ``role/<role>/unparseable`` is the share of the role's
-    outputs the workflow could not read:
+    The rest is read off what the workflow declares in ``workflow.formats`` (role -> output format, see
+    ``workflows.formats``), so a user workflow that declares formats gets the same metrics as the built-ins:
 
-    - ``SingleAgent``: ``role/generator/unparseable``; with ground truth ``workflow/regraded/generator``, the share
-      of generator outputs that are right.
-    - ``Voting``: ``role/generator/unparseable``; ``role/aggregator/unparseable`` (no ``\boxed{i}`` with
-      ``1 <= i <= n``, so ``parse_selection`` fell back); ``workflow/selection/<i>`` for ``i = 1 .. n_voters``:
-      share of episodes whose aggregator picked voter ``i`` (1-based as the aggregator writes it, after
-      ``parse_selection``'s fallbacks, i.e. the voter whose answer became final; sums to 1). With ground truth:
-      ``workflow/regraded/generator`` (share of voter outputs right), ``workflow/any_correct`` (share of episodes
-      with at least one right voter), ``workflow/pass@<k>`` for ``k = 1 .. n_voters`` (unbiased pass@k over the
-      episode's voters, averaged over episodes; ``pass@n_voters == any_correct``), ``workflow/selection_accuracy``
-      (among episodes with a right voter, the share whose aggregator picked a right one).
-    - ``EvalOpt``: generator call ``i`` is judged by evaluator call ``i``. ``workflow/iterations``: mean generator
-      calls per episode; ``workflow/retry_rate``: share of episodes with more than one generator call;
-      ``workflow/verdict_correct_rate`` / ``..._incorrect_rate`` / ``..._unparseable_rate``: shares of evaluator
-      outputs whose ``parse_verdict`` is True / False / None (they sum to 1); ``role/generator/unparseable``;
-      ``role/evaluator/unparseable`` (no verdict, equal to ``verdict_unparseable_rate``). With ground truth:
-      ``workflow/regraded/generator`` (share of all generator attempts right), ``workflow/verdict_accuracy`` (share
-      of verdicts that are right: Correct iff the judged attempt is right; no verdict counts as Incorrect, since
-      Eval-Opt retries on it).
-    - ``OrchWorkers``: ``role/orchestrator/unparseable`` (fewer ``STRATEGY k:`` than ``n_workers``, so fallback
-      strategies were assigned); ``role/worker/unparseable``; ``role/synthesizer/unparseable``. With ground truth:
-      ``workflow/regraded/worker``, ``workflow/regraded/synthesizer``, and ``workflow/any_correct`` and
-      ``workflow/pass@<k>`` (``k = 1 .. n_workers``) over the workers.
+    - every declared role: ``role/<role>/unparseable``, the share of its outputs the format's ``parse`` could not
+      read (the workflow used its fallback).
+    - ``"answer"`` roles, with ground truth: ``workflow/regraded/<role>``, the share of its outputs that are right.
+      A parallel answer role (one with instances > 0 in the batch: voters, workers) also gives, over each episode's
+      outputs of that role (any number of them): ``workflow/any_correct`` (share of episodes with at least one
+      right) and ``workflow/pass@<k>`` for ``k = 1 ..`` the most instances seen (unbiased pass@k averaged over the
+      episodes with at least ``k``; ``pass@n == any_correct`` when every episode has ``n``).
+    - ``"verdict"`` roles judge the latest answer before them in the episode: ``workflow/verdict_correct_rate`` /
+      ``..._incorrect_rate`` / ``..._unparseable_rate`` (shares of verdicts that are Correct / Incorrect / none; they
+      sum to 1); ``workflow/iterations`` (mean calls per episode of the judged answer role) and
+      ``workflow/retry_rate`` (share of episodes with more than one). With ground truth:
+      ``workflow/verdict_accuracy``, the share of verdicts that are right (Correct iff the judged answer is right;
+      no verdict counts as Incorrect, since Eval-Opt retries on it).
+    - ``"selection"`` roles pick among the latest answer of each instance of the answer role before them:
+      ``workflow/selection/<i>`` for ``i = 1 .. n_candidates``, the share of episodes whose pick (after the
+      fallbacks, 1-based) was ``i``; with ground truth, ``workflow/selection_accuracy``: among episodes with a right
+      candidate, the share whose pick is right.
+    - ``"plan"`` roles: ``workflow/plan_size``, the mean number of strategies read per plan (Orch-Workers runs one
+      worker per strategy).
 
     Parallel instances are ordered by ``ModelCall.instance`` (the records list calls in the order they came back).
     """
@@ -95,20 +89,7 @@ def workflow_metrics(
         metrics["workflow/success"] = statistics.fmean(scored)
     metrics.update(_style_metrics(episodes))
 
-    grade = None
-    if answer_checker is not None:
-
-        def grade(i: int, call: ModelCall) -> bool:
-            return bool(answer_checker(call.text, answers[i]))
-
-    if isinstance(workflow, Voting):
-        metrics.update(_voting_metrics(workflow, episodes, grade))
-    elif isinstance(workflow, EvalOpt):
-        metrics.update(_eval_opt_metrics(workflow, episodes, grade))
-    elif isinstance(workflow, OrchWorkers):
-        metrics.update(_orch_workers_metrics(workflow, episodes, grade))
-    elif isinstance(workflow, SingleAgent):
-        metrics.update(_single_agent_metrics(episodes, grade))
+    metrics.update(_declared_metrics(workflow.formats, episodes, answer_checker, answers))
     return metrics
 
 
@@ -126,51 +107,70 @@ def _style_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     return metrics
 
 
-def _voting_metrics(workflow: Voting, episodes: Sequence[Episode], grade: Grader) -> dict[str, float]:
-    picks = [0] * workflow.n_voters
+def _declared_metrics(
+    formats: Mapping[str, OutputFormat],
+    episodes: Sequence[Episode],
+    answer_checker: AnswerChecker | None,
+    answers: Sequence[Any] | None,
+) -> dict[str, float]:
+    kind = {role: fmt.kind for role, fmt in formats.items()}
+    answer_calls = [(i, call) for i, e in enumerate(episodes) for call in e.calls if kind.get(call.role) == "answer"]
+    parallel = {call.role for _, call in answer_calls if call.instance > 0}
+    graded = answer_checker is not None
+    right_of = {id(call): bool(answer_checker(call.text, answers[i])) for i, call in answer_calls} if graded else {}
+    group_role = next((role for role in formats if role in parallel), None)  # pass@k over the first parallel one
     unreadable: dict[str, list[bool]] = defaultdict(list)
-    graded = _Graded()
-    selection_right = []
-    for i, episode in enumerate(episodes):
-        voters = _calls(episode, "generator")
-        unreadable["generator"] += [not _has_answer(call.text, workflow.task) for call in voters]
-        aggregator = _calls(episode, "aggregator")
-        index = None
-        if voters and aggregator:
-            index, parsed = parse_selection(aggregator[-1].text, len(voters))
-            unreadable["aggregator"].append(not parsed)
-            picks[index] += 1
-        if grade is not None and voters:
-            right = [grade(i, call) for call in voters]
-            graded.add_group("generator", right)
-            if index is not None and any(right):
-                selection_right.append(right[index])
-    metrics = _unparseable_metrics(unreadable) | graded.metrics()
-    if sum(picks):
-        metrics |= {f"workflow/selection/{k + 1}": count / sum(picks) for k, count in enumerate(picks)}
-    if selection_right:
-        metrics["workflow/selection_accuracy"] = _share(selection_right)
-    return metrics
+    right: dict[str, list[bool]] = defaultdict(list)
+    groups: list[list[bool]] = []
+    iterations, verdicts, verdict_right, plan_sizes, selection_right = [], [], [], [], []
+    # A selection format's candidate count, when it declares one, so that never-picked candidates log 0.
+    selectors = [fmt for fmt in formats.values() if fmt.kind == "selection"]
+    picks = [0] * max((getattr(fmt, "n_candidates", 0) for fmt in selectors), default=0)
+    for episode in episodes:
+        latest: dict[tuple[str, int], ModelCall] = {}  # (answer role, instance) -> its latest call so far
+        last_answer: ModelCall | None = None
+        judged_roles = set()
+        for call in episode.calls:
+            fmt = formats.get(call.role)
+            if fmt is None:
+                continue
+            unreadable[call.role].append(fmt.parse(call.text) is None)
+            if fmt.kind == "answer":
+                latest[call.role, call.instance] = last_answer = call
+                if graded:
+                    right[call.role].append(right_of[id(call)])
+            elif fmt.kind == "verdict":
+                said = fmt.parse(call.text)
+                verdicts.append(said)
+                if last_answer is not None:
+                    judged_roles.add(last_answer.role)
+                    if graded:
+                        verdict_right.append((said is True) == right_of[id(last_answer)])
+            elif fmt.kind == "selection":
+                candidates = _candidates(latest, last_answer)
+                if candidates:
+                    index = min(fmt.read(call.text), len(candidates) - 1)
+                    picks += [0] * (index + 1 - len(picks))
+                    picks[index] += 1
+                    if graded and any(right_of[id(c)] for c in candidates):
+                        selection_right.append(right_of[id(candidates[index])])
+            elif fmt.kind == "plan":
+                plan_sizes.append(len(fmt.read(call.text)))
+        for role in judged_roles:
+            iterations.append(sum(call.role == role for call in episode.calls))
+        if graded and group_role is not None:
+            group = [right_of[id(call)] for call in _calls(episode, group_role)]
+            if group:
+                groups.append(group)
 
-
-def _eval_opt_metrics(workflow: EvalOpt, episodes: Sequence[Episode], grade: Grader) -> dict[str, float]:
-    iterations, verdicts, verdict_right = [], [], []
-    unreadable: dict[str, list[bool]] = defaultdict(list)
-    graded = _Graded()
-    for i, episode in enumerate(episodes):
-        attempts, reviews = _calls(episode, "generator"), _calls(episode, "evaluator")
-        if not attempts:
-            continue
-        iterations.append(len(attempts))
-        said = [parse_verdict(call.text) for call in reviews]
-        verdicts += said
-        unreadable["generator"] += [not _has_answer(call.text, workflow.task) for call in attempts]
-        unreadable["evaluator"] += [verdict is None for verdict in said]
-        if grade is not None:
-            right = [grade(i, call) for call in attempts]
-            graded.add("generator", right)
-            verdict_right += [(verdict is True) == ok for verdict, ok in zip(said, right)]
-    metrics = _unparseable_metrics(unreadable) | graded.metrics()
+    metrics = {f"role/{role}/unparseable": _share(flags) for role, flags in unreadable.items() if flags}
+    metrics |= {f"workflow/regraded/{role}": _share(flags) for role, flags in right.items() if flags}
+    if groups:
+        metrics["workflow/any_correct"] = _share(any(group) for group in groups)
+        for k in range(1, max(len(group) for group in groups) + 1):
+            # An episode with fewer than k instances (fewer strategies, a crashed call) cannot give pass@k.
+            values = [pass_at_k(len(g), sum(g), k) for g in groups if len(g) >= k]
+            metrics[f"workflow/pass@{k}"] = statistics.fmean(values)
     if iterations:
         metrics["workflow/iterations"] = statistics.fmean(iterations)
         metrics["workflow/retry_rate"] = _share(n > 1 for n in iterations)
@@ -180,83 +180,25 @@ def _eval_opt_metrics(workflow: EvalOpt, episodes: Sequence[Episode], grade: Gra
         metrics["workflow/verdict_unparseable_rate"] = _share(v is None for v in verdicts)
     if verdict_right:
         metrics["workflow/verdict_accuracy"] = _share(verdict_right)
+    if sum(picks):
+        metrics |= {f"workflow/selection/{k + 1}": count / sum(picks) for k, count in enumerate(picks)}
+    if selection_right:
+        metrics["workflow/selection_accuracy"] = _share(selection_right)
+    if plan_sizes:
+        metrics["workflow/plan_size"] = statistics.fmean(plan_sizes)
     return metrics
 
 
-def _orch_workers_metrics(workflow: OrchWorkers, episodes: Sequence[Episode], grade: Grader) -> dict[str, float]:
-    unreadable: dict[str, list[bool]] = defaultdict(list)
-    graded = _Graded()
-    for i, episode in enumerate(episodes):
-        unreadable["orchestrator"] += [
-            len(parse_strategies(call.text, workflow.n_workers)) < workflow.n_workers
-            for call in _calls(episode, "orchestrator")
-        ]
-        workers, synthesizer = _calls(episode, "worker"), _calls(episode, "synthesizer")
-        unreadable["worker"] += [not _has_answer(call.text, workflow.task) for call in workers]
-        unreadable["synthesizer"] += [not _has_answer(call.text, workflow.task) for call in synthesizer]
-        if grade is not None:
-            if workers:
-                graded.add_group("worker", [grade(i, call) for call in workers])
-            graded.add("synthesizer", [grade(i, call) for call in synthesizer])
-    return _unparseable_metrics(unreadable) | graded.metrics()
-
-
-def _single_agent_metrics(episodes: Sequence[Episode], grade: Grader) -> dict[str, float]:
-    unreadable: dict[str, list[bool]] = defaultdict(list)
-    graded = _Graded()
-    for i, episode in enumerate(episodes):
-        answers = _calls(episode, "generator")
-        unreadable["generator"] += [not _has_answer(call.text, None) for call in answers]
-        if grade is not None:
-            graded.add("generator", [grade(i, call) for call in answers])
-    return _unparseable_metrics(unreadable) | graded.metrics()
-
-
-class _Graded:
-    """Right/wrong per answering role; for parallel roles also per episode group (any correct, pass@k)."""
-
-    def __init__(self) -> None:
-        self.right: dict[str, list[bool]] = defaultdict(list)
-        self.groups: list[list[bool]] = []
-
-    def add(self, role: str, right: list[bool]) -> None:
-        self.right[role] += right
-
-    def add_group(self, role: str, right: list[bool]) -> None:
-        self.add(role, right)
-        self.groups.append(right)
-
-    def metrics(self) -> dict[str, float]:
-        metrics = {f"workflow/regraded/{role}": _share(right) for role, right in self.right.items() if right}
-        if self.groups:
-            metrics["workflow/any_correct"] = _share(any(group) for group in self.groups)
-            for k in range(1, max(len(group) for group in self.groups) + 1):
-                # An episode with fewer than k instances (a crashed call) cannot give pass@k; it is left out.
-                values = [_pass_at_k(len(g), sum(g), k) for g in self.groups if len(g) >= k]
-                metrics[f"workflow/pass@{k}"] = statistics.fmean(values)
-        return metrics
-
-
-def _unparseable_metrics(unreadable: dict[str, list[bool]]) -> dict[str, float]:
-    return {f"role/{role}/unparseable": _share(flags) for role, flags in unreadable.items() if flags}
+def _candidates(latest: dict[tuple[str, int], ModelCall], last_answer: ModelCall | None) -> list[ModelCall]:
+    """The latest answer of each instance of the answer role a selector picks among, ordered by instance."""
+    if last_answer is None:
+        return []
+    return [latest[key] for key in sorted(latest) if key[0] == last_answer.role]
 
 
 def _calls(episode: Episode, role: str) -> list[ModelCall]:
     """The episode's calls of one role type: parallel instances by instance, sequential calls in call order."""
     return sorted((call for call in episode.calls if call.role == role), key=lambda call: call.instance)
-
-
-def _has_answer(text: str, task: str | None) -> bool:
-    if task == "math":
-        return last_boxed(text) is not None
-    if task == "code":
-        return last_code_block(text) is not None
-    return last_boxed(text) is not None or last_code_block(text) is not None
-
-
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k (Chen et al., 2021): chance that k of the n samples, c of them right, include a right one."""
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _share(flags: Iterable[bool]) -> float:

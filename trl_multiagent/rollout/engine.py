@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Mapping
+from typing import Any
 
 from ..workflows.base import Messages, Workflow
-from .backends.base import GenerationBackend, GenerationRequest, GenerationResult
+from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
 from .records import Episode, ModelCall
 
 # How many event-loop turns with no new model call count as "every episode is waiting on the backend". asyncio.gather
@@ -26,15 +27,36 @@ class UndeclaredRoleError(ValueError):
 
 
 class RolloutEngine:
-    """Runs episodes of ``workflow`` through ``backend``; ``adapter_for_role`` routes each role type to an adapter."""
+    """Runs episodes of ``workflow`` through ``backend``; ``adapter_for_role`` routes each role type to an adapter.
 
-    def __init__(self, workflow: Workflow, backend: GenerationBackend, adapter_for_role: Mapping[str, str]):
+    ``role_generation_kwargs`` (role type -> sampling settings, e.g. ``{"evaluator": {"temperature": 0.3,
+    "max_tokens": 512, "stop": ["</verdict>"]}}``) rides on every request of that role, overriding the backend's
+    settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``.
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        backend: GenerationBackend,
+        adapter_for_role: Mapping[str, str],
+        role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
         missing = [role for role in workflow.roles if role not in adapter_for_role]
         if missing:
             raise ValueError(f"No adapter is routed for role(s) {missing} of {type(workflow).__name__}.")
+        unknown = sorted(set(role_generation_kwargs or {}) - set(workflow.roles))
+        if unknown:
+            raise ValueError(
+                f"`role_generation_kwargs` names role(s) {unknown}; {type(workflow).__name__}'s roles are "
+                f"{list(workflow.roles)}."
+            )
         self.workflow = workflow
         self.backend = backend
         self.adapter_for_role = dict(adapter_for_role)
+        self.role_generation_kwargs = {
+            role: check_generation_kwargs(kwargs, f"role_generation_kwargs[{role!r}]")
+            for role, kwargs in (role_generation_kwargs or {}).items()
+        }
 
     def run(self, prompts: list[Messages]) -> list[Episode]:
         """One episode per prompt, in prompt order."""
@@ -64,7 +86,8 @@ class RolloutEngine:
                     )
                 adapter = self.adapter_for_role[role]
                 future = loop.create_future()
-                pending.append((GenerationRequest(adapter=adapter, messages=messages), future))
+                settings = dict(self.role_generation_kwargs.get(role, {}))
+                pending.append((GenerationRequest(adapter, messages, settings), future))
                 result: GenerationResult = await future
                 episode.calls.append(
                     ModelCall(

@@ -13,11 +13,11 @@ stopping at the first failure) or ``fraction`` (share of tests passed, all tests
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Literal
 
 from datasets import Dataset
 
+from ..workflows.parsing import last_code_block
 from .math import completion_text
 from .rows import check_split, field, load_rows, take
 from .sandbox import SandboxLimits, SandboxPool, TestCase, TestSuite
@@ -26,8 +26,6 @@ DEEPCODER_ID = "agentica-org/DeepCoder-Preview-Dataset"
 DEEPCODER_CONFIG = "primeintellect"
 # The paper shuffles PrimeIntellect with seed 42 and holds out the first 1,000 problems as its validation split.
 TEST_ROWS, SPLIT_SEED = 1000, 42
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_PYTHON_TAGS = {"python", "python3", "py", ""}
 
 
 def code_instruction(suite: TestSuite) -> str:
@@ -116,10 +114,11 @@ def load_deepcoder(split: str = "train", path_or_id: str = DEEPCODER_ID, limit: 
 
 
 def extract_code(text: str) -> str | None:
-    """The last complete ```python (or untagged) block after any ``</think>``; None when there is none."""
-    text = text.rsplit("</think>", 1)[-1]
-    blocks = [body for tag, body in _FENCE.findall(text) if tag.lower() in _PYTHON_TAGS]
-    return blocks[-1].strip() if blocks and blocks[-1].strip() else None
+    """The last complete ```python (or untagged) block after any ``</think>``; None when there is none.
+
+    ``workflows.parsing.last_code_block``: one rule for the reward, the workflows and the metrics.
+    """
+    return last_code_block(text)
 
 
 class CodeReward:

@@ -1,9 +1,11 @@
 r"""Math task: DAPO-Math-17K rows, the last ``\boxed{}`` of an answer, and a symbolic-equivalence reward.
 
-Rows: ``prompt`` = one user message (the problem, then an instruction to reason and box the final answer) and
-``answer`` (str) = the ground truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``.
+Rows: ``prompt`` = one user message (the problem, then an instruction to reason and box the final answer; its
+``"problem"`` key holds the problem alone, which the workflows give their roles) and ``answer`` (str) = the ground
+truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``.
 
-The reward follows the paper's grader: text after ``</think>`` if present, the last ``\boxed{...}``, 1.0 when
+The reward follows the paper's grader: text after ``</think>`` if present, the last ``\boxed{...}`` (the rule of
+``workflows.parsing.last_boxed``, which the workflows and the metrics use too), 1.0 when
 ``math-verify`` finds it equivalent to the ground truth (``\dfrac{1}{2}`` = ``0.5`` = ``1/2``, ``x = 3`` = ``3``,
 units, ``\%``, ``\$``, thousands separators and spacing ignored), else 0.0; no box scores 0.0.
 """
@@ -11,7 +13,6 @@ units, ``\%``, ``\$``, thousands separators and spacing ignored), else 0.0; no b
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from functools import lru_cache
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from datasets import Dataset
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from ..workflows.parsing import last_boxed
 from .rows import check_split, field, load_rows, take
 
 logger = logging.getLogger(__name__)
@@ -36,14 +38,18 @@ _DAPO_PREFIX = (
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
 )
 _DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
-_BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 # Boxed content is the only candidate, so it is parsed first; ExprExtractionConfig catches plain "1/2", "0.5".
 _EXTRACTION = (LatexExtractionConfig(boxed_match_priority=0), ExprExtractionConfig())
 
 
 def math_prompt(problem: str) -> list[dict[str, str]]:
-    """The conversational prompt of a math row: one user turn with the problem and the boxed-answer rule."""
-    return [{"role": "user", "content": f"{problem.strip()}\n\n{MATH_INSTRUCTION}"}]
+    """The conversational prompt of a math row: one user turn with the problem and the boxed-answer rule.
+
+    The ``"problem"`` key keeps the problem without the rule: a chat template reads only ``role`` and ``content``,
+    and ``workflows.problem_text`` gives judges the problem rather than the solver's instruction.
+    """
+    problem = problem.strip()
+    return [{"role": "user", "content": f"{problem}\n\n{MATH_INSTRUCTION}", "problem": problem}]
 
 
 def _dapo_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:
@@ -77,23 +83,11 @@ def load_dapo_math(split: str = "train", path_or_id: str = DAPO_MATH_ID, limit: 
 
 
 def extract_boxed(text: str) -> str | None:
-    r"""Content of the last ``\boxed{...}`` (or ``\fbox``, or ``\boxed 5``) after any ``</think>``; None if absent."""
-    text = text.rsplit("</think>", 1)[-1]
-    matches = list(_BOX.finditer(text))
-    if not matches:
-        return None
-    start = matches[-1].end()
-    if start >= len(text):
-        return None
-    if text[start] != "{":  # "\boxed 5": the argument is the next token
-        token = re.match(r"[^\s$]+", text[start:])
-        return token.group(0) if token else None
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return text[start + 1 : i].strip()
-    return None  # unbalanced: the answer was cut off
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox``, or ``\boxed 5``) after any ``</think>``; None if absent.
+
+    ``workflows.parsing.last_boxed``: one rule for the reward, the workflows and the metrics.
+    """
+    return last_boxed(text)
 
 
 def completion_text(completion: str | list[dict[str, Any]]) -> str:

@@ -1,7 +1,8 @@
 """Multi-agent workflows: what roles say to each other. Built-ins follow the paper; subclass ``Workflow`` for more."""
 
-from .base import Generate, Messages, Workflow, problem_text
+from .base import Generate, Messages, Workflow, problem_text, request_text
 from .eval_opt import EvalOpt
+from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategies, Verdict
 from .orch_workers import OrchWorkers
 from .parsing import (
     last_boxed,
@@ -9,16 +10,27 @@ from .parsing import (
     parse_selection,
     parse_strategies,
     parse_verdict,
+    read_strategies,
 )
+from .prompt_set import PromptSet
+from .prompts import PROMPT_SETS
 from .single_agent import SingleAgent
 from .voting import Voting
 
 __all__ = [
+    "PROMPT_SETS",
+    "BoxedAnswer",
+    "CodeAnswer",
     "EvalOpt",
     "Generate",
     "Messages",
     "OrchWorkers",
+    "OutputFormat",
+    "PromptSet",
+    "Selection",
     "SingleAgent",
+    "Strategies",
+    "Verdict",
     "Voting",
     "Workflow",
     "last_boxed",
@@ -27,4 +39,6 @@ __all__ = [
     "parse_strategies",
     "parse_verdict",
     "problem_text",
+    "read_strategies",
+    "request_text",
 ]

@@ -8,7 +8,10 @@ training sample tagged with the role, the role instance and the episode.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
+
+from .formats import OutputFormat
 
 Messages = list[dict[str, Any]]  # chat messages: [{"role": "user", "content": "..."}]
 
@@ -29,9 +32,20 @@ class Workflow:
     Subclasses set ``roles`` (the role types, each routed to an adapter by the trainer) and implement
     ``run``. ``run`` receives the dataset row's conversational ``prompt`` and returns the final answer,
     on which the outcome reward is computed with the trainer's ``reward_funcs``.
+
+    ``formats`` (optional) declares, per role type, what its output is and the rule that reads it
+    (``formats.BoxedAnswer()``, ``Verdict()``, ``Selection(n)``, ``Strategies(n)``, ...). The per-role metrics
+    (``role/<role>/unparseable``, regrading, verdict and selection accuracy, pass@k) and the evaluators read role
+    outputs through it; a role without a declared format gets the generic style metrics only.
+
+    ``parallel`` (optional) declares, per role type run as parallel instances, the most instances one episode can
+    have (Orch-Workers runs between 1 and ``n_workers`` workers), for setups that must know it before any episode
+    runs (one optimizer step per instance).
     """
 
     roles: tuple[str, ...] = ()
+    formats: Mapping[str, OutputFormat] = {}
+    parallel: Mapping[str, int] = {}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError
@@ -42,12 +56,28 @@ class Workflow:
         return {"workflow": type(self).__name__, **params}
 
 
+def request_text(prompt: Messages) -> str:
+    """The content of a conversational prompt's last user message, whole."""
+    content = _last_user(prompt)["content"]
+    if isinstance(content, list):  # multimodal-style content parts
+        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return content
+
+
 def problem_text(prompt: Messages) -> str:
-    """The problem statement of a conversational prompt: the content of its last user message."""
+    """The problem statement of a conversational prompt, without the instructions meant for a lone solver.
+
+    A task's rows may say where the problem ends: the last user message's ``"problem"`` key (the math rows set it:
+    their message is the problem plus "reason step by step, box the answer", which must not reach a judge).
+    Otherwise the whole last user message is the problem (the code rows keep the program's form in it: which
+    function to write, or that it reads standard input, is part of the problem for every role).
+    """
+    problem = _last_user(prompt).get("problem")
+    return problem if isinstance(problem, str) and problem else request_text(prompt)
+
+
+def _last_user(prompt: Messages) -> dict[str, Any]:
     for message in reversed(prompt):
         if message.get("role") == "user":
-            content = message["content"]
-            if isinstance(content, list):  # multimodal-style content parts
-                return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-            return content
+            return message
     raise ValueError(f"The prompt has no user message: {prompt!r}. Each row's `prompt` must end with a user turn.")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from . import prompts
-from .base import Generate, Messages, Workflow, problem_text
-from .parsing import parse_verdict
+from typing import Any
+
+from . import prompts as prompt_sets
+from .base import Generate, Messages, Workflow, problem_text, request_text
+from .formats import Verdict, answer_format
+from .prompt_set import PromptSet, uses
+
+HISTORIES = ("shared", "fresh")
 
 
 class EvalOpt(Workflow):
@@ -15,38 +20,92 @@ class EvalOpt(Workflow):
     ``2 * max_iterations`` calls, all with instance 0. An unparseable verdict counts as not satisfied. The final
     answer is the last generator output (the evaluator's last verdict does not veto it).
 
+    ``history="shared"`` (the research's): one conversation that every call sees whole. The generator's attempt is
+    an assistant turn; the evaluator is asked in a user turn appended to it and its critique is appended as an
+    assistant turn; the refinement request is appended as a user turn, and so on::
+
+        generator:  [U solve]
+        evaluator:  [U solve, A attempt 1, U evaluate]
+        generator:  [U solve, A attempt 1, U evaluate, A critique 1, U refine]
+        evaluator:  [..., U refine, A attempt 2, U evaluate]
+
+    ``history="fresh"``: the evaluator gets a new single-message chat holding the problem and the attempt
+    (``{solution}`` in its template), and the generator sees its first request, its latest attempt and a
+    refinement request quoting the critique (``{feedback}``), so prompts stay bounded in length.
+
     Args:
         max_iterations: most generator attempts per episode; the paper uses 3 for math and 2 for code.
-        task: ``"math"`` or ``"code"``; selects the role prompts.
+        task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
+        history: ``"shared"`` or ``"fresh"``, as above.
+        prompts: a prompt set: ``"paper"``, ``"guarded"``, a JSON file in the reference's ``prompt.json`` layout, or a
+            ``PromptSet`` (see ``prompt_set.py``). Uses ``solve``, ``evaluate`` and ``refine``.
     """
 
     roles = ("generator", "evaluator")
 
-    def __init__(self, max_iterations: int = 3, task: str = "math") -> None:
+    def __init__(
+        self,
+        max_iterations: int = 3,
+        task: str = "math",
+        history: str = "shared",
+        prompts: str | dict[str, Any] | PromptSet = "paper",
+    ) -> None:
         if max_iterations < 1:
             raise ValueError(
                 f"EvalOpt needs max_iterations >= 1 (got {max_iterations}); the paper uses 3 for math, 2 for code."
             )
+        if history not in HISTORIES:
+            raise ValueError(f"EvalOpt history must be one of {HISTORIES}, got {history!r}.")
         self.max_iterations = max_iterations
-        self.task = prompts.check_task(task)
+        self.task = prompt_sets.check_task(task)
+        self.history = history
+        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+        if history == "fresh":
+            for name, variable in (("evaluate", "solution"), ("refine", "feedback")):
+                if not uses(getattr(self._prompts, name), variable):
+                    raise ValueError(
+                        f"EvalOpt(history='fresh') shows the {'attempt' if variable == 'solution' else 'critique'} "
+                        f"only through the {name!r} template's {{{variable}}}, which this prompt set's lacks (it is "
+                        "written for the shared conversation). Use history='shared', prompts='guarded', or a "
+                        f"prompt set whose {name!r} template has {{{variable}}}."
+                    )
+
+    @property
+    def formats(self):
+        return {"generator": answer_format(self.task), "evaluator": Verdict()}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
-        problem = problem_text(prompt)
-        request = {"role": "user", "content": prompts.solve(problem, self.task)}
+        values = {"problem": problem_text(prompt), "request": request_text(prompt)}
+        request = {"role": "user", "content": self._prompts.render("solve", **values)}
+        if self.history == "shared":
+            return await self._run_shared(request, values, generate)
+        return await self._run_fresh(request, values, generate)
+
+    async def _run_shared(self, request: dict, values: dict[str, str], generate: Generate) -> str:
+        # Every call gets a new list, so each recorded call keeps exactly the messages it was given.
+        conversation = [request]
+        for iteration in range(self.max_iterations):
+            solution = await generate("generator", conversation)
+            ask = {"role": "user", "content": self._prompts.render("evaluate", **values, solution=solution)}
+            conversation = [*conversation, {"role": "assistant", "content": solution}, ask]
+            review = await generate("evaluator", conversation)
+            if Verdict().read(review) or iteration == self.max_iterations - 1:
+                break
+            refine = {"role": "user", "content": self._prompts.render("refine", feedback=review)}
+            conversation = [*conversation, {"role": "assistant", "content": review}, refine]
+        return solution
+
+    async def _run_fresh(self, request: dict, values: dict[str, str], generate: Generate) -> str:
         messages = [request]
         for _ in range(self.max_iterations):
             solution = await generate("generator", messages)
-            # A fresh conversation per review: the evaluator judges the current attempt on its own merits.
-            review = await generate(
-                "evaluator", [{"role": "user", "content": prompts.evaluate(problem, solution, self.task)}]
-            )
-            if parse_verdict(review) is True:
+            ask = self._prompts.render("evaluate", **values, solution=solution)
+            review = await generate("evaluator", [{"role": "user", "content": ask}])
+            if Verdict().read(review):
                 break
-            # Only the latest attempt and its critique are kept, so the generator's prompt stays bounded in length
-            # however many iterations run.
             messages = [
                 request,
                 {"role": "assistant", "content": solution},
-                {"role": "user", "content": prompts.refine(review, self.task)},
+                {"role": "user", "content": self._prompts.render("refine", feedback=review)},
             ]
         return solution

@@ -3,51 +3,86 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from . import prompts
-from .base import Generate, Messages, Workflow, problem_text
-from .parsing import parse_strategies
+from . import prompts as prompt_sets
+from .base import Generate, Messages, Workflow, problem_text, request_text
+from .formats import Strategies, answer_format
+from .prompt_set import PromptSet
+
+WORKER_COUNTS = ("per_strategy", "fixed")
 
 
 class OrchWorkers(Workflow):
     r"""Orchestrator, parallel workers, synthesizer.
 
-    One ``orchestrator`` call proposes up to ``n_workers`` different strategies as ``STRATEGY k: ...`` without
-    solving; ``n_workers`` ``worker`` calls run concurrently with instances ``0 .. n_workers - 1``, worker ``i``
-    using strategy ``i``; one ``synthesizer`` call compares the solutions and writes the final answer
-    (``\boxed{}`` for math, a ```` ```python ```` block for code). ``n_workers + 2`` calls per episode. If fewer
-    strategies can be parsed than there are workers, the rest get ``prompts.FALLBACK_STRATEGY`` (solve with the
-    approach you judge most reliable), so every episode has the same shape.
+    One ``orchestrator`` call proposes at most ``n_workers`` different strategies as ``STRATEGY k: ...`` without
+    solving; then ``worker`` calls run concurrently with instances ``0, 1, ...``, worker ``i`` using strategy ``i``;
+    one ``synthesizer`` call sees every solution under a header naming its strategy and writes the final answer
+    (``\boxed{}`` for math, a ```` ```python ```` block for code).
+
+    ``workers="per_strategy"`` (the research's): one worker per strategy read, 1 to ``n_workers``, with the reference
+    fallbacks when there is no ``STRATEGY k:`` header: a numbered list, then the lines, then the whole text
+    (``parsing.read_strategies``); ``2 + (1 .. n_workers)`` calls per episode. ``workers="fixed"``: always
+    ``n_workers`` workers; those left without a parsed strategy get the prompt set's ``fallback_strategy``, so
+    every episode has the same shape.
 
     Args:
-        n_workers: number of strategies and workers; the paper uses 3.
-        task: ``"math"`` or ``"code"``; selects the role prompts.
+        n_workers: most strategies and workers; the paper uses 3.
+        task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
+        workers: ``"per_strategy"`` or ``"fixed"``, as above.
+        prompts: a prompt set (see ``EvalOpt``); uses ``propose``, ``work``, ``synthesize``,
+            ``strategy_solution_block`` and ``fallback_strategy``.
     """
 
     roles = ("orchestrator", "worker", "synthesizer")
 
-    def __init__(self, n_workers: int = 3, task: str = "math") -> None:
+    def __init__(
+        self,
+        n_workers: int = 3,
+        task: str = "math",
+        workers: str = "per_strategy",
+        prompts: str | dict[str, Any] | PromptSet = "paper",
+    ) -> None:
         if n_workers < 1:
             raise ValueError(f"OrchWorkers needs n_workers >= 1 (got {n_workers}); the paper uses 3.")
+        if workers not in WORKER_COUNTS:
+            raise ValueError(f"OrchWorkers workers must be one of {WORKER_COUNTS}, got {workers!r}.")
         self.n_workers = n_workers
-        self.task = prompts.check_task(task)
+        self.task = prompt_sets.check_task(task)
+        self.workers = workers
+        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+
+    @property
+    def formats(self):
+        return {
+            "orchestrator": Strategies(self.n_workers, require_all=self.workers == "fixed"),
+            "worker": answer_format(self.task),
+            "synthesizer": answer_format(self.task),
+        }
+
+    @property
+    def parallel(self):
+        return {"worker": self.n_workers}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
-        problem = problem_text(prompt)
-        plan = await generate(
-            "orchestrator", [{"role": "user", "content": prompts.propose(problem, self.n_workers, self.task)}]
-        )
-        strategies = parse_strategies(plan, self.n_workers)
-        strategies += [prompts.FALLBACK_STRATEGY] * (self.n_workers - len(strategies))
+        values = {"problem": problem_text(prompt), "request": request_text(prompt)}
+        strategy_format = "\n".join(f"STRATEGY {k}: <strategy>" for k in range(1, self.n_workers + 1))
+        ask = self._prompts.render("propose", **values, max_subtasks=self.n_workers, strategy_format=strategy_format)
+        plan = await generate("orchestrator", [{"role": "user", "content": ask}])
+        strategies = self.formats["orchestrator"].read(plan)
+        if self.workers == "fixed":
+            strategies += [self._prompts.fallback_strategy] * (self.n_workers - len(strategies))
         solutions = await asyncio.gather(
             *(
                 generate(
-                    "worker", [{"role": "user", "content": prompts.work(problem, strategy, self.task)}], instance=i
+                    "worker",
+                    [{"role": "user", "content": self._prompts.render("work", **values, strategy=strategy)}],
+                    instance=i,
                 )
                 for i, strategy in enumerate(strategies)
             )
         )
-        return await generate(
-            "synthesizer",
-            [{"role": "user", "content": prompts.synthesize(problem, strategies, list(solutions), self.task)}],
-        )
+        blocks = self._prompts.solutions(list(solutions), strategies)
+        ask = self._prompts.render("synthesize", **values, solutions=blocks, n=len(solutions))
+        return await generate("synthesizer", [{"role": "user", "content": ask}])

@@ -3,44 +3,61 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-from . import prompts
-from .base import Generate, Messages, Workflow, problem_text
-from .parsing import parse_selection
+from . import prompts as prompt_sets
+from .base import Generate, Messages, Workflow, problem_text, request_text
+from .formats import Selection, answer_format
+from .prompt_set import PromptSet
 
 
 class Voting(Workflow):
     r"""Parallel voters, one selecting aggregator.
 
     ``n_voters`` ``generator`` calls run concurrently with instances ``0 .. n_voters - 1`` (one role type, so under
-    isolated policies they share one adapter), then one ``aggregator`` call (instance 0) sees all answers as
-    ``--- Solution i ---`` blocks and picks one with ``\boxed{i}``; ``n_voters + 1`` calls per episode. The final
-    answer is the chosen voter's output, verbatim; see ``parse_selection`` for the fallbacks when the pick cannot
-    be read.
+    isolated policies they share one adapter), then one ``aggregator`` call (instance 0) sees all answers, each under
+    a numbered header, and picks one with ``\boxed{i}``; ``n_voters + 1`` calls per episode. The final answer is the
+    chosen voter's output, verbatim; see ``parsing.parse_selection`` for the rule and its fallbacks.
 
     Args:
         n_voters: number of independent answers; the paper uses 3.
-        task: ``"math"`` or ``"code"``; selects the role prompts.
+        task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
+        prompts: a prompt set (see ``EvalOpt``); uses ``vote``, ``aggregate`` and ``solution_block``.
     """
 
     roles = ("generator", "aggregator")
 
-    def __init__(self, n_voters: int = 3, task: str = "math") -> None:
+    def __init__(
+        self, n_voters: int = 3, task: str = "math", prompts: str | dict[str, Any] | PromptSet = "paper"
+    ) -> None:
         if n_voters < 2:
             raise ValueError(
                 f"Voting needs n_voters >= 2 to have a choice (got {n_voters}); for one answer use SingleAgent()."
             )
         self.n_voters = n_voters
-        self.task = prompts.check_task(task)
+        self.task = prompt_sets.check_task(task)
+        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+
+    @property
+    def formats(self):
+        return {"generator": answer_format(self.task), "aggregator": Selection(self.n_voters)}
+
+    @property
+    def parallel(self):
+        return {"generator": self.n_voters}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
-        problem = problem_text(prompt)
-        request = prompts.solve(problem, self.task)
-        solutions = await asyncio.gather(
-            *(generate("generator", [{"role": "user", "content": request}], instance=i) for i in range(self.n_voters))
+        values = {"problem": problem_text(prompt), "request": request_text(prompt)}
+        request = self._prompts.render("vote", **values)
+        solutions = list(
+            await asyncio.gather(
+                *(
+                    generate("generator", [{"role": "user", "content": request}], instance=i)
+                    for i in range(self.n_voters)
+                )
+            )
         )
-        choice = await generate(
-            "aggregator", [{"role": "user", "content": prompts.aggregate(problem, list(solutions), self.task)}]
-        )
-        index, _parsed = parse_selection(choice, len(solutions))
-        return solutions[index]
+        blocks = self._prompts.solutions(solutions)
+        ask = self._prompts.render("aggregate", **values, solutions=blocks, n=len(solutions))
+        choice = await generate("aggregator", [{"role": "user", "content": ask}])
+        return solutions[self.formats["aggregator"].read(choice)]

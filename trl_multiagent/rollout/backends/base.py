@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from ...workflows.base import Messages
+
+# Sampling settings one call may override (vLLM `SamplingParams` names; the transformers backend maps `max_tokens` to
+# `max_new_tokens` and `stop` to `stop_strings`). `temperature=0` is greedy decoding.
+GENERATION_KWARGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens", "stop")
 
 
 @dataclass
 class GenerationRequest:
     adapter: str  # adapter name to route the request to, or "__base__" for the base model
     messages: Messages
+    # Overrides of the backend's sampling settings for this call (its role's `role_generation_kwargs`); keys from
+    # GENERATION_KWARGS. A completion that ends on a `stop` string keeps the string and is not truncated.
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class GenerationResult:
     prompt_ids: list[int]
-    completion_ids: list[int]  # up to and including the first EOS token
+    completion_ids: list[int]  # up to and including the first EOS token (or the tokens of a stop string)
     text: str
-    truncated: bool  # hit the completion length limit without EOS
+    truncated: bool  # hit the completion length limit without EOS or a stop string
     sampling_logprobs: list[float] | None = None
 
 
@@ -31,3 +39,21 @@ class GenerationBackend(Protocol):
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Answer every request in one batched call, results in request order."""
         ...
+
+
+def check_generation_kwargs(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``kwargs`` as a plain dict, or a ``ValueError`` naming the unknown keys and the valid ones."""
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"{where} must be a dict of sampling settings, got {kwargs!r}.")
+    unknown = sorted(set(kwargs) - set(GENERATION_KWARGS))
+    if unknown:
+        raise ValueError(f"{where} has unknown setting(s) {unknown}; per-call settings are {list(GENERATION_KWARGS)}.")
+    stop = kwargs.get("stop")
+    if stop is not None and (isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop)):
+        raise ValueError(f"{where}['stop'] must be a list of non-empty strings, got {stop!r}.")
+    return dict(kwargs)
+
+
+def settings_key(kwargs: Mapping[str, Any]) -> tuple:
+    """A hashable key of a request's settings, to batch the requests that share them."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in kwargs.items()))

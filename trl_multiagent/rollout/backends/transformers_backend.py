@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -9,14 +10,18 @@ from typing import Any
 import torch
 
 from ...adapters.routing import AdapterRouter
-from .base import GenerationRequest, GenerationResult
+from .base import GenerationRequest, GenerationResult, settings_key
+
+# GenerationRequest.generation_kwargs names (vLLM's) -> GenerationConfig fields
+_CONFIG_FIELDS = {"max_tokens": "max_new_tokens", "stop": "stop_strings"}
 
 
 class TransformersBackend:
     """Generates with ``model.generate``; ``unwrapped_model()`` yields the model ready for generation.
 
     The trainer passes TRL's ``unwrap_model_for_generation`` here, so DeepSpeed ZeRO-3 parameters are gathered
-    once per batch rather than once per token.
+    once per batch rather than once per token. Requests carrying ``generation_kwargs`` (a role's own sampling
+    settings) are generated in batches of their own, with ``generation_config`` updated by them.
     """
 
     def __init__(
@@ -44,34 +49,60 @@ class TransformersBackend:
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         prompts = [self.tokenize(request.messages) for request in requests]
-        size = self.max_batch_size or len(requests)
-        results: list[GenerationResult] = []
+        groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
+        for i, request in enumerate(requests):
+            groups.setdefault(settings_key(request.generation_kwargs), []).append(i)
+        results: list[GenerationResult | None] = [None] * len(requests)
         with self.unwrapped_model() as model:
             was_training = model.training
             model.eval()
             try:
-                for start in range(0, len(requests), size):
-                    chunk = slice(start, start + size)
-                    adapters = [request.adapter for request in requests[chunk]]
-                    results += self._generate_batch(model, prompts[chunk], adapters)
+                for indices in groups.values():
+                    config = self.config_for(requests[indices[0]].generation_kwargs)
+                    size = self.max_batch_size or len(indices)
+                    for start in range(0, len(indices), size):
+                        chunk = indices[start : start + size]
+                        adapters = [requests[i].adapter for i in chunk]
+                        batch = self._generate_batch(model, [prompts[i] for i in chunk], adapters, config)
+                        for i, result in zip(chunk, batch):
+                            results[i] = result
             finally:
                 model.train(was_training)
         return results
 
+    def config_for(self, generation_kwargs: dict[str, Any]):
+        """``generation_config`` with one request's settings applied (``temperature=0``: greedy)."""
+        if not generation_kwargs:
+            return self.generation_config
+        config = copy.deepcopy(self.generation_config)
+        updates = {_CONFIG_FIELDS.get(key, key): value for key, value in generation_kwargs.items()}
+        if "temperature" in updates:  # a role's own temperature decides between greedy and sampling
+            updates["do_sample"] = updates["temperature"] > 0
+            if not updates["do_sample"]:
+                del updates["temperature"]
+        if "stop_strings" in updates:
+            updates["stop_strings"] = list(updates["stop_strings"])
+        config.update(**updates)
+        return config
+
     @torch.no_grad()
-    def _generate_batch(self, model, prompts: list[list[int]], adapters: list[str]) -> list[GenerationResult]:
+    def _generate_batch(self, model, prompts: list[list[int]], adapters: list[str], config) -> list[GenerationResult]:
         pad_id = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         device = next(model.parameters()).device
         input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        stops = list(getattr(config, "stop_strings", None) or [])
+        extra = {"tokenizer": self.tokenizer} if stops else {}  # transformers matches stop strings by its tokens
         with self.router.route(adapters):
             output = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, generation_config=self.generation_config
+                input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
             )
         results = []
         for prompt, row in zip(prompts, output[:, width:].tolist()):
             end = next((i + 1 for i, token in enumerate(row) if token in self.eos_token_ids), None)
+            stop = self._stop_end(row[:end] if end else row, stops) if stops else None
+            end = stop or end
             completion = row if end is None else row[:end]
             results.append(
                 GenerationResult(
@@ -82,3 +113,22 @@ class TransformersBackend:
                 )
             )
         return results
+
+    def _stop_end(self, row: list[int], stops: list[str]) -> int | None:
+        """The length of the shortest prefix of ``row`` whose text contains a stop string, or ``None``.
+
+        A row that stopped on a string is padded after it (with a pad id that may also be an EOS id), so the
+        completion is cut where the string was completed; containment only grows with the prefix, so bisect.
+        """
+
+        def has_stop(n: int) -> bool:
+            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+            return any(stop in text for stop in stops)
+
+        if not has_stop(len(row)):
+            return None
+        low, high = 1, len(row)
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if has_stop(middle) else (middle + 1, high)
+        return low

@@ -19,6 +19,10 @@ Why it is built this way (vLLM 0.32, measured on CPU):
 - The sampled token's log-prob comes back with each token (``logprobs=0``), after temperature scaling
   (``logprobs_mode="processed_logprobs"``), in the serving dtype: what TRL's importance-sampling correction compares
   with the trainer's recomputed log-probs.
+- A request's ``generation_kwargs`` (its role's sampling settings) override ``sampling`` for that request: colocated,
+  one ``SamplingParams`` per request; through a server, one completions request per adapter and settings. Stop
+  strings need detokenization, and are kept in the output (``include_stop_str_in_output``) so the completion's
+  tokens and text agree, as with the transformers backend.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...adapters.routing import BASE_MODEL
-from .base import GenerationRequest, GenerationResult
+from .base import GenerationRequest, GenerationResult, settings_key
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
 
@@ -111,7 +115,16 @@ def chat_prompt_ids(tokenizer, messages, chat_template_kwargs: dict[str, Any]) -
     )
 
 
-def _result(tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids) -> GenerationResult:
+def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The sampling arguments of one request: the backend's, overridden by the request's own settings."""
+    merged = {**sampling, **generation_kwargs}
+    if merged.get("stop"):
+        merged.update(detokenize=True, include_stop_str_in_output=True)  # vLLM matches stop strings on text
+    return merged
+
+
+def _result(tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False) -> GenerationResult:
+    """``stopped``: vLLM finished the request on a stop condition (an EOS id or a stop string), not on length."""
     # A log-prob the server could not serialise (-inf) arrives as None: NaN, which TRL's correction treats as 1.
     completion = list(token_ids)
     logprobs = [float("nan") if lp is None else float(lp) for lp in logprobs]
@@ -122,7 +135,7 @@ def _result(tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids) -> Genera
         prompt_ids=list(prompt_ids),
         completion_ids=completion,
         text=tokenizer.decode(completion, skip_special_tokens=True),
-        truncated=end is None,
+        truncated=end is None and not stopped,
         sampling_logprobs=logprobs,
     )
 
@@ -155,15 +168,14 @@ class VLLMBackend:
     ):
         # The engine core must run in this process: adapters are loaded into it synchronously after each step.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM, SamplingParams
+        from vllm import LLM
 
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.folders = AdapterFolders(adapter_names, adapter_dir)
-        self.sampling_params = SamplingParams(
-            **sampling, n=1, logprobs=0, detokenize=False, stop_token_ids=sorted(self.eos_token_ids)
-        )
+        self.sampling = {**sampling, "detokenize": False}
+        self.sampling_params = self._params({})
         engine_kwargs.setdefault("distributed_executor_backend", "uni")
         self.llm = LLM(
             model=model,
@@ -173,6 +185,12 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs",
             **engine_kwargs,
         )
+
+    def _params(self, generation_kwargs: dict[str, Any]):
+        from vllm import SamplingParams
+
+        sampling = request_sampling(self.sampling, generation_kwargs)
+        return SamplingParams(**sampling, n=1, logprobs=0, stop_token_ids=sorted(self.eos_token_ids))
 
     def sync_adapters(self, peft_model, adapter_names: Sequence[str] | None = None) -> None:
         """Serve the current weights of ``adapter_names`` (default: every adapter) from the next ``generate`` on."""
@@ -192,12 +210,19 @@ class VLLMBackend:
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        outputs = self.llm.generate(prompts_in, self.sampling_params, lora_request=loras, use_tqdm=False)
+        params: dict[tuple, Any] = {(): self.sampling_params}  # one SamplingParams per distinct settings
+        for r in requests:
+            key = settings_key(r.generation_kwargs)
+            if key not in params:
+                params[key] = self._params(r.generation_kwargs)
+        per_request = [params[settings_key(r.generation_kwargs)] for r in requests]
+        outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
         results = []
         for prompt, output in zip(prompts, outputs):
             sample = output.outputs[0]
             logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
-            results.append(_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids))
+            stopped = sample.finish_reason == "stop"
+            results.append(_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped))
         return results
 
 
@@ -260,20 +285,25 @@ class VLLMServerBackend:
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.folders.check_synced([r.adapter for r in requests])
         prompts = [chat_prompt_ids(self.tokenizer, r.messages, self.chat_template_kwargs) for r in requests]
-        by_adapter: dict[str, list[int]] = {}
+        groups: dict[tuple, list[int]] = {}  # one completions request per adapter and settings
         for i, request in enumerate(requests):
-            by_adapter.setdefault(request.adapter, []).append(i)
+            groups.setdefault((request.adapter, settings_key(request.generation_kwargs)), []).append(i)
 
-        def complete(adapter: str) -> list[dict]:
-            body = {"model": adapter, "prompt": [prompts[i] for i in by_adapter[adapter]], "return_token_ids": True}
-            choices = json.loads(self._post("/v1/completions", {**body, **self.sampling}))["choices"]
+        def complete(group: tuple) -> list[dict]:
+            rows = groups[group]
+            body = {"model": group[0], "prompt": [prompts[i] for i in rows], "return_token_ids": True}
+            sampling = request_sampling(self.sampling, requests[rows[0]].generation_kwargs)
+            sampling.pop("detokenize", None)  # the server always detokenizes
+            choices = json.loads(self._post("/v1/completions", {**body, **sampling}))["choices"]
             return sorted(choices, key=lambda choice: choice["index"])
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(by_adapter) or 1) as pool:
-            answers = dict(zip(by_adapter, pool.map(complete, by_adapter)))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
+            answers = dict(zip(groups, pool.map(complete, groups)))
         results: list[GenerationResult | None] = [None] * len(requests)
-        for adapter, rows in by_adapter.items():
-            for i, choice in zip(rows, answers[adapter]):
+        for group, rows in groups.items():
+            for i, choice in zip(rows, answers[group]):
                 logprobs = choice["logprobs"]["token_logprobs"]
-                results[i] = _result(self.tokenizer, prompts[i], choice["token_ids"], logprobs, self.eos_token_ids)
+                stopped = choice.get("finish_reason") == "stop"
+                ids = choice["token_ids"]
+                results[i] = _result(self.tokenizer, prompts[i], ids, logprobs, self.eos_token_ids, stopped)
         return results
