@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from scripted import addition_dataset, boxed_answer_reward
 from tiny import CPU_SETTINGS, tiny_lora, tiny_trainer
@@ -35,15 +36,25 @@ def adapter_weights(model, adapter: str) -> dict[str, torch.Tensor]:
     }
 
 
-def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
+def text_of(prompt) -> str:
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+@pytest.mark.parametrize("prompt_format", ["conversational", "standard"])
+def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path, prompt_format):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    dataset = addition_dataset()
+    if prompt_format == "standard":  # plain-text prompts: no chat template, as TRL tokenizes them
+        dataset = dataset.map(lambda row: {"prompt": row["prompt"][-1]["content"]})
 
     def rollout_func(prompts, trainer):
         prompt_ids = [
-            tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+            tokenizer(text=p)["input_ids"]
+            if isinstance(p, str)
+            else tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
             for p in prompts
         ]
-        texts = texts_for([p[-1]["content"] for p in prompts])
+        texts = texts_for([text_of(p) for p in prompts])
         completion_ids = [
             tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in texts
         ]
@@ -53,7 +64,7 @@ def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
         model=tiny_model_dir,
         reward_funcs=boxed_answer_reward,
         args=GRPOConfig(output_dir=str(tmp_path / "plain"), **CPU_SETTINGS, **SETTINGS),
-        train_dataset=addition_dataset(),
+        train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=tiny_lora(),
         rollout_func=rollout_func,
@@ -62,12 +73,13 @@ def test_single_agent_shared_equals_plain_trl(tiny_model_dir, tmp_path):
     plain.train()
 
     def respond(requests, rng):
-        return texts_for([r.messages[-1]["content"] for r in requests])
+        return texts_for([text_of(r.messages) for r in requests])
 
     ours = tiny_trainer(
         tiny_model_dir,
         tmp_path / "ours",
         SingleAgent(template="raw"),
+        dataset=dataset,
         respond=respond,
         policy_sharing="shared",
         **SETTINGS,

@@ -13,7 +13,7 @@ from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
 from tiny import half_right_answers, tiny_config, tiny_lora, tiny_trainer
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from trl_multiagent import MultiAgentGRPOTrainer, SingleAgent, Voting
+from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.training.advantages import outcome_advantages
 
@@ -154,3 +154,31 @@ def test_unsupported_or_missing_features_fail_at_construction(tiny_model_dir, tm
             peft_config=tiny_lora(),
             **kwargs,
         )
+
+
+@pytest.mark.parametrize("workflow", [SingleAgent(), EvalOpt(max_iterations=2)], ids=["single_agent", "eval_opt"])
+def test_standard_format_prompts_train(tiny_model_dir, tmp_path, workflow):
+    """Plain-text prompts (TRL's standard format): the problem text of every workflow, no chat template for the raw
+    single agent; the tiny model generates."""
+    dataset = addition_dataset().map(lambda row: {"prompt": row["prompt"][-1]["content"]})
+    trainer = tiny_trainer(tiny_model_dir, tmp_path, workflow, dataset=dataset, **TWO_STEPS)
+    before = snapshot(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert trainer.state.global_step == 2
+
+
+def test_raw_single_agent_sends_plain_text_untemplated(tiny_model_dir, tmp_path):
+    dataset = addition_dataset().map(lambda row: {"prompt": row["prompt"][-1]["content"]})
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, SingleAgent(template="raw"), dataset=dataset, respond=half_right_answers, **TWO_STEPS
+    )
+    trainer.train()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    request = trainer.rollout_backend.requests[-1]
+    assert isinstance(request.messages, str) and request.messages.startswith("What is ")
+    assert (
+        trainer.rollout_backend.tokenizer(text=request.messages)["input_ids"]
+        == tokenizer(text=request.messages)["input_ids"]
+    )

@@ -44,7 +44,9 @@ def half_right_answers(requests, rng) -> list[str]:
     every group of episodes is likely to hold both outcomes; a judge's answer falls to its parser's fallbacks."""
     outputs = []
     for request in requests:
-        found = re.search(r"What is (\d+) \+ 2", " ".join(m["content"] for m in request.messages))
+        messages = request.messages
+        text = messages if isinstance(messages, str) else " ".join(m["content"] for m in messages)
+        found = re.search(r"What is (\d+) \+ 2", text)
         i = int(found.group(1)) if found else 0
         outputs.append(f"\\boxed{{{i + 2 if rng.random() < 0.5 else i + 3}}}" if found else "\\boxed{1}")
     return outputs

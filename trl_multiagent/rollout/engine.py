@@ -80,9 +80,11 @@ class RolloutEngine:
                         f"{type(self.workflow).__name__} called generate(role={role!r}) but declares roles "
                         f"{self.workflow.roles}. Add {role!r} to the workflow's `roles`."
                     )
-                if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                plain = isinstance(messages, str)  # TRL's standard format: text, no chat template
+                if not plain and (not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages)):
                     raise TypeError(
-                        f"generate({role!r}, messages) needs a list of chat message dicts, got {messages!r}"
+                        f"generate({role!r}, messages) needs a list of chat message dicts or a plain-text prompt, "
+                        f"got {messages!r}"
                     )
                 adapter = self.adapter_for_role[role]
                 future = loop.create_future()

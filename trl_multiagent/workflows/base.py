@@ -56,15 +56,18 @@ class Workflow:
         return {"workflow": type(self).__name__, **params}
 
 
-def request_text(prompt: Messages) -> str:
-    """The content of a conversational prompt's last user message, whole."""
+def request_text(prompt: Messages | str) -> str:
+    """The content of a conversational prompt's last user message, whole; a plain-text prompt (TRL's standard
+    format) as it is."""
+    if isinstance(prompt, str):
+        return prompt
     content = _last_user(prompt)["content"]
     if isinstance(content, list):  # multimodal-style content parts
         return "".join(part.get("text", "") for part in content if part.get("type") == "text")
     return content
 
 
-def problem_text(prompt: Messages) -> str:
+def problem_text(prompt: Messages | str) -> str:
     """The problem statement of a conversational prompt, without the instructions meant for a lone solver.
 
     A task's rows may say where the problem ends: the last user message's ``"problem"`` key (the math rows set it:
@@ -72,6 +75,8 @@ def problem_text(prompt: Messages) -> str:
     Otherwise the whole last user message is the problem (the code rows keep the program's form in it: which
     function to write, or that it reads standard input, is part of the problem for every role).
     """
+    if isinstance(prompt, str):
+        return prompt
     problem = _last_user(prompt).get("problem")
     return problem if isinstance(problem, str) and problem else request_text(prompt)
 

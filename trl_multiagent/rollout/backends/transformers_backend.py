@@ -16,6 +16,16 @@ from .base import GenerationRequest, GenerationResult, settings_key
 _CONFIG_FIELDS = {"max_tokens": "max_new_tokens", "stop": "stop_strings"}
 
 
+def prompt_ids(tokenizer, messages, chat_template_kwargs: dict[str, Any]) -> list[int]:
+    """The prompt tokens of one call as TRL makes them: chat messages through the chat template (with the generation
+    prompt), a plain-text prompt (TRL's standard format) tokenized as it is."""
+    if isinstance(messages, str):
+        return tokenizer(text=messages)["input_ids"]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **chat_template_kwargs
+    )
+
+
 class TransformersBackend:
     """Generates with ``model.generate``; ``unwrapped_model()`` yields the model ready for generation.
 
@@ -43,9 +53,7 @@ class TransformersBackend:
         self.max_batch_size = max_batch_size
 
     def tokenize(self, messages) -> list[int]:
-        return self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=False, **self.chat_template_kwargs
-        )
+        return prompt_ids(self.tokenizer, messages, self.chat_template_kwargs)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         prompts = [self.tokenize(request.messages) for request in requests]

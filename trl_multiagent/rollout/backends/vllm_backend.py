@@ -39,7 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...adapters.routing import BASE_MODEL
-from .base import GenerationRequest, GenerationResult, settings_key
+from .base import GenerationRequest, GenerationResult
+from .transformers_backend import prompt_ids, settings_key
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
 
@@ -109,10 +110,8 @@ def max_lora_rank(rank: int) -> int:
 
 
 def chat_prompt_ids(tokenizer, messages, chat_template_kwargs: dict[str, Any]) -> list[int]:
-    """The prompt tokens of one call, templated exactly as ``TransformersBackend`` does."""
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **chat_template_kwargs
-    )
+    """The prompt tokens of one call, exactly as ``TransformersBackend`` makes them."""
+    return prompt_ids(tokenizer, messages, chat_template_kwargs)
 
 
 def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]) -> dict[str, Any]:
