@@ -47,3 +47,13 @@ def test_isolated_voting_trains_every_role_adapter_on_a_moe_model(tiny_moe_dir, 
     for adapter in ("generator", "aggregator"):
         moved = [n for n, p in adapter_parameters(trainer.model, adapter).items() if not torch.equal(p, before[n])]
         assert any("experts" in n for n in moved) and any("self_attn" in n for n in moved), adapter
+
+
+def test_moe_model_generates_mixed_adapter_batches_by_adapter(tiny_moe_dir, tmp_path):
+    """Generation on the MoE model itself: a tick holding voter and aggregator calls runs one batch per adapter."""
+    trainer = tiny_trainer(
+        tiny_moe_dir, tmp_path, Voting(), policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no",
+    )  # fmt: skip
+    episodes = trainer.engine.run([[{"role": "user", "content": "What is 1 + 2?"}]] * 2)
+    assert [len(e.calls) for e in episodes] == [4, 4]
+    assert {c.adapter for e in episodes for c in e.calls} == {"generator", "aggregator"}

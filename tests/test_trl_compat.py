@@ -162,7 +162,6 @@ def test_standard_format_prompts_train(tiny_model_dir, tmp_path, workflow):
     single agent; the tiny model generates."""
     dataset = addition_dataset().map(lambda row: {"prompt": row["prompt"][-1]["content"]})
     trainer = tiny_trainer(tiny_model_dir, tmp_path, workflow, dataset=dataset, **TWO_STEPS)
-    before = snapshot(trainer)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
@@ -182,3 +181,14 @@ def test_raw_single_agent_sends_plain_text_untemplated(tiny_model_dir, tmp_path)
         trainer.rollout_backend.tokenizer(text=request.messages)["input_ids"]
         == tokenizer(text=request.messages)["input_ids"]
     )
+
+
+def test_beam_search_generation_routes_every_beam_to_its_adapter(tiny_model_dir, tmp_path):
+    """`generation_kwargs={"num_beams": 2}`: generate runs two rows per prompt; a mixed batch of voter and aggregator
+    calls still routes each row to its role's adapter (the tiny model generates)."""
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, Voting(), policy_sharing="isolated", generation_kwargs={"num_beams": 2},
+        rollout_batch_size=None, **TWO_STEPS,
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 2

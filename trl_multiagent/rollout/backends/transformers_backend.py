@@ -58,8 +58,10 @@ class TransformersBackend:
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         prompts = [self.tokenize(request.messages) for request in requests]
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
+        one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
         for i, request in enumerate(requests):
-            groups.setdefault(settings_key(request.generation_kwargs), []).append(i)
+            key = settings_key(request.generation_kwargs), request.adapter if one_adapter_per_batch else None
+            groups.setdefault(key, []).append(i)
         results: list[GenerationResult | None] = [None] * len(requests)
         with self.unwrapped_model() as model:
             was_training = model.training
@@ -102,7 +104,8 @@ class TransformersBackend:
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         stops = list(getattr(config, "stop_strings", None) or [])
         extra = {"tokenizer": self.tokenizer} if stops else {}  # transformers matches stop strings by its tokens
-        with self.router.route(adapters):
+        beams = getattr(config, "num_beams", None) or 1  # generate runs num_beams rows per prompt, side by side
+        with self.router.route([adapter for adapter in adapters for _ in range(beams)]):
             output = model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
             )
