@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from datasets import IterableDataset
 from scripted import addition_dataset
 from tiny import tiny_trainer
 
@@ -81,3 +82,22 @@ def test_evaluate_runs_episodes_on_the_eval_dataset_without_training(tiny_model_
     assert logs["eval_role/generator/calls"] >= 4  # per eval batch: 2 prompts x 2 episodes, one attempt or more
     assert all(key in logs for key in EVAL_KEYS)
     assert all(p.equal(before[n]) for n, p in trainer.model.named_parameters() if "lora_" in n)
+
+
+def test_every_evaluation_form_trl_supports(tiny_model_dir, tmp_path):
+    """`eval_on_start`, a dict of eval datasets (each logged under its own prefix) and an iterable eval dataset."""
+    rows = addition_dataset(4)
+    trainer = eval_trainer(
+        tiny_model_dir, tmp_path, eval_strategy="steps", eval_steps=1, eval_on_start=True, max_steps=1,
+    )  # fmt: skip
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert [h["step"] for h in evals] == [0, 1]  # before the first step, then after it
+
+    trainer.evaluate(eval_dataset={"easy": rows, "hard": addition_dataset(6)})
+    logged = {key for h in trainer.state.log_history for key in h}
+    assert {"eval_easy_loss", "eval_hard_loss"} <= logged
+
+    iterable = IterableDataset.from_generator(lambda: iter(rows))
+    trainer.evaluate(eval_dataset=iterable)
+    assert "eval_workflow/success" in trainer.state.log_history[-1]

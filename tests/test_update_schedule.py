@@ -145,10 +145,11 @@ def test_token_budget_bounds_every_forward_and_leaves_the_update_unchanged(tiny_
     peaks, updates = {}, {}
     for iterations in (1, 5):
         for bound in (None, budget):
+            workflow = EvalOpt(max_iterations=iterations, history="fresh", prompts="guarded")
             trainer = make_trainer(
-                tiny_model_dir, tmp_path / f"{iterations}-{bound}", EvalOpt(max_iterations=iterations, history="fresh", prompts="guarded"),
-                respond=always_incorrect, update_schedule=schedule, max_tokens_per_micro_batch=bound,
-                per_device_train_batch_size=8, gradient_accumulation_steps=1,
+                tiny_model_dir, tmp_path / f"{iterations}-{bound}", workflow, respond=always_incorrect,
+                update_schedule=schedule, max_tokens_per_micro_batch=bound, per_device_train_batch_size=8,
+                gradient_accumulation_steps=1,
             )  # fmt: skip
             sizes = largest_micro_batch(trainer)
             before = {a: snapshot(trainer.model, a) for a in ("generator", "evaluator")}
@@ -157,8 +158,8 @@ def test_token_budget_bounds_every_forward_and_leaves_the_update_unchanged(tiny_
             updates[iterations, bound] = {
                 (a, n): p - before[a][n] for a in before for n, p in snapshot(trainer.model, a).items()
             }
-    # Flat however many calls an episode makes (a fresh evaluator chat keeps each call's length bounded; in the
-    # shared conversation one call alone grows with the attempts, and a call longer than the budget is its own forward).
+    # Flat however many calls an episode makes (a fresh evaluator chat keeps each call's length bounded; in the shared
+    # conversation one call alone grows with the attempts, and a call longer than the budget is its own forward).
     assert peaks[1, budget] <= budget and peaks[5, budget] <= budget
     assert peaks[5, None] > 2 * budget  # unbounded, the forward grows with the attempts
     for iterations in (1, 5):

@@ -96,6 +96,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
+        if self._is_vlm:
+            raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
             self.model, self.role_adapters, args, measure_gradients=not self.is_deepspeed_enabled
         )
