@@ -84,6 +84,20 @@ def test_normalize_then_sum_trains(tiny_model_dir, tmp_path):
     assert lora_moved(trainer, before)
 
 
+def peft_model_trainer(peft_model, tiny_model_dir, tmp_path) -> MultiAgentGRPOTrainer:
+    """Isolated Voting on a ready PeftModel (no `peft_config`), scripted rollouts."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    return MultiAgentGRPOTrainer(
+        model=peft_model,
+        workflow=Voting(),
+        reward_funcs=boxed_answer_reward,
+        args=tiny_config(tmp_path, policy_sharing="isolated", **TWO_STEPS),
+        train_dataset=addition_dataset(),
+        processing_class=tokenizer,
+        rollout_backend=ScriptedBackend(tokenizer, half_right_answers),
+    )
+
+
 def test_a_ready_peft_model_default_adapter_starts_every_role(tiny_model_dir, tmp_path):
     torch.manual_seed(0)
     peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tiny_lora())
@@ -92,15 +106,7 @@ def test_a_ready_peft_model_default_adapter_starts_every_role(tiny_model_dir, tm
             if "lora_B" in name:
                 param.normal_(0, 0.1)  # a trained adapter, not a fresh one
     start = {n.replace(".default.", "."): p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
-    trainer = MultiAgentGRPOTrainer(
-        model=peft_model,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=tiny_config(tmp_path, policy_sharing="isolated", **TWO_STEPS),
-        train_dataset=addition_dataset(),
-        processing_class=(tokenizer := AutoTokenizer.from_pretrained(tiny_model_dir)),
-        rollout_backend=ScriptedBackend(tokenizer, half_right_answers),
-    )
+    trainer = peft_model_trainer(peft_model, tiny_model_dir, tmp_path)
     for adapter in ("generator", "aggregator"):
         weights = adapter_parameters(trainer.model, adapter)
         assert all(torch.equal(p, start[n.replace(f".{adapter}.", ".")]) for n, p in weights.items())
@@ -118,15 +124,7 @@ def test_a_peft_model_with_role_adapters_keeps_them(tiny_model_dir, tmp_path):
             if "lora_B" in name:
                 param.normal_(0, 0.1)
     start = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" in n}
-    trainer = MultiAgentGRPOTrainer(
-        model=peft_model,
-        workflow=Voting(),
-        reward_funcs=boxed_answer_reward,
-        args=tiny_config(tmp_path, policy_sharing="isolated", **TWO_STEPS),
-        train_dataset=addition_dataset(),
-        processing_class=(tokenizer := AutoTokenizer.from_pretrained(tiny_model_dir)),
-        rollout_backend=ScriptedBackend(tokenizer, half_right_answers),
-    )
+    trainer = peft_model_trainer(peft_model, tiny_model_dir, tmp_path)
     assert sorted(trainer.model.peft_config) == ["aggregator", "generator"]
     assert all(torch.equal(p, start[n]) for n, p in trainer.model.named_parameters() if "lora_" in n)
 
