@@ -20,37 +20,11 @@ that role's calls of the batch: ``fn(prompts, completions, completion_ids, judge
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ..workflows.formats import references
+
 Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
-
-
-@dataclass
-class CallContext:
-    """What one call's output refers to, read from the formats of the calls before it in its episode."""
-
-    judged: int | None = None  # index (in the episode's calls) of the answer a verdict judged
-    candidates: tuple[int, ...] = ()  # indices of the answers a selection chose among, by instance
-
-
-def call_contexts(formats: Mapping[str, Any], calls: Sequence) -> list[CallContext]:
-    """A verdict judges the latest answer before it; a selection chooses among the latest answer of each instance of
-    the role that answered last before it."""
-    contexts, latest, last = [], {}, None
-    for i, call in enumerate(calls):
-        kind = getattr(formats.get(call.role), "kind", None)
-        if kind == "answer":
-            latest[call.role, call.instance], last = i, i
-            contexts.append(CallContext())
-        elif kind == "verdict":
-            contexts.append(CallContext(judged=last))
-        elif kind == "selection" and last is not None:
-            role = calls[last].role
-            contexts.append(CallContext(candidates=tuple(latest[k] for k in sorted(latest) if k[0] == role)))
-        else:
-            contexts.append(CallContext())
-    return contexts
 
 
 def reference_role_rewards(
@@ -65,7 +39,7 @@ def reference_role_rewards(
     rewards = []
     for e, episode in enumerate(episodes):
         per_call: list[float | None] = []
-        for i, (call, context) in enumerate(zip(episode.calls, call_contexts(formats, episode.calls))):
+        for i, (call, context) in enumerate(zip(episode.calls, references(formats, episode.calls))):
             kind, fmt = _kind(formats, call), formats.get(call.role)
             if kind == "answer":
                 per_call.append(float(right[e, i]))
@@ -93,7 +67,7 @@ def custom_role_rewards(
         kwargs["final_answer"] = []
         columns: dict[str, list] = {key: [] for key in (rows[0] if rows else {}) if key != "prompt"}
         for e, episode in enumerate(episodes):
-            contexts = call_contexts(formats, episode.calls)
+            contexts = references(formats, episode.calls)
             for i, call in enumerate(episode.calls):
                 if call.role != role:
                     continue

@@ -120,3 +120,30 @@ class Strategies:
 def answer_format(task: str) -> BoxedAnswer | CodeAnswer:
     """The answer format of a built-in task: boxed for ``"math"``, a python block for ``"code"``."""
     return CodeAnswer() if task == "code" else BoxedAnswer()
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What one call's output refers to among the calls before it in its episode (indices into the episode's calls)."""
+
+    judged: int | None = None  # a verdict: the answer it judged
+    candidates: tuple[int, ...] = ()  # a selection: the answers it chose among, by instance
+
+
+def references(formats: dict[str, OutputFormat], calls: list) -> list[Reference]:
+    """A verdict judges the latest answer before it; a selection chooses among the latest answer of each instance of
+    the role that answered last before it. ``calls`` are the episode's records in call order (role, instance)."""
+    found, latest, last = [], {}, None
+    for i, call in enumerate(calls):
+        kind = getattr(formats.get(call.role), "kind", None)
+        if kind == "answer":
+            latest[call.role, call.instance], last = i, i
+            found.append(Reference())
+        elif kind == "verdict":
+            found.append(Reference(judged=last))
+        elif kind == "selection" and last is not None:
+            role = calls[last].role
+            found.append(Reference(candidates=tuple(latest[key] for key in sorted(latest) if key[0] == role)))
+        else:
+            found.append(Reference())
+    return found
