@@ -114,7 +114,8 @@ class DriftAlarm:
 class RoleDriftCallback(TrainerCallback):
     """Raises an alarm when a role shows one of the paper's drift signatures in the logged metrics.
 
-    Kinds, checked at every log of ``role/<role>/...`` metrics (the trainer's own and ``workflow_metrics``'s):
+    Kinds, checked at every log of ``role/<role>/...`` metrics (the trainer's own and ``workflow_metrics``'s), once
+    the role has a starting window (its first ``baseline_steps`` logged values), against that window:
 
     - ``judge_code``: a judge role's ``code_block_fraction`` > ``judge_code_fraction``.
     - ``judge_length``: a judge role's ``words_median`` > ``judge_solver_length_ratio`` x the mean ``words_median``
@@ -124,6 +125,11 @@ class RoleDriftCallback(TrainerCallback):
     - ``length_cap``: any role's ``truncated_fraction`` > ``truncated_fraction``.
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
       x its baseline while ``workflow/success`` is still >= its baseline - ``success_tolerance`` (or not logged).
+
+    The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``) are the research's signatures of a role
+    *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which cites every line of
+    the solution it judges, so writes about as much as the generator) does so by design, not by drift. That kind is
+    then not watched for that role (said once at INFO level); its lengths are still watched by ``length_drift``.
 
     An alarm is a ``logger.warning`` (main process), a ``DriftAlarm`` appended to ``self.alarms``, and
     ``alarm/<role>/<kind> = 1.0`` added to the logs and to the log's ``state.log_history`` entry; with
@@ -155,6 +161,7 @@ class RoleDriftCallback(TrainerCallback):
         self.alarms: list[DriftAlarm] = []
         self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values
         self._active: set[tuple[str, str]] = set()  # (role, kind) alarmed and not yet clear
+        self.unwatched: set[tuple[str, str]] = set()  # (role, kind) whose starting window was past the threshold
 
     def on_log(
         self,
@@ -189,6 +196,10 @@ class RoleDriftCallback(TrainerCallback):
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         }
         roles = {key.split("/")[1] for key in values if key.startswith("role/") and key.count("/") >= 2}
+        for role in roles & self.judge_roles:  # judge_length compares with the solvers of the same log
+            solver = [values[key] for r in self.solver_roles if (key := f"role/{r}/words_median") in values]
+            if solver and statistics.fmean(solver) > 0 and f"role/{role}/words_median" in values:
+                values[_solver_ratio(role)] = values[f"role/{role}/words_median"] / statistics.fmean(solver)
         new = []
         for role in sorted(roles):
             for kind, crossing in self._check_role(role, values).items():
@@ -214,12 +225,30 @@ class RoleDriftCallback(TrainerCallback):
             if key in values and checks.get(kind) is None:
                 checks[kind] = (key, values[key], threshold) if values[key] > threshold else None
 
+        def signature(kind: str, metric: str, threshold: float, measured: str, limit: float) -> None:
+            """A fixed threshold: watched once ``measured``'s starting window exists and was within ``limit``."""
+            start = self._baseline(measured)
+            if start is None or (role, kind) in self.unwatched:
+                return
+            if start > limit:
+                self.unwatched.add((role, kind))
+                logger.info(
+                    "Role %r starts past the %s threshold (%s = %.4g in its first %d logs > %.4g): its starting "
+                    "behaviour, so %s is not watched for it (length_drift still is).",
+                    role, kind, measured, start, t.baseline_steps, limit, kind,
+                )  # fmt: skip
+                return
+            above(kind, metric, threshold)
+
         if role in self.judge_roles:
-            above("judge_code", "code_block_fraction", t.judge_code_fraction)
-            solver = [values[key] for r in self.solver_roles if (key := f"role/{r}/words_median") in values]
-            if solver:
-                above("judge_length", "words_median", t.judge_solver_length_ratio * statistics.fmean(solver))
-        above("length_cap", "truncated_fraction", t.truncated_fraction)
+            code = f"role/{role}/code_block_fraction"
+            signature("judge_code", "code_block_fraction", t.judge_code_fraction, code, t.judge_code_fraction)
+            if _solver_ratio(role) in values:
+                solvers = values[f"role/{role}/words_median"] / values[_solver_ratio(role)]
+                limit = t.judge_solver_length_ratio
+                signature("judge_length", "words_median", limit * solvers, _solver_ratio(role), limit)
+        cap = f"role/{role}/truncated_fraction"
+        signature("length_cap", "truncated_fraction", t.truncated_fraction, cap, t.truncated_fraction)
         for metric in ("words_median", "completion_length"):
             key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
             if key in values and baseline and checks.get("length_drift") is None:  # a zero baseline has no ratio
@@ -239,5 +268,11 @@ class RoleDriftCallback(TrainerCallback):
         return checks
 
     def _baseline(self, key: str) -> float | None:
+        """The mean of the metric's starting window, once it has ``baseline_steps`` values."""
         early = self._early.get(key, [])
         return statistics.fmean(early) if len(early) == self.thresholds.baseline_steps else None
+
+
+def _solver_ratio(role: str) -> str:
+    """Internal key of a judge's words_median over the solvers' mean in the same log (never logged)."""
+    return f"_judge_solver_ratio/{role}"
