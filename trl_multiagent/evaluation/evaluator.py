@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
@@ -119,7 +120,9 @@ def evaluate(
     dataset = eval_dataset(settings.task, settings.dataset_name, settings.limit)
     done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
     new_rows = []
-    for step, checkpoint in checkpoints:
+    for step, checkpoint in tqdm(
+        checkpoints, desc=f"{mode}: checkpoints", unit="checkpoint", disable=len(checkpoints) < 2
+    ):
         plan = plan_mode(mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role)
         row = describe(plan, settings, step, run_dir, len(dataset))
         if result_key(row) in done:
@@ -169,6 +172,7 @@ def score(
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
     rewards, calls, truncated = [], 0, 0
     role_tokens: dict[str, list[int]] = defaultdict(list)
+    progress = tqdm(total=len(jobs), desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
         chunk_rows = [rows[problem] for problem, _ in chunk]
@@ -192,6 +196,9 @@ def score(
                     episode_record(episode, row, sample, reward, trained.workflow, settings.task),
                 )
         rewards += chunk_rewards
+        progress.update(len(chunk))
+        progress.set_postfix(success=f"{sum(r >= 1.0 for r in rewards) / len(rewards):.3f}")
+    progress.close()
     k = settings.k
     correct = [sum(r >= 1.0 for r in rewards[p * k : (p + 1) * k]) for p in range(len(rows))]
     return {
