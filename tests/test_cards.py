@@ -10,8 +10,24 @@ from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.checkpoints.card import final_metrics, write_adapter_cards, write_model_cards
 
 
+class WiredTrainer(MultiAgentGRPOTrainer):
+    """The trainer with the card writers wired in as proposed for MultiAgentGRPOTrainer itself."""
+
+    def _save(self, output_dir=None, state_dict=None):
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:  # every checkpoint and the final folder: run card + one card per adapter folder
+            metrics = final_metrics(self.state.log_history)
+            write_model_cards(output_dir or self.args.output_dir, self.multiagent_config(), metrics, self.hub_model_id)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        if self.is_world_process_zero():  # replaces TRL's card (library_name transformers) with ours
+            metrics = final_metrics(self.state.log_history)
+            config = self.multiagent_config()
+            write_model_cards(self.args.output_dir, config, metrics, self.hub_model_id, dataset_name, tags)
+
+
 def test_run_and_adapter_cards_parse_with_the_metadata(tiny_model_dir, tmp_path):
-    trainer = MultiAgentGRPOTrainer(
+    trainer = WiredTrainer(
         model=tiny_model_dir,
         workflow=Voting(),
         reward_funcs=boxed_answer_reward,
@@ -25,18 +41,23 @@ def test_run_and_adapter_cards_parse_with_the_metadata(tiny_model_dir, tmp_path)
             max_steps=1,
             logging_steps=1,
             report_to="none",
-            save_strategy="no",
+            save_strategy="steps",
+            save_steps=1,
             policy_sharing="isolated",
             training_summary=False,
         ),  # fmt: skip
         train_dataset=addition_dataset(),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
     )
+    trainer.hub_model_id = "me/voting-toy"
     trainer.train()
     run = tmp_path / "run"
     trainer.save_model(str(run))
-    config, metrics = trainer.multiagent_config(), final_metrics(trainer.state.log_history)
-    write_model_cards(str(run), config, metrics, repo_id="me/voting-toy", dataset_name="arithmetic")
+    trainer.create_model_card(dataset_name="arithmetic")  # as push_to_hub does
+    metrics = final_metrics(trainer.state.log_history)
+    for adapter in ("generator", "aggregator"):  # the checkpoint folder has the cards too
+        assert ModelCard.load(run / "checkpoint-1" / adapter / "README.md").data.library_name == "peft"
+    assert ModelCard.load(run / "checkpoint-1" / "README.md").data.base_model == tiny_model_dir
 
     card = ModelCard.load(run / "README.md")
     assert card.data.base_model == tiny_model_dir and card.data.library_name == "peft"
