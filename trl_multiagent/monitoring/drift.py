@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -57,8 +57,9 @@ class DriftThresholds:
     truncated_fraction: float = field(
         default=0.05,
         metadata={
-            "help": "length_cap: a role's `truncated_fraction` above this; above 0.05 the role's p95 length is at "
-            "the cap."
+            "help": "length_cap: a role's `truncated_fraction`, averaged over its last `baseline_steps` logs, above "
+            "this; above 0.05 the role's p95 length is at the cap. (A tail rate: one step of a small batch, e.g. "
+            "3 truncations in 32 calls, is mostly noise.)"
         },
     )
     uncertainty_rise_factor: float = field(
@@ -122,7 +123,8 @@ class RoleDriftCallback(TrainerCallback):
       of the solver roles in the same log.
     - ``length_drift``: any role's ``words_median`` or ``completion_length`` beyond ``length_drift_factor`` times
       its baseline, up or down.
-    - ``length_cap``: any role's ``truncated_fraction`` > ``truncated_fraction``.
+    - ``length_cap``: any role's ``truncated_fraction``, averaged over its last ``baseline_steps`` logs, >
+      ``truncated_fraction``.
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
       x its baseline while ``workflow/success`` is still >= its baseline - ``success_tolerance`` (or not logged).
 
@@ -160,6 +162,7 @@ class RoleDriftCallback(TrainerCallback):
         self.stop_on_alarm = stop_on_alarm
         self.alarms: list[DriftAlarm] = []
         self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values
+        self._recent: dict[str, deque[float]] = {}  # metric -> its last `baseline_steps` values (length_cap)
         self._active: set[tuple[str, str]] = set()  # (role, kind) alarmed and not yet clear
         self.unwatched: set[tuple[str, str]] = set()  # (role, kind) whose starting window was past the threshold
 
@@ -211,6 +214,7 @@ class RoleDriftCallback(TrainerCallback):
         for key, value in values.items():  # after the checks: a baseline never includes the value it judges
             if len(self._early[key]) < self.thresholds.baseline_steps:
                 self._early[key].append(value)
+            self._recent.setdefault(key, deque(maxlen=self.thresholds.baseline_steps)).append(value)
         self.alarms += new
         return new
 
@@ -220,12 +224,14 @@ class RoleDriftCallback(TrainerCallback):
         t = self.thresholds
         checks: dict[str, tuple[str, float, float] | None] = {}
 
-        def above(kind: str, metric: str, threshold: float) -> None:
-            key = f"role/{role}/{metric}"
+        def above(kind: str, metric: str, threshold: float, reported: str | None = None) -> None:
+            key = metric if "/" in metric else f"role/{role}/{metric}"
             if key in values and checks.get(kind) is None:
-                checks[kind] = (key, values[key], threshold) if values[key] > threshold else None
+                checks[kind] = (reported or key, values[key], threshold) if values[key] > threshold else None
 
-        def signature(kind: str, metric: str, threshold: float, measured: str, limit: float) -> None:
+        def signature(
+            kind: str, metric: str, threshold: float, measured: str, limit: float, reported: str | None = None
+        ) -> None:
             """A fixed threshold: watched once ``measured``'s starting window exists and was within ``limit``."""
             start = self._baseline(measured)
             if start is None or (role, kind) in self.unwatched:
@@ -238,7 +244,7 @@ class RoleDriftCallback(TrainerCallback):
                     role, kind, measured, start, t.baseline_steps, limit, kind,
                 )  # fmt: skip
                 return
-            above(kind, metric, threshold)
+            above(kind, metric, threshold, reported)
 
         if role in self.judge_roles:
             code = f"role/{role}/code_block_fraction"
@@ -248,7 +254,10 @@ class RoleDriftCallback(TrainerCallback):
                 limit = t.judge_solver_length_ratio
                 signature("judge_length", "words_median", limit * solvers, _solver_ratio(role), limit)
         cap = f"role/{role}/truncated_fraction"
-        signature("length_cap", "truncated_fraction", t.truncated_fraction, cap, t.truncated_fraction)
+        if cap in values:  # judged on its mean over the last `baseline_steps` logs, this one included
+            recent = [*self._recent.get(cap, ()), values[cap]][-t.baseline_steps :]
+            values[_recent_mean(role)] = statistics.fmean(recent)
+            signature("length_cap", _recent_mean(role), t.truncated_fraction, cap, t.truncated_fraction, reported=cap)
         for metric in ("words_median", "completion_length"):
             key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
             if key in values and baseline and checks.get("length_drift") is None:  # a zero baseline has no ratio
@@ -276,3 +285,8 @@ class RoleDriftCallback(TrainerCallback):
 def _solver_ratio(role: str) -> str:
     """Internal key of a judge's words_median over the solvers' mean in the same log (never logged)."""
     return f"_judge_solver_ratio/{role}"
+
+
+def _recent_mean(role: str) -> str:
+    """Internal key of a role's truncated_fraction averaged over its last logs (reported under the logged key)."""
+    return f"_recent_truncated_fraction/{role}"
