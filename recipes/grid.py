@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tqdm.auto import tqdm
 from trl import TrlParser
 
 from trl_multiagent.evaluation import format_table, paper_table, read_log_history, read_results, role_instability
@@ -207,14 +208,18 @@ def main(args: GridArguments) -> int:
         missing = sorted({str(recipe_path(cell)) for cell in cells if not recipe_path(cell).is_file()})
         if missing:
             raise FileNotFoundError(f"No recipe {missing}; drop those workflows or tasks from the grid.")
+        progress = tqdm(total=len(trainings) + len(evaluations), desc="grid: trainings + evaluations", unit="run")
         for cell, command in trainings:
             if (cell.run_dir / "multiagent_config.json").is_file():
-                print(f"skip training {cell.run_dir}: finished")
+                tqdm.write(f"skip training {cell.run_dir}: finished")
             elif not run(command):
                 failed.append(shlex.join(command))
+            progress.update()
         for command in evaluations:
             if ready(command) and not run(command):
                 failed.append(shlex.join(command))
+            progress.update()
+        progress.close()
     report(args, cells)
     for command in failed:
         print(f"FAILED: {command}", file=sys.stderr)

@@ -6,6 +6,7 @@ Every expected value is worked out by hand in the comment next to it.
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 from pathlib import Path
@@ -433,13 +434,13 @@ def test_synthesizer_collapse_alarms_on_median_and_cap():
         19,
     )
     assert drift.threshold == pytest.approx(369.0 / 3)  # the lower bound of a downward drift
-    assert (cap.step, cap.role, cap.metric, cap.value, cap.threshold) == (
+    assert (cap.step, cap.role, cap.metric, cap.threshold) == (
         5,
         "synthesizer",
         "role/synthesizer/truncated_fraction",
-        0.2,
         0.05,
     )
+    assert cap.value == pytest.approx((0.0 + 0.02 + 0.2) / 3)  # a tail rate: the mean of the last three logs
 
 
 def test_length_growth_alarms_against_the_early_baseline():
@@ -531,3 +532,39 @@ def test_alarm_keys_reach_reporting_callbacks_placed_after_it():
 def test_thresholds_are_checked(bad, match):
     with pytest.raises(ValueError, match=match):
         DriftThresholds(**bad)
+
+
+# Drift-relevant metrics of the toy presets' own runs (scripts/toy_preset_logs.py): what a user's first run logs.
+PRESET_LOGS = json.loads((Path(__file__).parent / "fixtures" / "toy_preset_logs.json").read_text())["runs"]
+
+
+@pytest.mark.parametrize("preset", sorted(PRESET_LOGS))
+def test_toy_preset_runs_raise_no_alarm(preset):
+    callback = RoleDriftCallback()
+    replay(callback, PRESET_LOGS[preset])
+    assert callback.alarms == []
+
+
+def test_a_judge_past_a_signature_from_its_start_is_not_drift_but_real_drift_still_fires(caplog):
+    # The toy evaluator cites every line it judges: about the generator's length from step 1 (the false judge_length
+    # alarm a fixed threshold raised at step 1 of the README's first command).
+    logs = PRESET_LOGS["eval_opt"]
+    callback = RoleDriftCallback()
+    with caplog.at_level(logging.INFO, logger="trl_multiagent.monitoring.drift"):
+        replay(callback, logs)
+    assert callback.alarms == [] and ("evaluator", "judge_length") in callback.unwatched
+    assert "Role 'evaluator' starts past the judge_length threshold" in caplog.text
+    # The same run with a captured evaluator at step 12 (code blocks, 5x its starting length) still alarms.
+    start = sum(log["role/evaluator/words_median"] for log in logs[:3]) / 3
+    captured = {**logs[11], "role/evaluator/code_block_fraction": 0.9, "role/evaluator/words_median": 5 * start}
+    callback = RoleDriftCallback()
+    replay(callback, [*logs[:11], captured])
+    assert {(a.step, a.role, a.kind) for a in callback.alarms} == {(12, "evaluator", "judge_code"),
+                                                                  (12, "evaluator", "length_drift")}  # fmt: skip
+
+
+def test_no_alarm_before_a_role_has_its_starting_window():
+    capped = {**normal_log(1), "role/generator/truncated_fraction": 0.5, "role/evaluator/code_block_fraction": 0.9}
+    callback = RoleDriftCallback()
+    replay(callback, [capped])
+    assert callback.alarms == []

@@ -37,15 +37,21 @@ def test_workflow_metrics_with_ground_truth(tiny_model_dir, tmp_path):
     assert logs[0]["role/generator/unparseable"] == 0.0  # every scripted voter output has a \boxed{}
 
 
-def test_judge_writing_code_raises_an_alarm(tiny_model_dir, tmp_path):
-    def aggregator_writes_code(requests, rng):
-        return [
-            "```python\nprint(1)\n```" if "Solution 1" in r.messages[-1]["content"] else "\\boxed{4}" for r in requests
-        ]
+def test_judge_turning_to_code_raises_an_alarm(tiny_model_dir, tmp_path):
+    aggregator_batches = []
 
-    trainer = voting_run(tiny_model_dir, tmp_path, respond=aggregator_writes_code)
+    def aggregator_turns_to_code(requests, rng):
+        # The aggregator judges normally in its starting window (step 1), then writes code (step 2).
+        is_aggregator = ["Solution 1" in r.messages[-1]["content"] for r in requests]
+        aggregator_batches.append(any(is_aggregator))
+        code = sum(aggregator_batches) > 1
+        return ["```python\nprint(1)\n```" if code and a else "\\boxed{4}" for a in is_aggregator]
+
+    trainer = voting_run(
+        tiny_model_dir, tmp_path, respond=aggregator_turns_to_code, drift_thresholds={"baseline_steps": 1}
+    )
     alarms = [h for h in trainer.state.log_history if "alarm/aggregator/judge_code" in h]
-    assert alarms and alarms[0]["step"] == 1
+    assert alarms and alarms[0]["step"] == 2
     assert all("alarm/generator/judge_code" not in h for h in trainer.state.log_history)
 
 

@@ -24,10 +24,12 @@ from trl_multiagent.tasks.sandbox import (
     TestSuite,
     execute,
     run_tests,
+    sandbox_available,
+    sandbox_mode,
     stdout_matches,
 )
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the code sandbox needs root (namespaces, uid switch)")
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="the code sandbox needs root or user namespaces")
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, max_output_bytes=2**20)
 # Programs that must end on their own get room, so a loaded machine can't turn their outcome into a timeout.
@@ -52,14 +54,20 @@ def leased_uids(monkeypatch):
 
 
 def leftover_processes(uids: set[int]) -> list[int]:
-    """Pids of processes still running under one of ``uids`` (there should never be any after a run)."""
+    """Pids of sandboxed processes still running (there should never be any after a run).
+
+    As root: processes under one of the leased ``uids``. Not root, the host sees sandboxed programs as this user:
+    processes of this user in another PID namespace than this one.
+    """
+    own_pid_namespace = os.readlink("/proc/self/ns/pid")
     pids = []
     for entry in Path("/proc").iterdir():
         try:
             uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
+            elsewhere = os.readlink(entry / "ns" / "pid") != own_pid_namespace
         except (OSError, IndexError, ValueError):
             continue
-        if uid in uids:
+        if uid in uids or (sandbox_mode() == "userns" and uid == os.getuid() and elsewhere):
             pids.append(int(entry.name))
     return pids
 
@@ -117,7 +125,12 @@ def hostile_programs(victim: Path, port: int) -> dict[str, tuple[str, Outcome]]:
         "opens an internet socket": (connect.format("1.1.1.1", 53), Outcome.RUNTIME_ERROR),
         "resolves a hostname": ("import socket\nsocket.getaddrinfo('huggingface.co', 443)", Outcome.RUNTIME_ERROR),
         "kills the parent": (f"import os\nos.kill({os.getpid()}, 9)", Outcome.RUNTIME_ERROR),
-        "kills its own parent": ("import os\nos.kill(os.getppid(), 9)", Outcome.RUNTIME_ERROR),
+        # As root the kill is refused (another uid); in a user namespace the parent is the same user to the kernel,
+        # which then drops the signal silently, because the parent is its PID namespace's init: no output.
+        "kills its own parent": (
+            "import os\nos.kill(os.getppid(), 9)",
+            Outcome.WRONG_ANSWER if sandbox_available() and sandbox_mode() == "userns" else Outcome.RUNTIME_ERROR,
+        ),
         "kills everything": ("import os\nos.kill(-1, 9)", Outcome.RUNTIME_ERROR),
         "deletes a file": (f"import os\nos.remove({str(victim)!r})", Outcome.RUNTIME_ERROR),
         "execs a shell that writes /etc": (shell.format("echo x > /etc/evil_by_sandbox"), Outcome.RUNTIME_ERROR),

@@ -18,11 +18,15 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
 from ..monitoring.pass_at_k import pass_at_k
+from ..checkpoints.load import eos_token_ids
 from ..paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH
+from ..rollout.engine import RolloutEngine
+from ..toy import resolve_model_name
 from ..workflows import Workflow
 from .datasets import DEFAULT_DATASETS, TASKS, check_task, eval_dataset, task_reward
 from .episodes import episode_record, write_episode
@@ -56,6 +60,18 @@ class EvalSettings:
     chat_template_kwargs: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "JSON passed to the chat template, e.g. '{\"enable_thinking\": false}'."}
     )
+    rollout_backend: str = field(
+        default="transformers",
+        metadata={
+            "help": "'transformers', or 'vllm': one vLLM engine (base model + every role adapter as a LoRA) serves "
+            "every checkpoint's episodes; needs `pip install trl-multiagent[vllm]`.",
+            "choices": ["transformers", "vllm"],
+        },
+    )
+    vllm_engine_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={"help": 'JSON for vllm.LLM, e.g. \'{"gpu_memory_utilization": 0.9, "max_model_len": 8192}\'.'},
+    )
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     dtype: str | None = field(default=None, metadata={"help": "e.g. bfloat16; default: the checkpoint's own."})
 
@@ -74,6 +90,10 @@ class EvalSettings:
             )
         if isinstance(self.chat_template_kwargs, str):
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
+        if isinstance(self.vllm_engine_kwargs, str):
+            self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
+        if self.rollout_backend not in ("transformers", "vllm"):
+            raise ValueError(f"rollout_backend must be 'transformers' or 'vllm', got {self.rollout_backend!r}.")
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -118,14 +138,22 @@ def evaluate(
         checkpoints = [(0, checkpoints[-1][1])]
     dataset = eval_dataset(settings.task, settings.dataset_name, settings.limit)
     done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
-    new_rows = []
-    for step, checkpoint in checkpoints:
+    new_rows, engine = [], None
+    for step, checkpoint in tqdm(
+        checkpoints, desc=f"{mode}: checkpoints", unit="checkpoint", disable=len(checkpoints) < 2
+    ):
         plan = plan_mode(mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role)
         row = describe(plan, settings, step, run_dir, len(dataset))
         if result_key(row) in done:
             continue
         episodes_dir = output_dir / "episodes" / f"step-{step}" / f"{mode}-{row['workflow']}-{key_hash(row)}"
-        row.update(score(plan.load(settings.device, settings.dtype), dataset, settings, episodes_dir))
+        # with vLLM the transformers model only hands its adapters over: it stays on the CPU
+        trained = plan.load("cpu" if settings.rollout_backend == "vllm" else settings.device, settings.dtype)
+        if settings.rollout_backend == "vllm":  # one engine for every checkpoint: only the adapters change
+            engine = engine or vllm_backend(trained, plan.model, settings)
+            engine.sync_adapters(_with_lora(trained.model))
+        row.update(score(trained, dataset, settings, episodes_dir, engine))
+        del trained
         gc.collect()  # release this checkpoint's model before loading the next one
         row["episodes_dir"] = str(episodes_dir)
         append_result(output_dir / RESULTS_FILE, row)
@@ -153,13 +181,53 @@ def describe(
         "dataset": settings.dataset_name or DEFAULT_DATASETS[settings.task],
         "num_problems": num_problems,
         **{name: getattr(settings, name) for name in ("k", "temperature", "top_p", "max_completion_length", "seed")},
+        # only when not the default, so rows recorded before this field existed keep their identity
+        **({"rollout_backend": settings.rollout_backend} if settings.rollout_backend != "transformers" else {}),
     }
 
 
+def vllm_backend(trained: TrainedWorkflow, base_model: str, settings: EvalSettings):
+    """A vLLM engine on the base model serving ``trained``'s adapters (LoRA rank read from them)."""
+    from ..rollout.backends.vllm_backend import VLLMBackend
+
+    model = _with_lora(trained.model)
+    adapters = [name for name in model.peft_config if name in set(trained.role_to_adapter.values())]
+    sampling = {"max_tokens": settings.max_completion_length, "temperature": settings.temperature}
+    if settings.temperature > 0:
+        sampling["top_p"] = settings.top_p
+    engine_kwargs = {"seed": settings.seed, **({"dtype": settings.dtype} if settings.dtype else {})}
+    return VLLMBackend(
+        resolve_model_name(base_model),
+        trained.tokenizer,
+        adapters,
+        lora_rank=max(config.r for config in model.peft_config.values()),
+        sampling=sampling,
+        eos_token_ids=eos_token_ids(trained),
+        chat_template_kwargs=settings.chat_template_kwargs,
+        **{**engine_kwargs, **(settings.vllm_engine_kwargs or {})},
+    )
+
+
+def _with_lora(model: torch.nn.Module):
+    """The PEFT model; the bare base model (base mode) gets a throwaway LoRA, whose zero copy serves ``__base__``."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if not isinstance(model, PeftModel):
+        model = get_peft_model(model, LoraConfig(r=8, target_modules="all-linear"), adapter_name="unused")
+    return model
+
+
 def score(
-    trained: TrainedWorkflow, dataset: Dataset, settings: EvalSettings, episodes_dir: Path | None = None
+    trained: TrainedWorkflow,
+    dataset: Dataset,
+    settings: EvalSettings,
+    episodes_dir: Path | None = None,
+    backend=None,
 ) -> dict[str, Any]:
-    """Run ``k`` episodes per problem, reward each final answer, and summarise (success = reward 1.0)."""
+    """Run ``k`` episodes per problem, reward each final answer, and summarise (success = reward 1.0).
+
+    ``backend``: a synced ``VLLMBackend`` to generate with; by default the transformers backend of ``run_episodes``.
+    """
     set_seed(settings.seed)
     reward_func = task_reward(settings.task)
     generation_config = make_generation_config(
@@ -169,16 +237,17 @@ def score(
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
     rewards, calls, truncated = [], 0, 0
     role_tokens: dict[str, list[int]] = defaultdict(list)
+    progress = tqdm(total=len(jobs), desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
         chunk_rows = [rows[problem] for problem, _ in chunk]
-        episodes = run_episodes(
-            trained,
-            [row["prompt"] for row in chunk_rows],
-            generation_config,
-            settings.rollout_batch_size,
-            settings.chat_template_kwargs,
-        )
+        prompts = [row["prompt"] for row in chunk_rows]
+        if backend is not None:
+            episodes = RolloutEngine(trained.workflow, backend, trained.role_to_adapter).run(prompts)
+        else:
+            episodes = run_episodes(
+                trained, prompts, generation_config, settings.rollout_batch_size, settings.chat_template_kwargs
+            )
         chunk_rewards = _rewards(reward_func, episodes, chunk_rows)
         for (problem, sample), episode, row, reward in zip(chunk, episodes, chunk_rows, chunk_rewards):
             calls += len(episode.calls)
@@ -192,6 +261,9 @@ def score(
                     episode_record(episode, row, sample, reward, trained.workflow, settings.task),
                 )
         rewards += chunk_rewards
+        progress.update(len(chunk))
+        progress.set_postfix(success=f"{sum(r >= 1.0 for r in rewards) / len(rewards):.3f}")
+    progress.close()
     k = settings.k
     correct = [sum(r >= 1.0 for r in rewards[p * k : (p + 1) * k]) for p in range(len(rows))]
     return {

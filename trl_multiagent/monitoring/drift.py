@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -57,8 +57,9 @@ class DriftThresholds:
     truncated_fraction: float = field(
         default=0.05,
         metadata={
-            "help": "length_cap: a role's `truncated_fraction` above this; above 0.05 the role's p95 length is at "
-            "the cap."
+            "help": "length_cap: a role's `truncated_fraction`, averaged over its last `baseline_steps` logs, above "
+            "this; above 0.05 the role's p95 length is at the cap. (A tail rate: one step of a small batch, e.g. "
+            "3 truncations in 32 calls, is mostly noise.)"
         },
     )
     uncertainty_rise_factor: float = field(
@@ -114,16 +115,23 @@ class DriftAlarm:
 class RoleDriftCallback(TrainerCallback):
     """Raises an alarm when a role shows one of the paper's drift signatures in the logged metrics.
 
-    Kinds, checked at every log of ``role/<role>/...`` metrics (the trainer's own and ``workflow_metrics``'s):
+    Kinds, checked at every log of ``role/<role>/...`` metrics (the trainer's own and ``workflow_metrics``'s), once
+    the role has a starting window (its first ``baseline_steps`` logged values), against that window:
 
     - ``judge_code``: a judge role's ``code_block_fraction`` > ``judge_code_fraction``.
     - ``judge_length``: a judge role's ``words_median`` > ``judge_solver_length_ratio`` x the mean ``words_median``
       of the solver roles in the same log.
     - ``length_drift``: any role's ``words_median`` or ``completion_length`` beyond ``length_drift_factor`` times
       its baseline, up or down.
-    - ``length_cap``: any role's ``truncated_fraction`` > ``truncated_fraction``.
+    - ``length_cap``: any role's ``truncated_fraction``, averaged over its last ``baseline_steps`` logs, >
+      ``truncated_fraction``.
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
       x its baseline while ``workflow/success`` is still >= its baseline - ``success_tolerance`` (or not logged).
+
+    The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``) are the research's signatures of a role
+    *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which cites every line of
+    the solution it judges, so writes about as much as the generator) does so by design, not by drift. That kind is
+    then not watched for that role (said once at INFO level); its lengths are still watched by ``length_drift``.
 
     An alarm is a ``logger.warning`` (main process), a ``DriftAlarm`` appended to ``self.alarms``, and
     ``alarm/<role>/<kind> = 1.0`` added to the logs and to the log's ``state.log_history`` entry; with
@@ -154,7 +162,9 @@ class RoleDriftCallback(TrainerCallback):
         self.stop_on_alarm = stop_on_alarm
         self.alarms: list[DriftAlarm] = []
         self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values
+        self._recent: dict[str, deque[float]] = {}  # metric -> its last `baseline_steps` values (length_cap)
         self._active: set[tuple[str, str]] = set()  # (role, kind) alarmed and not yet clear
+        self.unwatched: set[tuple[str, str]] = set()  # (role, kind) whose starting window was past the threshold
 
     def on_log(
         self,
@@ -189,6 +199,10 @@ class RoleDriftCallback(TrainerCallback):
             if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         }
         roles = {key.split("/")[1] for key in values if key.startswith("role/") and key.count("/") >= 2}
+        for role in roles & self.judge_roles:  # judge_length compares with the solvers of the same log
+            solver = [values[key] for r in self.solver_roles if (key := f"role/{r}/words_median") in values]
+            if solver and statistics.fmean(solver) > 0 and f"role/{role}/words_median" in values:
+                values[_solver_ratio(role)] = values[f"role/{role}/words_median"] / statistics.fmean(solver)
         new = []
         for role in sorted(roles):
             for kind, crossing in self._check_role(role, values).items():
@@ -200,6 +214,7 @@ class RoleDriftCallback(TrainerCallback):
         for key, value in values.items():  # after the checks: a baseline never includes the value it judges
             if len(self._early[key]) < self.thresholds.baseline_steps:
                 self._early[key].append(value)
+            self._recent.setdefault(key, deque(maxlen=self.thresholds.baseline_steps)).append(value)
         self.alarms += new
         return new
 
@@ -209,17 +224,40 @@ class RoleDriftCallback(TrainerCallback):
         t = self.thresholds
         checks: dict[str, tuple[str, float, float] | None] = {}
 
-        def above(kind: str, metric: str, threshold: float) -> None:
-            key = f"role/{role}/{metric}"
+        def above(kind: str, metric: str, threshold: float, reported: str | None = None) -> None:
+            key = metric if "/" in metric else f"role/{role}/{metric}"
             if key in values and checks.get(kind) is None:
-                checks[kind] = (key, values[key], threshold) if values[key] > threshold else None
+                checks[kind] = (reported or key, values[key], threshold) if values[key] > threshold else None
+
+        def signature(
+            kind: str, metric: str, threshold: float, measured: str, limit: float, reported: str | None = None
+        ) -> None:
+            """A fixed threshold: watched once ``measured``'s starting window exists and was within ``limit``."""
+            start = self._baseline(measured)
+            if start is None or (role, kind) in self.unwatched:
+                return
+            if start > limit:
+                self.unwatched.add((role, kind))
+                logger.info(
+                    "Role %r starts past the %s threshold (%s = %.4g in its first %d logs > %.4g): its starting "
+                    "behaviour, so %s is not watched for it (length_drift still is).",
+                    role, kind, measured, start, t.baseline_steps, limit, kind,
+                )  # fmt: skip
+                return
+            above(kind, metric, threshold, reported)
 
         if role in self.judge_roles:
-            above("judge_code", "code_block_fraction", t.judge_code_fraction)
-            solver = [values[key] for r in self.solver_roles if (key := f"role/{r}/words_median") in values]
-            if solver:
-                above("judge_length", "words_median", t.judge_solver_length_ratio * statistics.fmean(solver))
-        above("length_cap", "truncated_fraction", t.truncated_fraction)
+            code = f"role/{role}/code_block_fraction"
+            signature("judge_code", "code_block_fraction", t.judge_code_fraction, code, t.judge_code_fraction)
+            if _solver_ratio(role) in values:
+                solvers = values[f"role/{role}/words_median"] / values[_solver_ratio(role)]
+                limit = t.judge_solver_length_ratio
+                signature("judge_length", "words_median", limit * solvers, _solver_ratio(role), limit)
+        cap = f"role/{role}/truncated_fraction"
+        if cap in values:  # judged on its mean over the last `baseline_steps` logs, this one included
+            recent = [*self._recent.get(cap, ()), values[cap]][-t.baseline_steps :]
+            values[_recent_mean(role)] = statistics.fmean(recent)
+            signature("length_cap", _recent_mean(role), t.truncated_fraction, cap, t.truncated_fraction, reported=cap)
         for metric in ("words_median", "completion_length"):
             key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
             if key in values and baseline and checks.get("length_drift") is None:  # a zero baseline has no ratio
@@ -239,5 +277,16 @@ class RoleDriftCallback(TrainerCallback):
         return checks
 
     def _baseline(self, key: str) -> float | None:
+        """The mean of the metric's starting window, once it has ``baseline_steps`` values."""
         early = self._early.get(key, [])
         return statistics.fmean(early) if len(early) == self.thresholds.baseline_steps else None
+
+
+def _solver_ratio(role: str) -> str:
+    """Internal key of a judge's words_median over the solvers' mean in the same log (never logged)."""
+    return f"_judge_solver_ratio/{role}"
+
+
+def _recent_mean(role: str) -> str:
+    """Internal key of a role's truncated_fraction averaged over its last logs (reported under the logged key)."""
+    return f"_recent_truncated_fraction/{role}"

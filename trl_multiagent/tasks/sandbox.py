@@ -6,6 +6,13 @@ Containment, per run (``sandbox_boot.py`` does the in-namespace part):
 - the program runs as a leased, otherwise unused uid with no groups and ``no_new_privs``: RLIMIT_NPROC binds it
   (it doesn't bind root), it can't signal the trainer or read its ``/proc/<pid>/environ``, and setuid binaries
   can't give privileges back;
+- not root (``sandbox_mode() == "userns"``): the same namespaces, made inside a new user namespace
+  (``unshare --user --map-root-user``); the program then runs in a second, nested user namespace as the leased uid,
+  with no capability over the sandbox's namespaces (so it can't undo the mounts below), and RLIMIT_NPROC counts
+  per user namespace, i.e. only this run's processes. To the kernel it is still the invoking user: files of that
+  user stay protected only by being hidden or read-only, so the user's ``$HOME`` is hidden too, and a host
+  filesystem that can't be made read-only is a setup error, not a best effort; the user's supplementary groups
+  stay (dropping them needs root);
 - the host filesystem is read-only in the namespace; ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``,
   ``/root`` and ``/home`` are replaced by empty size-limited tmpfs; the working directory is a fresh
   ``tempfile.mkdtemp`` path (a private tmpfs inside), removed afterwards; the environment is a fixed minimal one;
@@ -14,13 +21,15 @@ Containment, per run (``sandbox_boot.py`` does the in-namespace part):
 Not hidden: world-readable files outside those directories stay readable (e.g. the trainer's source code).
 
 One run executes one test, so a crash or a patched builtin can't leak into the next test, and the program never
-sees expected outputs. Requires root and util-linux ``unshare``; ``check_sandbox_support`` says what is missing.
+sees expected outputs. Requires util-linux ``unshare`` and root or unprivileged user namespaces;
+``check_sandbox_support`` says what is missing.
 """
 
 from __future__ import annotations
 
 import ast
 import fcntl
+import functools
 import json
 import logging
 import marshal
@@ -51,7 +60,7 @@ BOOT_SCRIPT = Path(__file__).with_name("sandbox_boot.py")
 # Leased uids: far above any real or container-mapped user, one per concurrently running program (machine-wide,
 # via flock), so RLIMIT_NPROC counts only that program's processes.
 UID_BASE, UID_COUNT = 3_000_000_000, 4096
-LOCK_DIR = Path(tempfile.gettempdir()) / "trl_multiagent_sandbox_uids"
+LOCK_DIR = Path(tempfile.gettempdir()) / f"trl_multiagent_sandbox_uids-{os.getuid()}"  # one per invoking user
 _SITE_PACKAGES = [p for p in site.getsitepackages() if os.path.isdir(p)]
 HOST_GRACE_SECONDS = 5.0  # startup allowance on top of the in-sandbox deadline before the host kills the run
 
@@ -163,15 +172,41 @@ class TestReport:
         return len(self.outcomes)
 
 
-def check_sandbox_support() -> None:
-    """Raise with the fix when this machine can't run the sandbox."""
-    if os.geteuid() != 0:
-        raise RuntimeError(
-            "The code sandbox needs root: it creates namespaces and runs programs as an unprivileged uid. "
-            "Run training as root (e.g. in a container), or use a task whose reward doesn't execute code."
-        )
+NAMESPACES = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private"]
+USER_NAMESPACE = ["--user", "--map-root-user"]
+
+
+@functools.cache
+def sandbox_mode() -> Literal["root", "userns"]:
+    """How this process can sandbox: as root, or (not root) inside unprivileged user namespaces."""
     if shutil.which("unshare") is None:
         raise RuntimeError("The code sandbox needs util-linux `unshare` on PATH (apt-get install util-linux).")
+    if os.geteuid() == 0:
+        return "root"
+    probe = subprocess.run(["unshare", *USER_NAMESPACE, *NAMESPACES, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise RuntimeError(
+            "The code sandbox needs root or unprivileged user namespaces, and `unshare --user --map-root-user` "
+            f"failed here: {probe.stderr.strip() or f'exit code {probe.returncode}'}. Enable them "
+            "(`sysctl -w user.max_user_namespaces=15000`; Debian: `sysctl -w kernel.unprivileged_userns_clone=1`; "
+            "Ubuntu 24.04+: `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`; in Docker: "
+            "`--security-opt seccomp=unconfined`), or train as root (e.g. in a container), or use a task whose "
+            "reward doesn't execute code."
+        )
+    return "userns"
+
+
+def check_sandbox_support() -> None:
+    """Raise with the fix when this machine can't run the sandbox."""
+    sandbox_mode()
+
+
+def sandbox_available() -> bool:
+    try:
+        sandbox_mode()
+    except RuntimeError:
+        return False
+    return True
 
 
 _leased: set[int] = set()
@@ -252,8 +287,11 @@ def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits) ->
             "site_packages": _SITE_PACKAGES,
             "status_fd": fstatus.fileno(),
             "result_fd": fresult.fileno(),
+            "userns": sandbox_mode() == "userns",
+            # not root, the program is this user to the kernel: hide the user's files wherever their home is
+            "hide": [os.path.realpath(Path.home())] if sandbox_mode() == "userns" else [],
         }
-        cmd = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private"]
+        cmd = ["unshare", *(USER_NAMESPACE if cfg["userns"] else []), *NAMESPACES]
         # -S: site's .pth hooks (e.g. editable installs) cost more than the run; the child adds site-packages itself.
         cmd += [sys.executable, "-I", "-S", str(BOOT_SCRIPT), marshal.dumps(cfg).hex()]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}

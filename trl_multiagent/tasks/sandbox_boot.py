@@ -1,16 +1,20 @@
 """What runs inside the sandbox's fresh namespaces; started by ``sandbox.py``, never imported.
 
-``sandbox.py`` launches ``unshare --net --mount --pid --fork python -I sandbox_boot.py CONFIG`` as root. This
-script then is process 1 of a new PID namespace, with its own (empty, loopback-down) network namespace and a
-private copy of the mount table, so every mount below is invisible to the host. Steps:
+``sandbox.py`` launches ``unshare --net --mount --pid --fork python -I sandbox_boot.py CONFIG`` as root, or, not
+root, with ``--user --map-root-user`` first (``cfg["userns"]``: then this script is root only inside its own user
+namespace, which owns the other namespaces). This script then is process 1 of a new PID namespace, with its own
+(empty, loopback-down) network namespace and a private copy of the mount table, so every mount below is invisible
+to the host. Steps:
 
 1. read the program while its host directory is still visible;
 2. mount a fresh ``/proc`` (host processes become invisible) and size-limited tmpfs over the world-writable
    directories (``/tmp``...) and the secret-bearing homes (``/root``, ``/home``); re-expose read-only the
    Python installation when it lives under a hidden directory (e.g. pyenv in ``/root``); create the fresh
    working directory; remount every other host filesystem read-only;
-3. fork the program's process: resource limits, drop to the leased unprivileged uid (no supplementary groups,
-   no new privileges), cd into the working directory, then run the program (or call its function);
+3. fork the program's process: (in a user namespace: enter a nested one where only the leased uid exists, so the
+   program holds no capability over the namespaces above) resource limits, drop to the leased unprivileged uid
+   (no supplementary groups, no capabilities, no new privileges), cd into the working directory, then run the
+   program (or call its function);
 4. wait with a wall-clock deadline and write a status line (a Python dict literal) for the host to classify.
 
 When this process exits, the kernel kills everything left in the PID namespace (daemons, fork-bomb leftovers).
@@ -38,6 +42,8 @@ MOUNT_OPTION_FLAGS = {
 }
 KERNEL_FILESYSTEMS = ("/proc", "/sys", "/dev")  # not world-writable; device nodes must stay usable
 PR_SET_NO_NEW_PRIVS = 38
+CLONE_NEWUSER = 0x10000000
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 SECRET_HOMES = ("/root", "/home")
 SMALL_TMPFS = 2**20
@@ -57,7 +63,9 @@ def _under(path: str, root: str) -> bool:
 
 
 def _isolate_filesystem(cfg: dict) -> None:
-    hidden = [d for d in WORLD_WRITABLE + SECRET_HOMES if os.path.isdir(d) and not os.path.islink(d)]
+    candidates = dict.fromkeys((*WORLD_WRITABLE, *SECRET_HOMES, *cfg["hide"]))  # hide: e.g. the user's $HOME
+    hidden = [d for d in candidates if d != "/" and os.path.isdir(d) and not os.path.islink(d)]
+    hidden = [d for d in hidden if not any(_under(d, other) for other in hidden if other != d)]
     # Open the interpreter's directories before hiding them: the fds survive the tmpfs mounts and are bound back.
     prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, *cfg["site_packages"])}
     keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in prefixes if any(_under(p, d) for d in hidden)}
@@ -76,17 +84,20 @@ def _isolate_filesystem(cfg: dict) -> None:
     if not any(_under(workdir, d) for d in hidden):
         _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0700")
         hidden.append(workdir)
-    os.chown(workdir, cfg["uid"], cfg["uid"])
+    if not cfg["userns"]:  # in a user namespace the program is already the owner (the one mapped user)
+        os.chown(workdir, cfg["uid"], cfg["uid"])
     os.chmod(workdir, 0o700)
-    _freeze_host_mounts(own=[*hidden, *keep])
+    _freeze_host_mounts(own=[*hidden, *keep], strict=cfg["userns"])
 
 
-def _freeze_host_mounts(own: list[str]) -> None:
+def _freeze_host_mounts(own: list[str], strict: bool) -> None:
     """Remount every host filesystem read-only in this namespace (the host keeps its own, writable, view).
 
-    File permissions already stop the unprivileged uid almost everywhere; this also closes world-writable
-    directories we don't know of. Best effort: a mount that refuses (e.g. ``/`` not being a mount point in a
-    chroot) keeps only the permission barrier.
+    As root, file permissions already stop the unprivileged uid almost everywhere; this also closes world-writable
+    directories we don't know of, best effort: a mount that refuses (e.g. ``/`` not being a mount point in a
+    chroot) keeps only the permission barrier. In a user namespace (``strict``) the program is the invoking user
+    to the kernel, so read-only is the only barrier around that user's files: a writable mount that refuses is an
+    error.
     """
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         mounts = [line.split() for line in f]
@@ -100,10 +111,33 @@ def _freeze_host_mounts(own: list[str]) -> None:
         try:
             _mount(None, target, None, flags)
         except OSError:
-            pass
+            if strict and "rw" in fields[5].split(","):
+                raise
+
+
+def _enter_nested_user_namespace(uid: int) -> None:
+    """A user namespace of our own where ``uid`` is the one mapped id (it maps to the invoking user outside).
+
+    The mount, PID and network namespaces belong to the enclosing user namespace, so whatever capabilities this
+    process holds here give it no power over them (e.g. to unmount the tmpfs hiding ``/home``); and RLIMIT_NPROC
+    counts processes per user namespace, so only the program's own.
+    """
+    if _libc.unshare(CLONE_NEWUSER) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"), ("gid_map", f"{uid} 0 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _drop_capabilities() -> None:
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    if _libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # effective, permitted, inheritable: all empty
+        raise OSError(ctypes.get_errno(), "capset")
 
 
 def _become_untrusted(cfg: dict) -> None:
+    if cfg["userns"]:
+        _enter_nested_user_namespace(cfg["uid"])  # first: the rlimits below then bind inside it
     limits = {
         resource.RLIMIT_CPU: cfg["cpu_seconds"],
         resource.RLIMIT_AS: cfg["memory_bytes"],
@@ -116,9 +150,11 @@ def _become_untrusted(cfg: dict) -> None:
         # CPU: hard = soft + 1 so SIGXCPU (catchable, classified as timeout) comes first, SIGKILL as backstop.
         resource.setrlimit(kind, (value, value + 1 if kind == resource.RLIMIT_CPU else value))
     uid = cfg["uid"]
-    os.setgroups([])
+    if not cfg["userns"]:  # a user namespace denies setgroups (and holds no other group to switch to)
+        os.setgroups([])
     os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)  # every capability is gone now; no_new_privs stops setuid binaries restoring one
+    os.setresuid(uid, uid, uid)  # as root: every capability is gone now; no_new_privs keeps setuid binaries from them
+    _drop_capabilities()  # in a nested user namespace the switch above keeps them
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     os.chdir(cfg["workdir"])

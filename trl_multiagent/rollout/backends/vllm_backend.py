@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -260,16 +261,56 @@ class VLLMServerBackend:
         self.folders = AdapterFolders(adapter_names, adapter_dir)
         self.sampling = {**sampling, "n": 1, "logprobs": 0, "stop_token_ids": sorted(self.eos_token_ids)}
         self.timeout = timeout
+        self.wait_until_healthy(timeout)
+
+    def _serve_hint(self) -> str:
+        return (
+            "Start it where this process can reach it and read the adapter folders, e.g. "
+            f"`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve <base model> --enable-lora --max-loras "
+            f"{len(self.folders.ids)} --max-lora-rank <max_lora_rank(lora_r)> --logprobs-mode processed_logprobs "
+            "--port <port>` (`trl-multiagent vllm-serve --config <your training yaml> --dry-run` prints the exact "
+            "command), or set vllm_server_base_url to where it runs."
+        )
+
+    def wait_until_healthy(self, timeout: float) -> None:
+        """Poll ``/health`` (backing off from 0.5 s to 10 s) until the server answers, at most ``timeout`` s."""
+        deadline, delay = time.monotonic() + timeout, 0.5
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=min(10.0, timeout)):
+                    return
+            except (urllib.error.URLError, OSError) as error:
+                if time.monotonic() + delay > deadline:
+                    raise RuntimeError(
+                        f"No vLLM server answered at {self.base_url}/health within {timeout:.0f} s ({error}). "
+                        + self._serve_hint()
+                    ) from error
+                time.sleep(delay)
+                delay = min(2 * delay, 10.0)
 
     def _post(self, route: str, body: dict) -> bytes:
+        """POST with retries: a refused connection or 502/503/504 (server starting or restarting) is retried with
+        backoff (0.5, 1, 2, 4 s); a timeout is not (the server may still be working on it), nor a 4xx."""
         request = urllib.request.Request(
             f"{self.base_url}{route}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as error:
-            raise RuntimeError(f"vLLM server {route} failed ({error.code}): {error.read().decode()}") from error
+        for attempt, delay in enumerate((0.5, 1.0, 2.0, 4.0, None)):
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return response.read()
+            except urllib.error.HTTPError as error:
+                if error.code not in (502, 503, 504) or delay is None:
+                    raise RuntimeError(
+                        f"vLLM server {self.base_url}{route} failed ({error.code}): {error.read().decode()}"
+                    ) from error
+            except urllib.error.URLError as error:
+                if not isinstance(error.reason, ConnectionError) or delay is None:
+                    raise RuntimeError(
+                        f"vLLM server {self.base_url}{route} failed after {attempt + 1} tries ({error.reason}). "
+                        + self._serve_hint()
+                    ) from error
+            time.sleep(delay)
+        raise AssertionError("unreachable")
 
     def sync_adapters(self, peft_model, adapter_names: Sequence[str] | None = None) -> None:
         """Serve the current weights of ``adapter_names`` (default: every adapter) from the next ``generate`` on."""

