@@ -1,12 +1,13 @@
 """Evaluate a trained run (every checkpoint), the base model, or SA-RL transfer on a task's held-out split.
 
-Every checkpoint of a run, greedy, appending to runs/voting_math/eval_results.jsonl (re-running skips what is done):
+Every checkpoint of a run as the paper evaluates it (sampled at 0.7, Qwen3's thinking off, the held-out split),
+appending to runs/voting_math/eval_results.jsonl (re-running skips what is done):
 
     python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
 
-Sampled, 4 episodes per problem (pass@1 = mean over the 4, and pass@4):
+4 episodes per problem (pass@1 = mean over the 4, and pass@4); greedy with --temperature 0:
 
-    python recipes/evaluate.py --run_dir runs/voting_math --task math --k 4 --temperature 0.7
+    python recipes/evaluate.py --run_dir runs/voting_math --task math --k 4
 
 The other modes (``--mode``):
 
@@ -22,7 +23,7 @@ The other modes (``--mode``):
 CPU, offline (tiny model, toy arithmetic task):
 
     python recipes/evaluate.py --run_dir outputs/cpu-run --dataset_name arithmetic --limit 20 \
-        --max_completion_length 24
+        --max_completion_length 24 --temperature 0
 """
 
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from trl_multiagent.evaluation import (
     paper_table,
     read_results,
 )
+from trl_multiagent.paper import PAPER_EVAL_DEFAULTS
 from trl_multiagent.workflows import Workflow
 
 RECIPE_NAMES = {
@@ -81,7 +83,9 @@ def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
 
 
 if __name__ == "__main__":
-    args, settings = TrlParser((EvaluateArguments, EvalSettings)).parse_args_and_config()
+    parser = TrlParser((EvaluateArguments, EvalSettings))
+    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # sampled at 0.7 with thinking off, as the paper reports
+    args, settings = parser.parse_args_and_config()
     new_rows = evaluate(
         run_dir=args.run_dir,
         mode=args.mode,

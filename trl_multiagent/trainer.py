@@ -26,9 +26,10 @@ from trl.models.utils import disable_gradient_checkpointing
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
-from .checkpoints.card import final_metrics, model_card_section
+from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_trainer_arguments
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
+from .monitoring.console import compact_console
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
@@ -120,6 +121,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.callback_handler.callbacks[:0] = first
         for callback in last:
             self.add_callback(callback)
+        compact_console(self)  # one line per step on the console; every metric still goes to report_to
 
     # -------------------------------------------------------------------------------------------- rollout backend
     def _unwrapped_for_generation(self):
@@ -380,9 +382,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def _save(self, output_dir: str | None = None, state_dict=None):
         super()._save(output_dir, state_dict)
         if self.args.should_save:
-            saved_run.save_run_files(
-                output_dir or self.args.output_dir, self.multiagent_config(), self.adapters.shadows
-            )
+            output_dir, config = output_dir or self.args.output_dir, self.multiagent_config()
+            saved_run.save_run_files(output_dir, config, self.adapters.shadows)
+            write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         saved_run.load_role_adapters(
@@ -391,13 +393,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.adapters.weights_loaded()
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if not self.is_world_process_zero():
-            return
-        metrics = final_metrics(self.state.log_history)
-        section = model_card_section(self.multiagent_config(), metrics, self.hub_model_id)
-        with open(os.path.join(self.args.output_dir, "README.md"), "a") as f:
-            f.write(section)
+        # Replaces TRL's card (library_name transformers): the run's card and one per role adapter folder.
+        if self.is_world_process_zero():
+            metrics, output_dir = final_metrics(self.state.log_history), self.args.output_dir
+            write_model_cards(output_dir, self.multiagent_config(), metrics, self.hub_model_id, dataset_name, tags)
 
     def multiagent_config(self) -> dict:
         base_model = self.model.peft_config[self.adapter_names[0]].base_model_name_or_path

@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
-from ..monitoring.pass_at_k import pass_at_k
 from ..checkpoints.load import eos_token_ids
+from ..monitoring.pass_at_k import pass_at_k
 from ..paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH
 from ..rollout.engine import RolloutEngine
 from ..toy import resolve_model_name
@@ -60,6 +60,9 @@ class EvalSettings:
     chat_template_kwargs: dict[str, Any] | str | None = field(
         default=None, metadata={"help": "JSON passed to the chat template, e.g. '{\"enable_thinking\": false}'."}
     )
+    role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
+        default=None, metadata={"help": "JSON: a role's own sampling settings, as the run trained with them."}
+    )
     rollout_backend: str = field(
         default="transformers",
         metadata={
@@ -90,6 +93,8 @@ class EvalSettings:
             )
         if isinstance(self.chat_template_kwargs, str):
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
+        if isinstance(self.role_generation_kwargs, str):
+            self.role_generation_kwargs = json.loads(self.role_generation_kwargs)
         if isinstance(self.vllm_engine_kwargs, str):
             self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
         if self.rollout_backend not in ("transformers", "vllm"):
@@ -243,10 +248,16 @@ def score(
         chunk_rows = [rows[problem] for problem, _ in chunk]
         prompts = [row["prompt"] for row in chunk_rows]
         if backend is not None:
-            episodes = RolloutEngine(trained.workflow, backend, trained.role_to_adapter).run(prompts)
+            engine = RolloutEngine(trained.workflow, backend, trained.role_to_adapter, settings.role_generation_kwargs)
+            episodes = engine.run(prompts)
         else:
             episodes = run_episodes(
-                trained, prompts, generation_config, settings.rollout_batch_size, settings.chat_template_kwargs
+                trained,
+                prompts,
+                generation_config,
+                settings.rollout_batch_size,
+                settings.chat_template_kwargs,
+                settings.role_generation_kwargs,
             )
         chunk_rewards = _rewards(reward_func, episodes, chunk_rows)
         for (problem, sample), episode, row, reward in zip(chunk, episodes, chunk_rows, chunk_rewards):
