@@ -84,7 +84,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         super().__init__(
             model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
             processing_class=processing_class, reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks, optimizers=optimizers, quantization_config=quantization_config, peft_config=peft_config,
+            callbacks=callbacks, optimizers=optimizers, quantization_config=quantization_config,
+            peft_config=peft_config,
         )  # fmt: skip
 
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
