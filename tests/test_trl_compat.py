@@ -190,3 +190,22 @@ def test_beam_search_generation_routes_every_beam_to_its_adapter(tiny_model_dir,
     )  # fmt: skip
     trainer.train()
     assert trainer.state.global_step == 2
+
+
+def test_reward_functions_log_through_trl_hooks_and_std_is_logged(tiny_model_dir, tmp_path):
+    def reporting_reward(completions, log_extra=None, log_metric=None, **kwargs):
+        rewards = boxed_answer_reward(completions, **kwargs)
+        log_extra("judge_note", [f"note {i}" for i in range(len(completions))])
+        log_metric("reporting/mean_reward", sum(rewards) / len(rewards))
+        return rewards
+
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, Voting(), respond=half_right_answers, reward_funcs=reporting_reward,
+        log_completions=True, **TWO_STEPS,
+    )  # fmt: skip
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    for h in logs:
+        assert h["reporting/mean_reward"] == pytest.approx(h["rewards/reporting_reward/mean"])
+        assert "rewards/reporting_reward/std" in h
+    assert list(trainer._logs["extra"]["judge_note"])[:2] == ["note 0", "note 1"]
