@@ -62,11 +62,13 @@ class _QuietProgressCallback(ProgressCallback):
 
 
 def compact_console(trainer) -> None:
-    """Replace the trainer's per-log metrics dict on the console with one ``console_line`` per step."""
+    """Replace the trainer's per-log metrics dict on the console with one ``console_line`` per step (once: the
+    trainer does it itself; calling it again changes nothing)."""
     callbacks = trainer.callback_handler.callbacks
     callbacks[:] = [
         _QuietProgressCallback() if type(callback) is ProgressCallback else callback
         for callback in callbacks
         if not isinstance(callback, PrinterCallback)  # what Trainer prints logs with when disable_tqdm=True
     ]
-    trainer.add_callback(RoleConsoleCallback())
+    if not any(isinstance(callback, RoleConsoleCallback) for callback in callbacks):
+        trainer.add_callback(RoleConsoleCallback())
