@@ -11,6 +11,7 @@ Your workflow (a `trl_multiagent.workflows.Workflow` subclass) and rewards (TRL'
 Without `--reward_funcs` the task's reward is used (`--task math`: math_reward; `code`: CodeReward()).
 """
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Literal
@@ -20,7 +21,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
-from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     DEEPCODER_ID,
@@ -42,6 +43,14 @@ class WorkflowArguments:
         metadata={"help": "The workflow class, as package.module:Class (your package must be importable)."},
     )
     workflow_kwargs: str = field(default="{}", metadata={"help": 'JSON keyword arguments, e.g. \'{"task": "code"}\'.'})
+    workflow_preset: str = field(
+        default="paper",
+        metadata={
+            "help": "The built-in workflows' options (trl_multiagent.paper.WORKFLOW_PRESETS): the workflow class gets "
+            "those its constructor takes; `workflow_kwargs` win over them.",
+            "choices": list(WORKFLOW_PRESETS),
+        },
+    )
     reward_funcs: list[str] = field(
         default_factory=list, metadata={"help": "Reward functions as package.module.function (default: the task's)."}
     )
@@ -68,7 +77,10 @@ if __name__ == "__main__":
     parser.set_defaults(**PAPER_DEFAULTS, max_completion_length=MATH_MAX_COMPLETION_LENGTH, dataset_name=DAPO_MATH_ID)
     script_args, training_args, model_args, workflow_args = parser.parse_args_and_config()
 
-    workflow = import_object(workflow_args.workflow)(**json.loads(workflow_args.workflow_kwargs))
+    workflow_class = import_object(workflow_args.workflow)
+    accepted = inspect.signature(workflow_class).parameters
+    preset = {k: v for k, v in WORKFLOW_PRESETS[workflow_args.workflow_preset].items() if k in accepted}
+    workflow = workflow_class(**{**preset, **json.loads(workflow_args.workflow_kwargs)})
     if workflow_args.reward_funcs:
         reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
     else:
