@@ -266,6 +266,12 @@ def test_server_backend_routes_each_role_and_syncs(server_url, served):
     assert (served_logprobs - stale).abs().max() > 0.1
 
 
+def length_reward(completions, **kwargs) -> list[float]:
+    """Rewards the random tiny model can earn (its outputs seldom hold the right number): episodes differ, so every
+    group has a learning signal."""
+    return [len(c[0]["content"] if isinstance(c, list) else c) / 10 for c in completions]
+
+
 @pytest.mark.skipif(
     "vllm" not in ROLLOUT_BACKENDS,
     reason="the trainer has no rollout_backend='vllm' yet (proposed wiring: benchmarks/VLLM_PATCH.md)",
@@ -275,7 +281,7 @@ def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
     settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
     trainer = tiny_trainer(
         tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing=sharing, rollout_backend="vllm",
-        **settings,
+        reward_funcs=length_reward, **settings,
     )  # fmt: skip
     backend = trainer.rollout_backend
     assert isinstance(backend, VLLMBackend)
