@@ -123,20 +123,23 @@ class AdapterRouter:
         # LoRA on a weight (MoE experts and routers, through PEFT's ParamWrapper) sees the batch's tokens flattened
         # and applies one weight per forward: such a model cannot mix adapters inside one batch, and its callers
         # split mixed batches by adapter instead (exact: each sample still goes through its own adapter).
-        self.mixes_adapters = not any(isinstance(layer, ParamWrapper) for layer in self._layers)
+        self._weight_layers = {layer for layer in self._layers if isinstance(layer, ParamWrapper)}
+        self.mixes_adapters = not self._weight_layers
         self._handles = [layer.register_forward_pre_hook(self._inject, with_kwargs=True) for layer in self._layers]
         self._routing: list[str] | None = None
         self._original_active = [layer._active_adapter for layer in self._layers]
 
     def _inject(self, module, args, kwargs):
-        if self._routing is None or self._names is None:  # one adapter for the whole batch: PEFT's own path
+        if self._routing is None:
             return None
         x = args[0] if args else kwargs["x"]
-        if x.shape[0] != len(self._routing):
+        if module not in self._weight_layers and x.shape[0] != len(self._routing):  # weight LoRA sees tokens flat
             raise RuntimeError(
                 f"Adapter routing holds {len(self._routing)} samples but a LoRA layer received a batch of "
                 f"{x.shape[0]}."
             )
+        if self._names is None:  # one adapter for the whole batch: PEFT's own path
+            return None
         kwargs["adapter_names"] = self._names
         return args, kwargs
 

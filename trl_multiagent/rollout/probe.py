@@ -35,6 +35,6 @@ def check_prompt_column(dataset, name: str) -> None:
     columns = getattr(dataset, "column_names", None)
     if columns is not None and "prompt" not in columns:
         raise ValueError(
-            f"`{name}` has no `prompt` column (columns: {columns}). Each row needs a `prompt`: a list of messages "
-            'such as [{"role": "user", "content": "..."}], or plain text (TRL\'s standard format).'
+            f"`{name}` has no `prompt` column (columns: {columns}). Each row needs a conversational `prompt` (a list "
+            'of messages such as [{"role": "user", "content": "..."}]) or a plain-text one (TRL\'s standard format).'
         )
