@@ -48,7 +48,7 @@ def build_trainer(args, model_dir: str, output_dir: str, sharing: str) -> MultiA
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = MultiAgentGRPOTrainer(
         model=model_dir,
-        workflow=OrchWorkers(n_workers=3),
+        workflow=OrchWorkers(n_workers=3, workers="fixed"),  # always 3 workers, whatever the plan parses to
         reward_funcs=token_parity_reward,
         args=MultiAgentGRPOConfig(
             output_dir=f"{output_dir}/{sharing}",

@@ -86,7 +86,7 @@ def build_trainers(args, model_dir: str, output_dir: str) -> dict:
     for name in ["multi-agent"] + (["routing off"] if args.diagnose else []):
         trainers[name] = MultiAgentGRPOTrainer(
             model=model_dir,
-            workflow=SingleAgent(),
+            workflow=SingleAgent(template="raw"),  # the dataset prompt unchanged, as plain TRL generates
             reward_funcs=token_parity_reward,
             args=MultiAgentGRPOConfig(output_dir=f"{output_dir}/{name}", policy_sharing="shared", **settings),
             train_dataset=dataset,
