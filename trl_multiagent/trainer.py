@@ -2,11 +2,12 @@
 
 One training step, in order (mirrored by the numbered comments below):
     1. run `num_generations` episodes of the workflow per prompt through the rollout engine;
-    2. score each episode's final answer with `reward_funcs` and turn the rewards into GRPO advantages over the
-       episodes of each prompt (across processes);
-    3. broadcast each episode's advantage to every model call it made, one training sample per call (`TrainingBatch`);
-    4. split the samples into `steps_per_generation` micro-batches without dropping any, with exact per-sample
-       weights (role weights, role balance, uneven micro-batches);
+    2. score each episode's final answer with `reward_funcs` (and each role's call with its per-role reward, if
+       asked) and turn the rewards into GRPO advantages: over the episodes of each prompt, or per prompt and role;
+    3. give every model call its advantage, one training sample per call (`TrainingBatch`);
+    4. cut the samples into the update schedule's optimizer steps (merged: TRL's `steps_per_generation` chunks;
+       mini-batches: each adapter's sequential mini-batches) and memory-bounded micro-batches, none dropped, with
+       exact per-sample weights (role weights, role balance, uneven micro-batches);
     5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`AdapterUpdates`), plus the
        per-role KL term.
 """
