@@ -18,6 +18,7 @@ from typing import Any
 
 from ..rollout.records import Episode, ModelCall
 from ..workflows import OutputFormat, Workflow
+from ..workflows.formats import references
 from .pass_at_k import pass_at_k
 
 AnswerChecker = Callable[[str, Any], bool]  # (role output text, the row's ground truth) -> is it right?
@@ -127,27 +128,25 @@ def _declared_metrics(
     selectors = [fmt for fmt in formats.values() if fmt.kind == "selection"]
     picks = [0] * max((getattr(fmt, "n_candidates", 0) for fmt in selectors), default=0)
     for episode in episodes:
-        latest: dict[tuple[str, int], ModelCall] = {}  # (answer role, instance) -> its latest call so far
-        last_answer: ModelCall | None = None
         judged_roles = set()
-        for call in episode.calls:
+        for call, ref in zip(episode.calls, references(formats, episode.calls)):
             fmt = formats.get(call.role)
             if fmt is None:
                 continue
             unreadable[call.role].append(fmt.parse(call.text) is None)
             if fmt.kind == "answer":
-                latest[call.role, call.instance] = last_answer = call
                 if graded:
                     right[call.role].append(right_of[id(call)])
             elif fmt.kind == "verdict":
                 said = fmt.parse(call.text)
                 verdicts.append(said)
-                if last_answer is not None:
-                    judged_roles.add(last_answer.role)
+                if ref.judged is not None:
+                    judged = episode.calls[ref.judged]
+                    judged_roles.add(judged.role)
                     if graded:
-                        verdict_right.append((said is True) == right_of[id(last_answer)])
+                        verdict_right.append((said is True) == right_of[id(judged)])
             elif fmt.kind == "selection":
-                candidates = _candidates(latest, last_answer)
+                candidates = [episode.calls[k] for k in ref.candidates]
                 if candidates:
                     index = min(fmt.read(call.text), len(candidates) - 1)
                     picks += [0] * (index + 1 - len(picks))
@@ -187,13 +186,6 @@ def _declared_metrics(
     if plan_sizes:
         metrics["workflow/plan_size"] = statistics.fmean(plan_sizes)
     return metrics
-
-
-def _candidates(latest: dict[tuple[str, int], ModelCall], last_answer: ModelCall | None) -> list[ModelCall]:
-    """The latest answer of each instance of the answer role a selector picks among, ordered by instance."""
-    if last_answer is None:
-        return []
-    return [latest[key] for key in sorted(latest) if key[0] == last_answer.role]
 
 
 def _calls(episode: Episode, role: str) -> list[ModelCall]:
