@@ -7,7 +7,8 @@ The drift-alarm tests replay these logs: the toy presets' normal runs must raise
     done
     python scripts/toy_preset_logs.py outputs/presets/*/checkpoint-*/trainer_state.json
 
-(orch_workers and voting ran 25 steps, for time.)
+(orch_workers and voting ran 25 steps, for time; eval_opt is the README's first command, all 100 steps, from a
+fresh clone: `accelerate launch ... recipes/eval_opt_math.py --config recipes/configs/toy.yaml`.)
 """
 
 import json

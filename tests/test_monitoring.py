@@ -568,3 +568,14 @@ def test_no_alarm_before_a_role_has_its_starting_window():
     callback = RoleDriftCallback()
     replay(callback, [capped])
     assert callback.alarms == []
+
+
+def test_a_near_deterministic_roles_entropy_wobble_is_not_a_rise():
+    # The README's first command, all 100 steps: the toy evaluator's entropy goes 0.037 -> 0.06-0.07 nats per token
+    # from step 71 (1.7x, a small batch's sampling noise at that level). Only the absolute floor keeps it quiet.
+    noisy = RoleDriftCallback(DriftThresholds(entropy_min_rise=0.0))
+    replay(noisy, PRESET_LOGS["eval_opt"])
+    assert [(a.step, a.role, a.kind) for a in noisy.alarms][:1] == [(71, "evaluator", "entropy_rise")]
+    quiet = RoleDriftCallback()
+    replay(quiet, PRESET_LOGS["eval_opt"])
+    assert quiet.alarms == []

@@ -66,6 +66,14 @@ class DriftThresholds:
         default=1.5,
         metadata={"help": "perplexity_rise / entropy_rise: a role's `perplexity` or `entropy` above this x baseline."},
     )
+    entropy_min_rise: float = field(
+        default=0.05,
+        metadata={
+            "help": "entropy_rise also needs the entropy this many nats per token above its baseline: a near-"
+            "deterministic role's entropy (the toy evaluator: 0.037) doubles from one small batch to the next by "
+            "sampling noise alone, which is not the spike the research reports."
+        },
+    )
     success_tolerance: float = field(
         default=0.05,
         metadata={
@@ -126,7 +134,8 @@ class RoleDriftCallback(TrainerCallback):
     - ``length_cap``: any role's ``truncated_fraction``, averaged over its last ``baseline_steps`` logs, >
       ``truncated_fraction``.
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
-      x its baseline while ``workflow/success`` is still >= its baseline - ``success_tolerance`` (or not logged).
+      x its baseline (entropy also ``entropy_min_rise`` above it) while ``workflow/success`` is still >= its
+      baseline - ``success_tolerance`` (or not logged).
 
     The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``) are the research's signatures of a role
     *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which cites every line of
@@ -273,7 +282,8 @@ class RoleDriftCallback(TrainerCallback):
                 if fallen:  # no longer an early warning: accuracy already fell, which the reward curve shows
                     checks[f"{metric}_rise"] = None
                 else:
-                    above(f"{metric}_rise", metric, t.uncertainty_rise_factor * baseline)
+                    floor = baseline + t.entropy_min_rise if metric == "entropy" else 0.0
+                    above(f"{metric}_rise", metric, max(t.uncertainty_rise_factor * baseline, floor))
         return checks
 
     def _baseline(self, key: str) -> float | None:
