@@ -37,7 +37,7 @@ from .rollout.probe import check_prompt_column, probe_first_row
 from .training.advantages import call_advantages, outcome_advantages
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.importance_sampling import importance_sampling_ratio
-from .training.loss_weights import LossScale, loss_ready, micro_batches, per_role_kl_loss, role_weights
+from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
 from .training.role_rewards import custom_role_rewards, outcome_scorer, reference_role_rewards
 from .workflows.base import Workflow
@@ -227,7 +227,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         steps = self.args.steps_per_generation
         if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch).shuffled()
-            chunks = micro_batches(batch, steps, self.loss_type, self.accelerator.num_processes)
+            chunks = generation_chunks(batch, steps, self.loss_type, self.accelerator.num_processes)
             self._buffered_inputs = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
             self._log_metrics("train", {"workflow/samples_trained": float(trained)})

@@ -110,8 +110,9 @@ def aggregate_like_trl(
     raise ValueError(f"Unsupported loss_type {loss_type!r}.")
 
 
-def micro_batches(batch: TrainingBatch, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:
-    """``steps`` near-equal micro-batches covering every sample, each sample's weight corrected for its chunk."""
+def generation_chunks(batch: TrainingBatch, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:
+    """``steps`` near-equal chunks (one per micro-step of TRL's loop) covering every sample, each sample's weight
+    corrected for its chunk."""
     token_counts = batch.completion_mask.sum(dim=1).float()
     chunks, begin = [], 0
     for size in split_sizes(len(batch), steps):
