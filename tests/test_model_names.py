@@ -12,7 +12,8 @@ def test_other_names_pass_through():
     assert toy.resolve_model_name("outputs/tiny-qwen3") == "outputs/tiny-qwen3"
 
 
-def test_missing_toy_model_says_how_to_build_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(toy, "TOY_MODEL_DIR", str(tmp_path / "model"))
+@pytest.mark.parametrize("name", ["toy", "toy-judge"])
+def test_missing_toy_model_says_how_to_build_it(name, tmp_path, monkeypatch):
+    monkeypatch.setitem(toy.SHIPPED_MODELS, name, str(tmp_path / "model"))
     with pytest.raises(FileNotFoundError, match="scripts/build_toy_model.py"):
-        toy.resolve_model_name("toy")
+        toy.resolve_model_name(name)

@@ -1,30 +1,42 @@
-"""The toy model shipped with trl-multiagent: a small Qwen3 that follows every built-in role on arithmetic.
+"""The toy models shipped with trl-multiagent, loaded offline by name.
 
-``resolve_model_name("toy")`` is the folder of the packaged weights and tokenizer; any other name passes through.
-``model_name(path)`` turns that folder back into ``"toy"``, so saved runs name their base model portably.
+``toy``: a small Qwen3 (3.7M parameters) that follows every built-in role on arithmetic and toy_code problems.
+``toy-judge``: a smaller Qwen3 (0.5M parameters, its own 1k-token tokenizer) that plays the evaluator on arithmetic,
+for the two-model preset (``role_models``). Both are built by ``scripts/build_toy_model.py``.
+
+``resolve_model_name(name)`` is the folder of the packaged weights and tokenizer for these names; any other name
+passes through. ``model_name(path)`` turns such a folder back into its name, so saved runs name their base models
+portably.
 """
 
 from __future__ import annotations
 
 import os
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
 TOY_MODEL_NAME = "toy"
-TOY_MODEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
+TOY_MODEL_DIR = os.path.join(_HERE, "model")
+TOY_JUDGE_NAME = "toy-judge"
+TOY_JUDGE_DIR = os.path.join(_HERE, "judge")
+SHIPPED_MODELS = {TOY_MODEL_NAME: TOY_MODEL_DIR, TOY_JUDGE_NAME: TOY_JUDGE_DIR}
 
 
 def resolve_model_name(name: str) -> str:
-    """``TOY_MODEL_DIR`` for ``"toy"``; any other model name or path unchanged."""
-    if name != TOY_MODEL_NAME:
+    """The packaged folder for ``"toy"`` / ``"toy-judge"``; any other model name or path unchanged."""
+    if name not in SHIPPED_MODELS:
         return name
-    if not os.path.isfile(os.path.join(TOY_MODEL_DIR, "config.json")):
+    folder = SHIPPED_MODELS[name]
+    if not os.path.isfile(os.path.join(folder, "config.json")):
         raise FileNotFoundError(
-            f"The toy model is missing from {TOY_MODEL_DIR}. Rebuild it with `python scripts/build_toy_model.py`, "
-            "or reinstall trl-multiagent so its package data is included."
+            f"The {name} model is missing from {folder}. Rebuild it with `python scripts/build_toy_model.py` (see its "
+            "docstring), or reinstall trl-multiagent so its package data is included."
         )
-    return TOY_MODEL_DIR
+    return folder
 
 
 def model_name(path: str) -> str:
-    """``"toy"`` for the packaged toy model's folder (wherever the package is installed); anything else unchanged."""
-    is_toy = os.path.isdir(path) and os.path.isdir(TOY_MODEL_DIR) and os.path.samefile(path, TOY_MODEL_DIR)
-    return TOY_MODEL_NAME if is_toy else path
+    """The shipped name for a packaged toy model's folder (wherever the package is installed); else ``path``."""
+    for name, folder in SHIPPED_MODELS.items():
+        if os.path.isdir(path) and os.path.isdir(folder) and os.path.samefile(path, folder):
+            return name
+    return path
