@@ -14,10 +14,12 @@ Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x
 
     python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
 
-CPU, offline, about 40 minutes (the shipped toy model and preset, the arithmetic task; output in README):
+CPU, offline (the shipped toy model and presets; the arithmetic task alone takes about 40 minutes, output in README;
+`--tasks math code` adds the toy_code cells, graded in the sandbox):
 
-    python recipes/grid.py --models toy --tasks math --accelerate_config accelerate_configs/cpu.yaml \
-        --recipe_config math=recipes/configs/toy.yaml --eval_dataset math=arithmetic --max_steps 30 --save_steps 10 \
+    python recipes/grid.py --models toy --tasks math code --accelerate_config accelerate_configs/cpu.yaml \
+        --recipe_config math=recipes/configs/toy.yaml code=recipes/configs/toy_code.yaml \
+        --eval_dataset math=arithmetic code=toy_code --max_steps 30 --save_steps 10 \
         --eval_args "--limit 100 --max_completion_length 80" --output_root outputs/grid-toy
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;

@@ -1,37 +1,46 @@
-r"""Build the shipped toy model: a small Qwen3 that plays every built-in role on arithmetic problems.
+r"""Build the shipped toy model: a small Qwen3 that plays every built-in role on arithmetic and toy_code problems.
 
     python scripts/build_toy_model.py                    # writes trl_multiagent/toy/model/ (seeded)
 
-CPU time: about 45 minutes on one core of the 2-core machines this repo is developed on (`--threads 1`): 42 for
-the 2,000 training steps, the rest for transcripts, tokenizer and the final check.
+CPU time: about TIME_PLACEHOLDER on one core of the 2-core machines this repo is developed on (`--threads 1`), nearly all
+of it the 2,600 training steps; the rest is transcripts, tokenizer and the final check.
 
 A randomly initialised model cannot follow role prompts, so RL on it learns nothing. This script makes a model that
 can, by supervised learning on transcripts of the real workflows:
 
 1. Transcripts. Each built-in workflow's real ``run()`` (SingleAgent, EvalOpt, Voting, OrchWorkers) runs on
-   synthetic arithmetic problems with a scripted ``generate`` that writes each role's target text, and every call
-   is kept as a (messages, target) pair. The targets are short and deliberately imperfect, so RL has room:
-   - solvers (generator, voters, workers) write one line per operation, ``12 + 5 = 17. 17 * 2 = 34.
+   synthetic arithmetic problems and on toy_code problems (``trl_multiagent.tasks.toy_code``) with a scripted
+   ``generate`` that writes each role's target text, and every call is kept as a (messages, target) pair. The
+   targets are short and deliberately imperfect, so RL has room:
+   - arithmetic solvers (generator, voters, workers) write one line per operation, ``12 + 5 = 17. 17 * 2 = 34.
      \boxed{34}``, with per-operation error rates; on "gives away", "times as large" and "shares equally" the
      most frequent step in the data is the wrong one (the confused operation), so even greedy decoding misses;
-   - the evaluator cites each step with its sentence's verb and names the first wrong one or says each checks out,
-     right ``JUDGE_ACCURACY`` of the time;
+   - code solvers write the kind's program in a ```python block, or one of its typical bugs (``CODE_BUGS``: a wrong
+     operator, an off-by-one, a missing int conversion); on four of the ten kinds the bug is the mode;
+   - the evaluator cites each step with its sentence's verb (code: quotes each line) and names the first wrong one
+     or says each checks out, right ``JUDGE_ACCURACY`` of the time; a program is right when it passes its tests;
    - the aggregator and synthesizer check the candidates the same way, in order, and pick a correct one when there
-     is one, ``JUDGE_ACCURACY`` of the time: verifying with citations is what lets the judges start above chance;
+     is one, ``JUDGE_ACCURACY`` of the time: verifying with citations is what lets the judges start above chance
+     (the code synthesizer then repeats the picked program);
    - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer.
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
    its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
    sequences stay short on CPU.
 3. Model. A Qwen3 (hidden 256, 4 layers) trained on chat-templated (messages -> target), loss on the target tokens
    and the closing ``<|im_end|>`` only. Every role prompt is tokenized exactly as the rollout backend does.
-4. Check. Format-following per role and base success per workflow on ``--check_problems`` held-out problems
-   (``trl_multiagent.evaluation.toy`` measures the full figures).
+4. Check. Format-following per role and base success per workflow and task on ``--check_problems`` held-out
+   problems (``trl_multiagent.evaluation.toy`` measures the full figures).
+
+``--roles evaluator --code_problems 0 --hidden_size 128 --num_layers 2 --vocab_size 1024`` builds a small judge
+instead: a model with its own, smaller tokenizer that plays the evaluator only (the two-model toy preset).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import math
 import os
 import random
@@ -43,7 +52,9 @@ import torch
 
 from trl_multiagent.evaluation.toy import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
+from trl_multiagent.tasks.code import code_prompt
 from trl_multiagent.tasks.math import math_prompt
+from trl_multiagent.tasks.toy_code import CONSTANTS, make_toy_code_problem
 from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer, random_qwen3
 from trl_multiagent.toy import TOY_MODEL_DIR
 
@@ -231,13 +242,175 @@ class Teacher:
         return target
 
 
+# The code world: toy_code problems (trl_multiagent.tasks.toy_code). A solver writes the kind's reference program or
+# one of its typical bugs, (finding, program, probability); on sum_two, vowels, count_up and times_k the bug is more
+# frequent than the right program, so greedy decoding misses there as on the confusable arithmetic operations.
+CODE_BUGS = {
+    "sum_two": (
+        ("wrong operator", "a, b = map(int, input().split())\nprint(a - b)", 0.55),
+        ("missing int conversion", "a, b = input().split()\nprint(a + b)", 0.1),
+    ),
+    "max_list": (
+        ("min instead of max", "n = int(input())\nprint(min(map(int, input().split())))", 0.2),
+        ("missing int conversion", "n = int(input())\nprint(max(input().split()))", 0.15),
+    ),
+    "sum_plus_k": (("forgets to add {k}", "n = int(input())\nprint(sum(map(int, input().split())))", 0.3),),
+    "reverse": (("does not reverse", "print(input().strip())", 0.3),),
+    "repeat_k": (("off by one", "print(input().strip() * {k_minus_1})", 0.25),),
+    "vowels": (("counts consonants", "print(sum(c not in 'aeiou' for c in input().strip()))", 0.6),),
+    "parity": (("even and odd swapped", "print('odd' if int(input()) % 2 == 0 else 'even')", 0.3),),
+    "count_up": (("off by one", "n = int(input())\nprint(n * (n - 1) // 2)", 0.6),),
+    "times_k": (("missing int conversion", "print(input() * {k})", 0.55),),
+    "remainder_k": (("quotient instead of remainder", "print(int(input()) // {k})", 0.3),),
+}
+CODE_STRATEGIES = (
+    "Read the input exactly as the statement lays it out, then compute the answer in one expression.",
+    "Convert every value to the type it has before using it.",
+    "Write the formula the statement gives, then print it.",
+    "Read the statement's wording for the exact operation before writing any code.",
+    "Check the program on the smallest input by hand.",
+    "Use the built-in functions for sums, extremes and counts.",
+)
+
+
+def run_program(program: str, stdin: str) -> str | None:
+    """What a trusted teacher program prints on ``stdin`` (in process: the programs are this script's own), or None
+    when it raises."""
+    lines = iter(stdin.split("\n"))
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(program, {"input": lambda: next(lines)})
+    except Exception:
+        return None
+    return out.getvalue()
+
+
+@dataclass
+class Program:
+    lines: list[str]
+    text: str  # the solver's output: the program in a ```python block
+    right: bool  # passes every test of the problem
+    wrong_line: int | None  # 1-based index of the first line that differs from the reference, None when none does
+    finding: str | None
+
+
+class CodeProblem:
+    """One toy_code problem as the teacher sees it: its kind, constant, reference and tests."""
+
+    def __init__(self, kind: str, rng: random.Random):
+        self.kind = kind
+        self.k = rng.choice(CONSTANTS)
+        statement, self.suite, self.reference = make_toy_code_problem(rng, kind, k=self.k)
+        self.prompt = code_prompt(statement, self.suite)
+        self.bugs = [
+            (finding.format(k=self.k), program.format(k=self.k, k_minus_1=self.k - 1), p)
+            for finding, program, p in CODE_BUGS[kind]
+        ]
+
+    def program(self, source: str, finding: str | None) -> Program:
+        lines = source.split("\n")
+        right = all(run_program(source, case.input) == case.output for case in self.suite.cases)
+        reference = self.reference.split("\n")
+        differs = [i for i, (a, b) in enumerate(zip(lines, reference), start=1) if a != b]
+        wrong_line = differs[0] if differs else None
+        return Program(lines, f"```python\n{source}\n```", right, wrong_line, finding if wrong_line else None)
+
+    def solve(self, rng: random.Random) -> Program:
+        draw = rng.random()
+        for finding, source, p in self.bugs:
+            if draw < p:
+                return self.program(source, finding)
+            draw -= p
+        return self.program(self.reference, None)
+
+    def false_alarm(self, program: Program, rng: random.Random) -> tuple[int, str]:
+        return rng.randint(1, len(program.lines)), rng.choice([finding for finding, _, _ in self.bugs])
+
+
+def line_checks(program: Program, wrong_line: int | None, finding: str | None) -> str:
+    """Each line quoted, up to the judged-wrong one: ``Line 1: print(a - b) - wrong operator.``; the review restates
+    the program, never the right one."""
+    checks = []
+    for k, line in enumerate(program.lines, start=1):
+        checks.append(f"Line {k}: {line} - {finding if k == wrong_line else 'checks out'}.")
+        if k == wrong_line:
+            break
+    return " ".join(checks)
+
+
+def code_judgement(problem: CodeProblem, program: Program, judged_right: bool, rng: random.Random) -> str:
+    if judged_right:
+        return line_checks(program, None, None)
+    if program.wrong_line is not None:
+        return line_checks(program, program.wrong_line, program.finding)
+    return line_checks(program, *problem.false_alarm(program, rng))  # a false alarm on a right program
+
+
+def code_review(problem: CodeProblem, program: Program, rng: random.Random) -> str:
+    r"""The evaluator's line checks and verdict, right with probability ``JUDGE_ACCURACY``."""
+    judged_right = program.right if rng.random() < JUDGE_ACCURACY else not program.right
+    verdict = "Correct" if judged_right else "Incorrect"
+    return f"{code_judgement(problem, program, judged_right, rng)} \\boxed{{{verdict}}}"
+
+
+def code_compare(problem: CodeProblem, candidates: list[Program], rng: random.Random) -> tuple[str, int]:
+    """The arithmetic judges' ``compare`` for programs: line checks of the candidates in order up to the pick."""
+    right = [c.right for c in candidates]
+    pick = right.index(True) if any(right) and rng.random() < JUDGE_ACCURACY else rng.randrange(len(candidates))
+    checks = [
+        f"Solution {j + 1}: {code_judgement(problem, candidate, j == pick, rng)}"
+        for j, candidate in enumerate(candidates[: pick + 1])
+    ]
+    return " ".join(checks), pick
+
+
+class CodeTeacher:
+    """The ``Teacher`` of one toy_code episode."""
+
+    def __init__(self, problem: CodeProblem, rng: random.Random, records: list):
+        self.problem = problem
+        self.rng = rng
+        self.records = records
+        self.programs: dict[str, Program] = {}  # every solver output of the episode, by text
+
+    def _candidates(self, content: str) -> list[Program]:
+        blocks = re.split(r"--- Solution \d+ ---\n", content)[1:]
+        return [next(p for text, p in self.programs.items() if text in block) for block in blocks]
+
+    async def __call__(self, role: str, messages: list[dict], *, instance: int = 0) -> str:
+        content = messages[-1]["content"]
+        if role in ("generator", "worker"):
+            program = self.problem.solve(self.rng)
+            self.programs[program.text] = program
+            target = program.text
+        elif role == "evaluator":
+            reviewed = next(p for text, p in self.programs.items() if text in content)
+            target = code_review(self.problem, reviewed, self.rng)
+        elif role == "aggregator":
+            checks, pick = code_compare(self.problem, self._candidates(content), self.rng)
+            target = f"{checks} \\boxed{{{pick + 1}}}"
+        elif role == "synthesizer":
+            candidates = self._candidates(content)
+            checks, pick = code_compare(self.problem, candidates, self.rng)
+            target = f"{checks}\n{candidates[pick].text}"
+        elif role == "orchestrator":
+            chosen = self.rng.sample(CODE_STRATEGIES, 3)
+            target = "\n".join(f"STRATEGY {k}: {s}" for k, s in enumerate(chosen, start=1))
+        else:
+            raise ValueError(f"The toy teacher has no script for role {role!r}.")
+        self.records.append((role, messages, target))
+        return target
+
+
 # The toy preset's workflows (guarded prompts, fresh Eval-Opt chats, a fixed worker count, the raw single-agent
-# prompt): the requests the shipped toy model was trained on, and the ones recipes/configs/toy.yaml runs.
-TAUGHT = tuple(build() for build in WORKFLOWS.values())
+# prompt), per task: the requests the shipped toy model was trained on, and the ones recipes/configs/toy*.yaml run.
+TAUGHT = {task: tuple(build(task) for build in WORKFLOWS.values()) for task in ("math", "code")}
 
 
-def transcripts(n_problems: int, seed: int) -> list[tuple[str, list[dict], str]]:
-    """(role, messages, target) for every call of every built-in workflow on ``n_problems`` fresh problems."""
+def transcripts(n_problems: int, seed: int, n_code_problems: int = 0) -> list[tuple[str, list[dict], str]]:
+    """(role, messages, target) for every call of every built-in workflow on ``n_problems`` fresh arithmetic problems
+    and ``n_code_problems`` toy_code problems."""
     rng = random.Random(seed)
     held_out = {row["prompt"][0]["content"] for row in held_out_dataset(1000)}  # never trained on
     records: list = []
@@ -247,8 +420,14 @@ def transcripts(n_problems: int, seed: int) -> list[tuple[str, list[dict], str]]
         if math_prompt(problem)[0]["content"] in held_out:
             continue
         count += 1
-        for workflow in TAUGHT:
+        for workflow in TAUGHT["math"]:
             asyncio.run(workflow.run(math_prompt(problem), Teacher(problem, rng, records)))
+    # toy_code has 38 statements, so held-out code problems share theirs with training ones; their tests are new.
+    kinds = sorted(CODE_BUGS)
+    for _ in range(n_code_problems):
+        problem = CodeProblem(rng.choice(kinds), rng)
+        for workflow in TAUGHT["code"]:
+            asyncio.run(workflow.run(problem.prompt, CodeTeacher(problem, rng, records)))
     keep = {"orchestrator": ORCHESTRATOR_KEEP, "generator": SOLVER_KEEP, "worker": SOLVER_KEEP}
     return [r for r in records if rng.random() < keep.get(r[0], 1.0)]
 
@@ -361,16 +540,25 @@ def train(model, examples, pad_id: int, steps: int, tokens_per_batch: int, lr: f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output_dir", default=TOY_MODEL_DIR)
-    parser.add_argument("--problems", type=int, default=10000, help="training problems; every workflow runs on each")
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--problems", type=int, default=10000, help="arithmetic problems; every workflow runs on each")
+    parser.add_argument(
+        "--code_problems", type=int, default=6000, help="toy_code problems; every workflow runs on each"
+    )
+    parser.add_argument("--steps", type=int, default=2600)
     parser.add_argument("--tokens_per_batch", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--hidden_size", type=int, default=256)
     parser.add_argument("--num_layers", type=int, default=4)
-    parser.add_argument("--vocab_size", type=int, default=1536)
+    parser.add_argument("--vocab_size", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--check_problems", type=int, default=100, help="held-out problems for the final check")
+    parser.add_argument(
+        "--roles",
+        nargs="+",
+        default=None,
+        help="train on these roles' calls only (e.g. `evaluator` for a small judge model); default: every role",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     random.seed(args.seed)
@@ -379,20 +567,27 @@ def main() -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     # 1. Transcripts of every built-in workflow, from the scripted teacher.
-    records = transcripts(args.problems, seed=args.seed)
-    log(f"{len(records)} calls from {args.problems} problems")
+    records = transcripts(args.problems, seed=args.seed, n_code_problems=args.code_problems)
+    if args.roles:
+        records = [record for record in records if record[0] in args.roles]
+    log(f"{len(records)} calls from {args.problems} arithmetic and {args.code_problems} toy_code problems")
 
     # 2. Tokenizer on the chat-templated transcripts.
     from jinja2 import Template
 
     template = Template(CHAT_TEMPLATE)
-    texts = [template.render(messages=[*m, {"role": "assistant", "content": t}]) for _, m, t in records[:20000]]
+    sample = random.Random(args.seed).sample(records, min(len(records), 20000))
+    texts = [template.render(messages=[*m, {"role": "assistant", "content": t}]) for _, m, t in sample]
     tokenizer = build_tokenizer(texts, args.vocab_size)
 
     # 3. The model, trained on (prompt -> target) with loss on the target tokens.
     model = build_model(tokenizer, args.hidden_size, args.num_layers, args.seed)
     log(f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}")
     examples = encode(tokenizer, records)
+    longest = {}
+    for (role, _, _), (ids, prompt_length) in zip(records, examples):
+        longest[role] = max(longest.get(role, 0), len(ids) - prompt_length)
+    log(f"longest target in tokens (with <|im_end|>): {longest}")
     cpu = time.process_time()
     train(model, examples, tokenizer.pad_token_id, args.steps, args.tokens_per_batch, args.lr, args.seed, log)
     log(f"trained in {(time.process_time() - cpu) / 60:.1f} CPU minutes")
@@ -402,10 +597,15 @@ def main() -> None:
     log(f"saved to {args.output_dir}")
 
     # 4. Check on held-out problems: format-following per role, base success per workflow.
-    for name in WORKFLOWS:
-        result = evaluate(args.output_dir, name, n=args.check_problems, samples=1)
-        formats = ", ".join(f"{role} {rate:.0%}" for role, rate in result["format_sampled"].items())
-        log(f"{name}: greedy {result['greedy']:.0%}, sampled {result['pass@1']:.0%}; format (sampled): {formats}")
+    tasks = [task for task, n in (("math", args.problems), ("code", args.code_problems)) if n and args.check_problems]
+    for task in tasks if not args.roles else ():  # a judge-only model is checked beside a solver (toy_two_models)
+        for name in WORKFLOWS:
+            result = evaluate(args.output_dir, name, n=args.check_problems, samples=1, task=task)
+            formats = ", ".join(f"{role} {rate:.0%}" for role, rate in result["format_sampled"].items())
+            log(
+                f"{task} {name}: greedy {result['greedy']:.0%}, sampled {result['pass@1']:.0%}; "
+                f"format (sampled): {formats}"
+            )
 
 
 if __name__ == "__main__":

@@ -87,3 +87,18 @@ def test_tiny_grid_end_to_end(tiny_model_dir, tmp_path):
     for cell in ("| Voting | shared | trained |", "| Voting | - | base |", "| Voting | isolated | transfer |"):
         assert cell in table, out[-3000:]
     assert "| SingleAgent | isolated | trained |" in table
+
+
+def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
+    out = grid(
+        "--dry-run", "--models", "toy", "--tasks", "math", "code", "--output_root", str(tmp_path),
+        "--recipe_config", "math=recipes/configs/toy.yaml", "code=recipes/configs/toy_code.yaml",
+        "--eval_dataset", "math=arithmetic", "code=toy_code", "--max_steps", "30", "--save_steps", "10",
+    )  # fmt: skip
+    launches = [line for line in out.splitlines() if line.startswith("accelerate launch ")]
+    code = [line for line in launches if "_code.py" in line]
+    assert len(code) == len(launches) // 2 == 3 * 2 + 1
+    assert all("--config recipes/configs/toy_code.yaml" in line for line in code)
+    evaluations = [line for line in out.splitlines() if line.startswith("python recipes/evaluate.py ")]
+    assert all("--dataset_name toy_code" in line for line in evaluations if "--task code" in line)
+    assert sum("--task code" in line for line in evaluations) == len(evaluations) // 2

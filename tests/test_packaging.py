@@ -57,6 +57,7 @@ def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
     for shipped in (
         "trl_multiagent/recipes/eval_opt_math.py",
         "trl_multiagent/recipes/configs/toy.yaml",
+        "trl_multiagent/recipes/configs/toy_code.yaml",
         "trl_multiagent/recipes/grid.py",
         "trl_multiagent/accelerate_configs/cpu.yaml",
         "trl_multiagent/toy/model/model.safetensors",

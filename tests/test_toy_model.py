@@ -14,7 +14,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
-from trl_multiagent.toy import TOY_MODEL_DIR, model_name, resolve_model_name
+from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, model_name, resolve_model_name
 
 ROOT = Path(__file__).parent.parent
 
@@ -36,11 +36,25 @@ def test_toy_name_resolves_to_the_packaged_model():
     assert tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
 
 
+def test_toy_judge_is_a_smaller_model_with_its_own_tokenizer():
+    assert resolve_model_name("toy-judge") == TOY_JUDGE_DIR and model_name(TOY_JUDGE_DIR) == "toy-judge"
+    judge = AutoModelForCausalLM.from_pretrained(TOY_JUDGE_DIR)
+    toy = AutoModelForCausalLM.from_pretrained(TOY_MODEL_DIR)
+    assert judge.config.hidden_size < toy.config.hidden_size
+    assert sum(p.numel() for p in judge.parameters()) <= 1_000_000
+    judge_tokens, toy_tokens = AutoTokenizer.from_pretrained(TOY_JUDGE_DIR), AutoTokenizer.from_pretrained(TOY_MODEL_DIR)
+    assert len(judge_tokens) != len(toy_tokens)
+    text = "Step 1 (gives): 17 + 12 = 29. Wrong operation. \\boxed{Incorrect}"
+    assert judge_tokens(text)["input_ids"] != toy_tokens(text)["input_ids"]
+
+
+@pytest.mark.parametrize("task", ["math", "code"])
 @pytest.mark.parametrize("workflow", list(WORKFLOWS))
-def test_toy_model_follows_every_role_format(workflow):
-    """Sampled at temperature 0.7 on 100 held-out problems, each role's output parses >= 95% of the time."""
-    trained = load_policy("toy", workflow)
-    episodes = sample_episodes(trained, list(held_out_dataset(100)["prompt"]), temperature=0.7, seed=0)
+def test_toy_model_follows_every_role_format(workflow, task):
+    """Sampled at temperature 0.7 on 100 held-out problems of each task, each role's output parses >= 95% of the
+    time."""
+    trained = load_policy("toy", workflow, task)
+    episodes = sample_episodes(trained, list(held_out_dataset(100, task)["prompt"]), temperature=0.7, seed=0)
     rates = format_rates(trained.workflow, episodes)
     assert set(rates) == set(trained.workflow.roles)
     assert all(rate >= 0.95 for rate in rates.values()), rates
@@ -74,3 +88,27 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     episodes = sample_episodes(trained, list(held_out_dataset(30)["prompt"]), temperature=0.7, seed=0)
     rates = format_rates(trained.workflow, episodes)
     assert all(rate >= 0.9 for rate in rates.values()), rates
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the code reward's sandbox needs root")
+def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
+    """Two steps of the toy code preset as a user launches it: programs graded in the sandbox, some of them pass."""
+    output_dir = tmp_path / "run"
+    command = [
+        sys.executable, "recipes/eval_opt_code.py", "--config", "recipes/configs/toy_code.yaml",
+        "--output_dir", str(output_dir), "--max_steps", "2", "--save_steps", "2",
+        "--per_device_train_batch_size", "16", "--num_generations", "4",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    saved = json.loads((output_dir / "multiagent_config.json").read_text())
+    assert saved["workflow"] == {
+        "workflow": "EvalOpt", "max_iterations": 2, "task": "code", "history": "fresh", "prompts": "guarded"
+    }  # fmt: skip
+    state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
+    steps = [entry for entry in state["log_history"] if "rewards/code_reward/mean" in entry]
+    assert len(steps) == 2
+    assert any(entry["rewards/code_reward/mean"] > 0 for entry in steps)  # the sandbox passed some programs
+    assert all(entry["role/generator/unparseable"] <= 0.05 for entry in steps)  # programs in ```python blocks
+    assert all(math.isfinite(entry["loss"]) for entry in steps)

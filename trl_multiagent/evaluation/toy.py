@@ -2,11 +2,13 @@ r"""Measure a policy on held-out toy problems: success per workflow and format-f
 
     python -m trl_multiagent.evaluation.toy                                  # the shipped toy model
     python -m trl_multiagent.evaluation.toy --policy outputs/toy-eval-opt --workflows eval_opt
+    python -m trl_multiagent.evaluation.toy --task code                      # toy_code, graded in the sandbox
 
 ``--policy`` is ``toy``, a model folder (every role on the base model), or the ``output_dir`` of a training run
 (its role adapters, routed as in training). Episodes run through ``trl_multiagent.checkpoints``: the trainer's rollout
-engine, transformers backend and routing. Success is ``math_reward`` on the final answer, greedy and as pass@1 (the
-mean over ``--samples`` sampled runs at temperature 0.7). A role follows its format when its output parses without
+engine, transformers backend and routing. Success is the task's reward on the final answer (``math_reward`` on
+``arithmetic``; ``CodeReward``, every test passing in the sandbox, on ``toy_code``), greedy and as pass@1 (the mean
+over ``--samples`` sampled runs at temperature 0.7). A role follows its format when its output parses without
 the workflow's fallback (``FORMATS``); role quality says how often each role is right, judges against chance.
 """
 
@@ -28,26 +30,30 @@ from ..checkpoints import (
     run_episodes,
 )
 from ..paper import WORKFLOW_PRESETS
-from ..tasks import math_reward
 from ..toy import resolve_model_name
 from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
-from .datasets import eval_dataset
+from .datasets import GENERATED, eval_dataset, task_reward
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
 MAX_NEW_TOKENS = 80  # the toy preset's max_completion_length
 TOY = WORKFLOW_PRESETS["toy"]
+# The toy preset's workflows, by name; each takes the task ("math": arithmetic, "code": toy_code).
 WORKFLOWS = {
-    "single_agent": lambda: SingleAgent(template=TOY["template"], prompts=TOY["prompts"]),
-    "eval_opt": lambda: EvalOpt(max_iterations=3, history=TOY["history"], prompts=TOY["prompts"]),
-    "voting": lambda: Voting(n_voters=N_CANDIDATES, prompts=TOY["prompts"]),
-    "orch_workers": lambda: OrchWorkers(n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"]),
+    "single_agent": lambda task="math": SingleAgent(template=TOY["template"], prompts=TOY["prompts"], task=task),
+    "eval_opt": lambda task="math": EvalOpt(
+        max_iterations=3 if task == "math" else 2, history=TOY["history"], prompts=TOY["prompts"], task=task
+    ),
+    "voting": lambda task="math": Voting(n_voters=N_CANDIDATES, prompts=TOY["prompts"], task=task),
+    "orch_workers": lambda task="math": OrchWorkers(
+        n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"], task=task
+    ),
 }
 
 
-def held_out_dataset(n: int = 300) -> Dataset:
-    """The first ``n`` held-out arithmetic problems: the rows ``recipes/evaluate.py --dataset_name arithmetic``
-    scores with ``--limit n``."""
-    return eval_dataset("math", "arithmetic", limit=n)
+def held_out_dataset(n: int = 300, task: str = "math") -> Dataset:
+    """The first ``n`` held-out problems of the task's offline generator (``arithmetic`` or ``toy_code``): the rows
+    ``recipes/evaluate.py --dataset_name arithmetic|toy_code`` scores with ``--limit n``."""
+    return eval_dataset(task, GENERATED[task][0], limit=n)
 
 
 def follows_format(workflow: Workflow, role: str, text: str) -> bool:
@@ -55,9 +61,9 @@ def follows_format(workflow: Workflow, role: str, text: str) -> bool:
     return workflow.formats[role].parse(text) is not None
 
 
-def load_policy(policy: str, workflow_name: str):
+def load_policy(policy: str, workflow_name: str, task: str = "math"):
     """``policy`` is ``"toy"`` or a model folder (every role on the base model), or a run's ``output_dir``."""
-    workflow = WORKFLOWS[workflow_name]()
+    workflow = WORKFLOWS[workflow_name](task)
     path = resolve_model_name(policy)
     if not os.path.isfile(os.path.join(path, CONFIG_NAME)):
         return load_base_workflow(path, workflow)
@@ -78,24 +84,27 @@ def format_rates(workflow: Workflow, episodes) -> dict[str, float]:
     return {role: sum(flags) / len(flags) for role, flags in sorted(ok.items())}
 
 
-def success(episodes, answers: list[str]) -> list[float]:
-    completions = [[{"role": "assistant", "content": e.final_answer}] for e in episodes]
-    return math_reward(completions, answer=answers)
+def graded(task: str, texts: list[str], rows: list[dict]) -> list[bool]:
+    """Whether each text is a right answer to its row, under the task's reward (one batch: the sandbox runs the
+    programs of a code batch in parallel)."""
+    column = "answer" if task == "math" else "tests"
+    completions = [[{"role": "assistant", "content": text}] for text in texts]
+    return [reward == 1.0 for reward in task_reward(task)(completions, **{column: [row[column] for row in rows]})]
 
 
-def _right(text: str, answer: str) -> bool:
-    return math_reward([[{"role": "assistant", "content": text}]], answer=[answer])[0] == 1.0
-
-
-def role_quality(workflow: Workflow, episodes, answers: list[str]) -> dict[str, float]:
+def role_quality(workflow: Workflow, episodes, rows: list[dict], task: str = "math") -> dict[str, float]:
     """How often each role is right: solvers' answers, evaluator verdicts on the attempt they review, and the
     aggregator's and synthesizer's picks on problems whose candidates disagree (``.../chance``: a random pick)."""
+    # Every solver and synthesizer output, graded in one batch.
+    keys = [(e, c) for e, episode in enumerate(episodes) for c, call in enumerate(episode.calls)]
+    keys = [(e, c) for e, c in keys if episodes[e].calls[c].role in ("generator", "worker", "synthesizer")]
+    right = dict(zip(keys, graded(task, [episodes[e].calls[c].text for e, c in keys], [rows[e] for e, _ in keys])))
     outcomes = defaultdict(list)
-    for episode, answer in zip(episodes, answers):
+    for e, episode in enumerate(episodes):
         latest: dict[int, bool] = {}  # instance -> is its latest solution right
-        for call in episode.calls:
+        for c, call in enumerate(episode.calls):
             if call.role in ("generator", "worker"):
-                latest[call.instance] = _right(call.text, answer)
+                latest[call.instance] = right[e, c]
                 outcomes[f"{call.role}/accuracy"].append(latest[call.instance])
             elif call.role == "evaluator":
                 outcomes["evaluator/accuracy"].append(workflow.formats["evaluator"].parse(call.text) == latest[0])
@@ -105,36 +114,41 @@ def role_quality(workflow: Workflow, episodes, answers: list[str]) -> dict[str, 
                     if call.role == "aggregator":
                         picked = candidates[workflow.formats["aggregator"].read(call.text)]
                     else:
-                        picked = _right(call.text, answer)
+                        picked = right[e, c]
                     outcomes[f"{call.role}/accuracy"].append(picked)
                     outcomes[f"{call.role}/chance"].append(sum(candidates) / len(candidates))
     return {key: sum(values) / len(values) for key, values in sorted(outcomes.items())}
 
 
-def evaluate(policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0) -> dict:
+def evaluate(
+    policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0, task: str = "math"
+) -> dict:
     """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
     (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
-    trained = load_policy(policy, workflow_name)
-    dataset = held_out_dataset(n)
-    prompts, answers = list(dataset["prompt"]), list(dataset["answer"])
+    trained = load_policy(policy, workflow_name, task)
+    rows = list(held_out_dataset(n, task))
+    prompts = [row["prompt"] for row in rows]
     greedy = sample_episodes(trained, prompts, temperature=0.0)
     sampled = [sample_episodes(trained, prompts, temperature=0.7, seed=seed + k) for k in range(samples)]
+    every_sampled = [episode for episodes in sampled for episode in episodes]
+    final = [episode.final_answer or "" for episode in greedy + every_sampled]
+    successes = graded(task, final, rows * (samples + 1))
     return {
         "workflow": workflow_name,
+        "task": task,
         "problems": n,
-        "greedy": sum(success(greedy, answers)) / n,
-        "pass@1": sum(sum(success(episodes, answers)) for episodes in sampled) / (n * samples),
+        "greedy": sum(successes[:n]) / n,
+        "pass@1": sum(successes[n:]) / (n * samples),
         "format_greedy": format_rates(trained.workflow, greedy),
-        "format_sampled": format_rates(trained.workflow, [episode for episodes in sampled for episode in episodes]),
-        "roles_sampled": role_quality(
-            trained.workflow, [e for episodes in sampled for e in episodes], answers * samples
-        ),
+        "format_sampled": format_rates(trained.workflow, every_sampled),
+        "roles_sampled": role_quality(trained.workflow, every_sampled, rows * samples, task),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="toy", help="'toy', a model folder, or a training run's output_dir")
+    parser.add_argument("--task", default="math", choices=list(GENERATED), help="math: arithmetic; code: toy_code")
     parser.add_argument("--workflows", nargs="+", default=list(WORKFLOWS), choices=list(WORKFLOWS))
     parser.add_argument("--problems", type=int, default=300)
     parser.add_argument("--samples", type=int, default=4)
@@ -143,7 +157,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.workflows:
-        result = evaluate(args.policy, name, args.problems, args.samples, args.seed)
+        result = evaluate(args.policy, name, args.problems, args.samples, args.seed, args.task)
         formats = ", ".join(f"{role} {rate:.1%}" for role, rate in result["format_sampled"].items())
         quality = ", ".join(f"{key} {rate:.1%}" for key, rate in result["roles_sampled"].items())
         print(f"{name}: greedy {result['greedy']:.1%}, pass@1 {result['pass@1']:.1%}")
