@@ -105,7 +105,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self._synced_step = -1
-        self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs)
+        self.engine = RolloutEngine(
+            workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, args.rollout_mode
+        )
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards == "reference":
@@ -136,7 +138,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         prompts = [row["prompt"] for row in inputs]
 
-        # 1. Episodes: every model call of every episode, batched per tick across episodes.
+        # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
         if hasattr(self.rollout_backend, "sync_adapters") and self._synced_step != self.state.global_step:
             self._sync_backend_adapters()
         episodes = self.engine.run(prompts)
