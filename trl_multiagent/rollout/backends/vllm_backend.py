@@ -334,5 +334,10 @@ class AsyncVLLMBackend(VLLMBackend):
         return self.engine.get_num_unfinished_requests()
 
     def close(self) -> None:
-        self.engine.shutdown()
+        async def stop() -> None:  # the output handler first, so that it does not report the engine's exit
+            if self.engine.output_handler is not None:
+                self.engine.output_handler.cancel()
+            self.engine.shutdown()
+
+        self._loop.run(stop())
         self._loop.close()

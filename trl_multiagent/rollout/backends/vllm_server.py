@@ -150,7 +150,10 @@ class VLLMServerBackend:
                     ) from error
             else:
                 if response.status_code == 200:
-                    return response.json() if response.content else {}
+                    try:
+                        return response.json()
+                    except ValueError:  # the adapter routes answer in plain text
+                        return {"text": response.text}
                 if response.status_code not in (502, 503, 504) or delay is None:
                     raise ServerError(f"vLLM server {url}{route} failed ({response.status_code}): {response.text}")
             await asyncio.sleep(delay)
