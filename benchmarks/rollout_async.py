@@ -227,6 +227,7 @@ def main() -> None:
         args.sim_cap, args.seed,
     )  # fmt: skip
     sim = {mode: simulate(sim_plans, args.max_num_seqs, mode) for mode in ("ticks", "async")}
+    uncapped = {mode: simulate(sim_plans, len(sim_plans), mode)[0] for mode in ("ticks", "async")}
     gpu_s = {mode: (steps * args.step_ms + seqs * args.seq_ms) / 1000 for mode, (steps, seqs) in sim.items()}
     calls = sum(map(len, plans))
     rows = [
@@ -244,6 +245,8 @@ def main() -> None:
                         f"max_num_seqs {args.max_num_seqs}"),
         ("simulated GPU steps", f"ticks {sim['ticks'][0]} / async {sim['async'][0]} = "
                                 f"{sim['ticks'][0] / sim['async'][0]:.2f}"),
+        ("... every episode running", f"ticks {uncapped['ticks']} / async {uncapped['async']} = "
+                                      f"{uncapped['ticks'] / uncapped['async']:.2f} (decode steps, no sequence cap)"),
         ("simulated GPU time", f"ticks {gpu_s['ticks']:.0f} s / async {gpu_s['async']:.0f} s = "
                                f"{gpu_s['ticks'] / gpu_s['async']:.2f} ({args.step_ms:g} ms/step + "
                                f"{args.seq_ms:g} ms/sequence)"),

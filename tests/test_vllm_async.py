@@ -145,6 +145,37 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
     assert engine.unfinished_requests() == 0
 
 
+def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_model_dir, tmp_path):
+    settings = dict(max_steps=3, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
+    settings.update(max_completion_length=8, temperature=TEMPERATURE)
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing="isolated", rollout_backend="vllm",
+        rollout_mode="async", rollout_ahead=1, reward_funcs=length_reward, backend=engine, **settings,
+    )  # fmt: skip
+    batches, score = [], trainer._generate_and_score_completions
+
+    def recording_score(inputs):
+        batches.append(score(inputs))
+        return batches[-1]
+
+    trainer._generate_and_score_completions = recording_score
+    trainer.train()
+
+    assert len(batches) == 3
+    gaps = []
+    for batch in batches:
+        mask = batch.completion_mask.bool()
+        gaps.append((batch.old_per_token_logps - batch.sampling_per_token_logps)[mask].abs().max().item())
+        assert torch.isfinite(batch.importance_sampling_ratio).all()
+    # batch 0 sampled with the weights it trains from; batches 1 and 2 with the adapters of one step before, and the
+    # importance-sampling correction reweighs them
+    assert gaps[0] < 1e-3 and min(gaps[1:]) > 1e-3, gaps
+    assert not torch.allclose(
+        batches[2].importance_sampling_ratio, torch.ones_like(batches[2].importance_sampling_ratio)
+    )
+    assert engine.unfinished_requests() == 0 and trainer.rollouts._ahead is None
+
+
 def start_server(model_dir: str, log_path) -> tuple[subprocess.Popen, str]:
     """A `vllm serve` of the tiny model with runtime LoRA loading (the CPU build has no `vllm` script: the module)."""
     with socket.socket() as probe:

@@ -373,6 +373,26 @@ UNSUPPORTED_TRL_ARGUMENTS = {
 }
 
 
+def check_rollout_ahead(args: MultiAgentGRPOConfig, trainer) -> bool:
+    """Whether ``rollout_ahead`` is on, once the rest of the run fits it (the config checked the fields alone)."""
+    if not args.rollout_ahead:
+        return False
+    num_processes = trainer.accelerator.num_processes
+    if num_processes > 1 or args.num_iterations != 1 or args.steps_per_generation != args.gradient_accumulation_steps:
+        raise ValueError(
+            "rollout_ahead=1 reads the next generation batch one optimizer step early, which needs one training "
+            f"process (got {num_processes}), num_iterations=1 (got {args.num_iterations}) and steps_per_generation "
+            f"equal to gradient_accumulation_steps (got {args.steps_per_generation} and "
+            f"{args.gradient_accumulation_steps}); set rollout_ahead=0 otherwise."
+        )
+    if not args.vllm_importance_sampling_correction:
+        raise ValueError(
+            "rollout_ahead=1 trains on episodes sampled one optimizer step earlier; keep "
+            "vllm_importance_sampling_correction=True so that TRL reweighs them."
+        )
+    return True
+
+
 def check_trainer_arguments(
     args, workflow, model, peft_config, role_reward_funcs=None, unsupported=None
 ) -> MultiAgentGRPOConfig:

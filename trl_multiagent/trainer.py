@@ -28,9 +28,10 @@ from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.card import final_metrics, write_model_cards
-from .config import MultiAgentGRPOConfig, check_trainer_arguments
+from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.console import compact_console
+from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
@@ -108,6 +109,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.engine = RolloutEngine(
             workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, args.rollout_mode
         )
+        more_steps, ahead = lambda: self.state.global_step + 1 < self.state.max_steps, check_rollout_ahead(args, self)
+        self.rollouts = RolloutsAhead(self.engine.run, self._sync_backend_adapters, more_steps, ahead)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards == "reference":
@@ -125,7 +128,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
 
     def _sync_backend_adapters(self) -> None:
-        """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3)."""
+        """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3), if not sent."""
+        if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
+            return
         with self._unwrapped_for_generation() as model:
             sync_adapters(self.rollout_backend, model, self.adapter_names, self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
@@ -139,9 +144,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
-        if hasattr(self.rollout_backend, "sync_adapters") and self._synced_step != self.state.global_step:
-            self._sync_backend_adapters()
-        episodes = self.engine.run(prompts)
+        episodes = self.rollouts.episodes(prompts, training=mode == "train")  # rollout_ahead: ran during last step
+        self._log_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
 
         # 2. Outcome rewards on the final answers, advantages grouped over the episodes of each prompt.
         completions = [
@@ -217,6 +221,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
         budget, split = self.args.max_tokens_per_micro_batch, not self.router.mixes_adapters
         return bounded_logps(batch, adapters, size, budget, forward, split_by_adapter=split)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
+        take = super().get_batch_samples
+        return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _prepare_inputs(self, generation_batch) -> TrainingBatch:
