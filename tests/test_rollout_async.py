@@ -71,8 +71,8 @@ def test_no_episode_waits_for_another(tokenizer):
         finished_at[episode.index] = time.monotonic() - start
 
     backend = AsyncScriptedBackend(tokenizer, echo, delay)
-    engine = RolloutEngine(EvalOpt(max_iterations=3), backend, routes(EvalOpt()), mode="async", on_episode_end=on_end)
-    episodes = engine.run(prompts(4))
+    engine = RolloutEngine(EvalOpt(max_iterations=3), backend, routes(EvalOpt()), mode="async")
+    episodes = engine.run(prompts(4), on_episode_end=on_end)
     assert all(len(e.calls) == 6 for e in episodes)  # three rounds each: the echo's verdict never says Correct
     assert max(finished_at[i] for i in (1, 2, 3)) < 0.4 < finished_at[0]
 

@@ -20,7 +20,6 @@ from contextlib import nullcontext
 import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
-from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -37,6 +36,7 @@ from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
 from .training.advantages import call_advantages, outcome_advantages
 from .training.batch import TrainingBatch, calls_to_batch
+from .training.early_rewards import EarlyRewards, final_completions
 from .training.importance_sampling import importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
@@ -109,8 +109,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.engine = RolloutEngine(
             workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, args.rollout_mode
         )
-        more_steps, ahead = lambda: self.state.global_step + 1 < self.state.max_steps, check_rollout_ahead(args, self)
-        self.rollouts = RolloutsAhead(self.engine.run, self._sync_backend_adapters, more_steps, ahead)
+        self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
+        run, ahead = lambda rows: self.early_rewards.run(rows, self.engine.run), check_rollout_ahead(args, self)
+        more_steps = lambda: self.state.global_step + 1 < self.state.max_steps  # noqa: E731
+        self.rollouts = RolloutsAhead(run, self._sync_backend_adapters, more_steps, ahead)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards == "reference":
@@ -144,14 +146,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
-        episodes = self.rollouts.episodes(prompts, training=mode == "train")  # rollout_ahead: ran during last step
+        episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
         self._log_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
 
-        # 2. Outcome rewards on the final answers, advantages grouped over the episodes of each prompt.
-        completions = [
-            [{"role": "assistant", "content": e.final_answer}] if is_conversational(row) else e.final_answer
-            for e, row in zip(episodes, inputs)
-        ]
+        # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
+        # grouped over the episodes of each prompt.
+        completions = final_completions(episodes, inputs)
         last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(

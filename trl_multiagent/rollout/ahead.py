@@ -18,9 +18,9 @@ from typing import Any
 
 
 class RolloutsAhead:
-    """``run(prompts) -> episodes`` is the rollout engine's; ``sync()`` sends the current adapters to the backend if
-    they changed since the last sync; ``more_steps()`` says whether another training step follows this one. With
-    ``ahead=False`` it syncs and runs each batch when asked, and reads nothing early."""
+    """``run(rows) -> episodes`` runs the episodes of a generation batch's rows; ``sync()`` sends the current adapters
+    to the backend if they changed since the last sync; ``more_steps()`` says whether another training step follows
+    this one. With ``ahead=False`` it syncs and runs each batch when asked, and reads nothing early."""
 
     def __init__(
         self, run: Callable[[list], list], sync: Callable[[], None], more_steps: Callable[[], bool], ahead: bool
@@ -41,14 +41,14 @@ class RolloutsAhead:
         self._peeked = list(itertools.islice(source, 1))
         return taken
 
-    def episodes(self, prompts: list[Any], training: bool = True) -> list:
-        """The episodes of ``prompts`` (run ahead, or now); then, in training, the next batch's start on the worker
+    def episodes(self, rows: list[dict], training: bool = True) -> list:
+        """The episodes of ``rows`` (run ahead, or now); then, in training, the next batch's start on the worker
         thread."""
-        started = time.perf_counter()
+        started, prompts = time.perf_counter(), [row["prompt"] for row in rows]
         if not (self.ahead and training):
             self.settle()  # nothing else uses the backend while a rollout runs ahead (an evaluation waits)
             self.sync()
-            episodes = self.run(prompts)
+            episodes = self.run(rows)
             self.waited_s = time.perf_counter() - started
             return episodes
         if self._ahead is not None and self._ahead[0] == prompts:
@@ -57,13 +57,13 @@ class RolloutsAhead:
             self.settle()
             self._ahead = None
             self.sync()
-            episodes = self.run(prompts)
+            episodes = self.run(rows)
         self.waited_s = time.perf_counter() - started
         self._ahead = None
         if self._peeked and self.more_steps():
-            following = [row["prompt"] for row in self._peeked[0]]
+            following = self._peeked[0]
             self.sync()  # the adapters as this step finds them: the next batch samples with them
-            self._ahead = (following, self._pool.submit(self.run, following))
+            self._ahead = ([row["prompt"] for row in following], self._pool.submit(self.run, following))
         return episodes
 
     def settle(self) -> None:

@@ -54,8 +54,7 @@ class RolloutEngine:
     settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``.
 
     ``mode``: ``"ticks"`` (``backend.generate`` on each tick's batch) or ``"async"`` (``backend.agenerate`` per call,
-    for backends that batch continuously). ``on_episode_end(episode)``, if given, is called as each episode finishes,
-    while the others still run (rewards that take work start there).
+    for backends that batch continuously).
     """
 
     def __init__(
@@ -65,7 +64,6 @@ class RolloutEngine:
         adapter_for_role: Mapping[str, str],
         role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
         mode: str = "ticks",
-        on_episode_end: Callable[[Episode], None] | None = None,
     ):
         if mode not in ROLLOUT_MODES:
             raise ValueError(f"Rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}.")
@@ -87,24 +85,24 @@ class RolloutEngine:
         self.backend = backend
         self.mode = mode
         self._runs = itertools.count()  # tells the episodes of successive runs apart (GenerationRequest.session)
-        self.on_episode_end = on_episode_end
         self.adapter_for_role = dict(adapter_for_role)
         self.role_generation_kwargs = {
             role: check_generation_kwargs(kwargs, f"role_generation_kwargs[{role!r}]")
             for role, kwargs in (role_generation_kwargs or {}).items()
         }
 
-    def run(self, prompts: list[Messages]) -> list[Episode]:
-        """One episode per prompt, in prompt order."""
+    def run(self, prompts: list[Messages], on_episode_end: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """One episode per prompt, in prompt order. ``on_episode_end(episode)``, if given, is called as each episode
+        finishes, while the others still run (rewards that take work start there)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_all(prompts))
+            return asyncio.run(self._run_all(prompts, on_episode_end))
         # Called from inside a running loop (a notebook): run ours on a worker thread.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self._run_all(prompts)).result()
+            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end)).result()
 
-    async def _run_all(self, prompts: list[Messages]) -> list[Episode]:
+    async def _run_all(self, prompts: list[Messages], on_episode_end) -> list[Episode]:
         loop = asyncio.get_running_loop()
         pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # ticks: the calls waiting for the next batch
         episodes = [Episode(index=i) for i in range(len(prompts))]
@@ -159,8 +157,8 @@ class RolloutEngine:
                 )
             episode.calls = [call for _, call in sorted(made, key=lambda item: item[0])]
             episode.final_answer = answer
-            if self.on_episode_end is not None:
-                self.on_episode_end(episode)
+            if on_episode_end is not None:
+                on_episode_end(episode)
 
         tasks = [asyncio.create_task(run_episode(e, p)) for e, p in zip(episodes, prompts)]
         try:
