@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from pathlib import Path
 
 import torch
 from common import (
@@ -101,6 +103,30 @@ def rss_child(args) -> None:
     print(peak_kib / 1024, trainable)
 
 
+def profile(trainers: dict) -> None:
+    """cProfile of one run of each trainer (after a warm-up run): total CPU seconds and the functions whose own time
+    differs most between the modes."""
+    import cProfile
+    import pstats
+
+    own: dict[str, dict[str, float]] = {}
+    for sharing, trainer in trainers.items():
+        trainer.train()  # warm-up
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        trainer.train()
+        profiler.disable()
+        stats = pstats.Stats(profiler).stats
+        own[sharing] = {f"{Path(f).name}:{line}({name})": tt for (f, line, name), (_, _, tt, _, _) in stats.items()}
+        print(f"{sharing}: {sum(own[sharing].values()):.3f} CPU s in {trainer.state.global_step} steps")
+    names = set(own["isolated"]) | set(own["shared"])
+    diff = sorted(names, key=lambda n: own["isolated"].get(n, 0.0) - own["shared"].get(n, 0.0), reverse=True)
+    print(f"{'isolated - shared (s)':>22} {'isolated':>9} {'shared':>9}  function")
+    for name in diff[:20]:
+        i, s = own["isolated"].get(name, 0.0), own["shared"].get(name, 0.0)
+        print(f"{i - s:>22.3f} {i:>9.3f} {s:>9.3f}  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -112,6 +138,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="runs per trainer, alternating")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded steps at the start of every run")
+    parser.add_argument("--profile", action="store_true", help="print where each mode's steps spend their time")
     parser.add_argument("--rss-child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,6 +149,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = tiny_model(f"{tmp}/model", args.hidden_size, args.num_layers)
         trainers = {sharing: build_trainer(args, model_dir, tmp, sharing) for sharing in MODES}
+        if args.profile:
+            return profile(trainers)
         times = alternate(trainers, args.rounds, args.warmup)
         memory = {sharing: peak_rss_mb(args, model_dir, sharing) for sharing in MODES}
 

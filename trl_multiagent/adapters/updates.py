@@ -14,6 +14,7 @@ monitoring). They are never optimised or saved.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -154,11 +155,13 @@ class AdapterUpdates:
         """Make ``optimizer.step`` run call 4 (the Trainer calls ``optimizer.step()`` itself)."""
         single_step = optimizer.step
 
-        def step(closure=None):
+        def step(_optimizer, closure=None):
             single_step(closure)
             self.after_optimizer_step()
 
-        optimizer.step = step
+        # A bound method, as torch's LR schedulers expect: each `train()` builds a new one, which wraps `step` through
+        # its `__func__` (a plain function there failed the second `train()` of a trainer).
+        optimizer.step = types.MethodType(step, optimizer)
 
     # -------------------------------------------------------------------------------------------------- helpers
     def _adapter_squares(self) -> dict[str, float]:
