@@ -194,3 +194,28 @@ def test_sync_loads_every_adapter_into_every_server(fakes, tiny_model_dir):
     for server in (one, two):
         assert server.seen["/v1/load_lora_adapter"] == 4  # generator, evaluator, the zero adapter; evaluator again
         assert server.seen["/v1/unload_lora_adapter"] == 1
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(vllm_server_base_urls="node0:8000"), "must list http\\(s\\) URLs"),
+        (dict(vllm_server_base_urls="http://a:1", vllm_server_base_url="http://b:1"), "not both"),
+        (dict(vllm_server_base_urls="http://a:1", vllm_mode="colocate"), "is for vllm_mode='server'"),
+        (dict(vllm_server_max_concurrency=0), "must be >= 1"),
+        (dict(rollout_mode="async", rollout_backend="transformers"), "batches per tick. Set rollout_backend='vllm'"),
+    ],
+)
+def test_server_and_mode_settings_are_checked(tmp_path, overrides, message):
+    from tiny import tiny_config
+
+    with pytest.raises(ValueError, match=message):
+        tiny_config(tmp_path, **{"rollout_backend": "vllm", "vllm_mode": "server", **overrides})
+
+
+def test_several_urls_parse_from_the_command_line(tmp_path):
+    from tiny import tiny_config
+
+    config = tiny_config(tmp_path, rollout_backend="vllm", vllm_mode="server",
+                         vllm_server_base_urls="http://node0:8000, http://node1:8000")  # fmt: skip
+    assert config.vllm_server_base_urls == ["http://node0:8000", "http://node1:8000"]
