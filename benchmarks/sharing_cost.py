@@ -2,6 +2,8 @@
 
     python benchmarks/sharing_cost.py
     python benchmarks/sharing_cost.py --hidden-size 512 --num-layers 8 --lora-r 64 --completion-length 128
+    python benchmarks/sharing_cost.py --model toy        # the shipped toy model (hidden 256, 4 layers)
+    python benchmarks/sharing_cost.py --profile          # where each mode's steps spend their time
 
 Orch-Workers has three role types, so `policy_sharing="isolated"` trains 3 adapters and every training batch mixes
 them sample by sample (orchestrator, workers, synthesizer calls side by side), while `"shared"` trains 1. Both
@@ -22,6 +24,8 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
+from pathlib import Path
 
 import torch
 from common import (
@@ -39,6 +43,7 @@ from peft import LoraConfig
 from transformers import AutoTokenizer, PrinterCallback
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
+from trl_multiagent.toy import resolve_model_name
 
 TARGET = 1.15
 MODES = ("isolated", "shared")
@@ -64,6 +69,7 @@ def build_trainer(args, model_dir: str, output_dir: str, sharing: str) -> MultiA
             report_to="none",
             save_strategy="no",
             disable_tqdm=True,
+            training_summary=False,  # its plot at the end of every run is no part of a step (6 s a run here)
             seed=0,
         ),
         train_dataset=Dataset.from_list(prompt_rows(64)),
@@ -101,6 +107,30 @@ def rss_child(args) -> None:
     print(peak_kib / 1024, trainable)
 
 
+def profile(trainers: dict) -> None:
+    """cProfile of one run of each trainer (after a warm-up run): total CPU seconds and the functions whose own time
+    differs most between the modes."""
+    import cProfile
+    import pstats
+
+    own: dict[str, dict[str, float]] = {}
+    for sharing, trainer in trainers.items():
+        trainer.train()  # warm-up
+        profiler = cProfile.Profile(time.process_time)
+        profiler.enable()
+        trainer.train()
+        profiler.disable()
+        stats = pstats.Stats(profiler).stats
+        own[sharing] = {f"{Path(f).name}:{line}({name})": tt for (f, line, name), (_, _, tt, _, _) in stats.items()}
+        print(f"{sharing}: {sum(own[sharing].values()):.3f} CPU s in {trainer.state.global_step} steps")
+    names = set(own["isolated"]) | set(own["shared"])
+    diff = sorted(names, key=lambda n: own["isolated"].get(n, 0.0) - own["shared"].get(n, 0.0), reverse=True)
+    print(f"{'isolated - shared (s)':>22} {'isolated':>9} {'shared':>9}  function")
+    for name in diff[:20]:
+        i, s = own["isolated"].get(name, 0.0), own["shared"].get(name, 0.0)
+        print(f"{i - s:>22.3f} {i:>9.3f} {s:>9.3f}  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -112,6 +142,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="runs per trainer, alternating")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=1, help="discarded steps at the start of every run")
+    parser.add_argument("--model", help="a model folder, or 'toy' (the shipped toy model), instead of a tiny one")
+    parser.add_argument("--profile", action="store_true", help="print where each mode's steps spend their time")
     parser.add_argument("--rss-child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -120,8 +152,13 @@ def main() -> None:
         return rss_child(args)
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = tiny_model(f"{tmp}/model", args.hidden_size, args.num_layers)
+        if args.model:
+            model_dir = resolve_model_name(args.model)
+        else:
+            model_dir = tiny_model(f"{tmp}/model", args.hidden_size, args.num_layers)
         trainers = {sharing: build_trainer(args, model_dir, tmp, sharing) for sharing in MODES}
+        if args.profile:
+            return profile(trainers)
         times = alternate(trainers, args.rounds, args.warmup)
         memory = {sharing: peak_rss_mb(args, model_dir, sharing) for sharing in MODES}
 
@@ -130,7 +167,10 @@ def main() -> None:
     (rss_isolated, params_isolated), (rss_shared, params_shared) = memory["isolated"], memory["shared"]
     calls = 5 * args.episodes
     rows = [
-        ("model", f"tiny Qwen3 hidden={args.hidden_size} layers={args.num_layers}, LoRA r={args.lora_r}"),
+        (
+            "model",
+            f"{args.model or f'tiny Qwen3 hidden={args.hidden_size} layers={args.num_layers}'}, LoRA r={args.lora_r}",
+        ),
         ("step", f"{args.episodes} Orch-Workers episodes, {calls} calls x {args.completion_length} tokens"),
         ("timed steps", f"{len(times['shared'])} per trainer ({args.rounds} alternating runs)"),
         ("shared s/step (1 adapter)", f"{shared:.4f} CPU ({shared_wall:.4f} wall)"),

@@ -45,3 +45,37 @@ def addition_dataset(n: int = 8) -> Dataset:
 def boxed_answer_reward(completions, answer, **kwargs) -> list[float]:
     """1.0 when the final answer contains the expected number."""
     return [float(str(a) in (c[0]["content"] if isinstance(c, list) else c)) for c, a in zip(completions, answer)]
+
+
+class AsyncScriptedBackend(ScriptedBackend):
+    """``ScriptedBackend`` answering one request at a time (``agenerate``), each after ``delay(request)`` seconds,
+    the way a continuously batching server does: results come back in any order. ``started`` and ``finished`` count
+    requests; ``cancelled`` lists the requests cancelled while they waited."""
+
+    def __init__(self, tokenizer, respond, delay, seed: int = 0):
+        super().__init__(tokenizer, respond, seed)
+        self.delay = delay
+        self.started = self.finished = 0
+        self.cancelled: list[GenerationRequest] = []
+        self.running = 0
+        self.most_running = 0
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
+        import asyncio
+
+        self.started += 1
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await asyncio.sleep(self.delay(request))
+        except asyncio.CancelledError:
+            self.cancelled.append(request)
+            raise
+        finally:
+            self.running -= 1
+        (result,) = self.generate([request])
+        self.finished += 1
+        return result
+
+    def drain(self) -> None:
+        assert self.running == 0, f"{self.running} requests still running after the rollout"

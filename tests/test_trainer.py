@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from scripted import addition_dataset
-from tiny import tiny_trainer
+from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import EvalOpt, OrchWorkers, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
@@ -188,3 +188,13 @@ def test_every_pending_call_of_a_tick_is_one_backend_batch(tiny_model_dir, tmp_p
     backend.batch_sizes.clear()  # drop the construction-time check
     trainer.train()
     assert backend.batch_sizes == [12, 4]  # 4 episodes x 3 voters in one batch, then the 4 aggregators
+
+
+def test_a_trainer_trains_again(tiny_model_dir, tmp_path):
+    """A second `train()` builds a new LR scheduler around the optimizer whose step the adapters' updates hook."""
+    trainer = trainer_for(tiny_model_dir, tmp_path, Voting(), max_steps=1, respond=half_right_answers)
+    trainer.train()
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
+    trainer.train()
+    assert trainer.state.global_step == 1 and len(train_logs(trainer)) == 1
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if "lora_" in n)

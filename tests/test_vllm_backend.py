@@ -31,7 +31,8 @@ from trl_multiagent import EvalOpt  # noqa: E402
 from trl_multiagent.adapters.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
 from trl_multiagent.config import ROLLOUT_BACKENDS  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
-from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, VLLMServerBackend, max_lora_rank  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, max_lora_rank  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_server import VLLMServerBackend  # noqa: E402
 
 LORA = tiny_lora()
 ROLES = ("solver", "critic")

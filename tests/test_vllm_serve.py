@@ -20,7 +20,7 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
-from trl_multiagent.rollout.backends.vllm_backend import VLLMServerBackend  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_server import VLLMServerBackend  # noqa: E402
 
 ROLES = ("generator", "evaluator")  # EvalOpt's, isolated policy
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)

@@ -64,15 +64,16 @@ def tiny_trainer(
     reward_funcs=boxed_answer_reward,
     reward_processing_classes=None,
     answer_checker=None,
+    backend=None,
     **config,
 ) -> MultiAgentGRPOTrainer:
     """A trainer of ``workflow`` (``Voting()`` by default) on ``dataset`` (``addition_dataset()``), its adapters as
     ``tiny_lora()``, its arguments ``tiny_config(output_dir, **config)``.
 
     With ``respond`` the rollouts are scripted: ``ScriptedBackend(tokenizer, respond, respond_seed)``; without, the
-    tiny model generates them.
+    tiny model generates them; ``backend`` is an engine to generate with instead (one vLLM engine shared by tests).
     """
-    tokenizer = backend = None
+    tokenizer = None
     if respond is not None:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         backend = ScriptedBackend(tokenizer, respond, seed=respond_seed)

@@ -11,6 +11,7 @@ ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
 ADVANTAGE_GROUPS = ("episodes", "roles")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
+ROLLOUT_MODES = ("ticks", "async")
 
 
 @dataclass
@@ -117,6 +118,25 @@ class MultiAgentGRPOConfig(GRPOConfig):
             synced after each optimizer step: in this process with `vllm_mode="colocate"`, or through a `vllm serve
             --enable-lora` server at `vllm_server_base_url` with `vllm_mode="server"`. TRL's `vllm_*` fields apply,
             `vllm_importance_sampling_correction` included.
+        rollout_mode (`str`, *optional*, defaults to `"ticks"`):
+            How episodes reach the backend. `"ticks"`: every pending call of every episode goes out as one batch and
+            no episode moves on until the whole batch has returned (the only mode of the transformers backend).
+            `"async"` (needs `rollout_backend="vllm"`): each call goes to vLLM the moment its episode makes it and the
+            episode resumes when its own result arrives, while vLLM batches continuously (the reference stack's
+            `rollout.mode: async`); colocated, vLLM's `AsyncLLM` runs in this process's child process.
+        rollout_ahead (`int`, *optional*, defaults to `0`):
+            `1`: generate the next generation batch while training on the current one (bounded off-policy: the batch a
+            step trains on was sampled with the adapters of one optimizer step earlier; `vllm_importance_sampling_
+            correction` reweighs it). Needs `rollout_backend="vllm"`, `update_schedule="merged"` and one process.
+        vllm_server_base_urls (`list[str]` or `str`, *optional*):
+            Several `vllm serve` servers (data-parallel copies, e.g. one per node) to balance rollouts over, instead of
+            `vllm_server_base_url`; a comma-separated string is accepted on the command line. Every server receives
+            every adapter update; an episode's calls stay on the server that took its first call (its prefix cache).
+        vllm_server_max_concurrency (`int`, *optional*, defaults to `256`):
+            Most requests in flight per server; further calls wait for a slot.
+        vllm_request_timeout (`float`, *optional*, defaults to `600.0`):
+            Seconds one generation request may take before the rollout fails naming the server; a refused connection
+            or a 502/503/504 is retried with backoff (0.5 to 4 s, 5 tries), a timeout is not.
         rollout_batch_size (`int`, *optional*):
             Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
         role_generation_kwargs (`dict[str, dict]` or `str`, *optional*):
@@ -219,6 +239,24 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default="transformers",
         metadata={"help": "Rollout engine backend.", "choices": list(ROLLOUT_BACKENDS)},
     )
+    rollout_mode: str = field(
+        default="ticks",
+        metadata={"help": "'ticks': one batch per tick; 'async': each call sent as made (vLLM).",
+                  "choices": list(ROLLOUT_MODES)},
+    )  # fmt: skip
+    rollout_ahead: int = field(
+        default=0,
+        metadata={"help": "1: generate the next batch while training on the current one (off by one step).",
+                  "choices": [0, 1]},
+    )  # fmt: skip
+    vllm_server_base_urls: list[str] | str | None = field(
+        default=None,
+        metadata={"help": "Several vLLM server URLs to balance rollouts over (comma-separated on the command line)."},
+    )
+    vllm_server_max_concurrency: int = field(default=256, metadata={"help": "Most requests in flight per server."})
+    vllm_request_timeout: float = field(
+        default=600.0, metadata={"help": "Seconds one vLLM server request may take before the rollout fails."}
+    )
     rollout_batch_size: int | None = field(
         default=None,
         metadata={"help": "Largest batch of one generate call; None sends all pending calls of a tick at once."},
@@ -259,6 +297,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
+        self._check_rollout_fields()
         if self.rollout_backend == "vllm" and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size != 1:
             raise ValueError(
                 "A colocated vLLM rollout engine runs one copy per process (`vllm_tensor_parallel_size=1`); for "
@@ -272,6 +311,41 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(
                 "`use_vllm` drives TRL's single-completion generation, which multi-agent rollouts do not use. "
                 "Choose the rollout engine with `rollout_backend` instead."
+            )
+
+    def _check_rollout_fields(self) -> None:
+        if self.rollout_mode not in ROLLOUT_MODES:
+            raise ValueError(f"`rollout_mode` must be one of {ROLLOUT_MODES}, got {self.rollout_mode!r}.")
+        if self.rollout_mode == "async" and self.rollout_backend != "vllm":
+            raise ValueError(
+                "rollout_mode='async' needs a backend that batches continuously; the transformers backend batches per "
+                "tick. Set rollout_backend='vllm' or rollout_mode='ticks'."
+            )
+        if self.rollout_ahead not in (0, 1):
+            raise ValueError(f"`rollout_ahead` must be 0 or 1, got {self.rollout_ahead!r}.")
+        if self.rollout_ahead and (self.rollout_backend != "vllm" or self.update_schedule != "merged"):
+            raise ValueError(
+                "rollout_ahead=1 overlaps the next rollout with training, which needs a rollout engine apart from the "
+                "trained model (rollout_backend='vllm') and update_schedule='merged'."
+            )
+        if isinstance(self.vllm_server_base_urls, str):
+            self.vllm_server_base_urls = [url.strip() for url in self.vllm_server_base_urls.split(",") if url.strip()]
+        if self.vllm_server_base_urls is not None:
+            if not self.vllm_server_base_urls or not all(
+                isinstance(url, str) and url.startswith(("http://", "https://")) for url in self.vllm_server_base_urls
+            ):
+                raise ValueError(
+                    "`vllm_server_base_urls` must list http(s) URLs, e.g. ['http://node0:8000', 'http://node1:8000'], "
+                    f"got {self.vllm_server_base_urls!r}."
+                )
+            if self.vllm_server_base_url is not None:
+                raise ValueError("Set `vllm_server_base_url` (one server) or `vllm_server_base_urls`, not both.")
+            if self.vllm_mode != "server":
+                raise ValueError("`vllm_server_base_urls` is for vllm_mode='server'; set it, or drop the URLs.")
+        if self.vllm_server_max_concurrency < 1 or self.vllm_request_timeout <= 0:
+            raise ValueError(
+                "`vllm_server_max_concurrency` must be >= 1 and `vllm_request_timeout` > 0, got "
+                f"{self.vllm_server_max_concurrency} and {self.vllm_request_timeout}."
             )
 
     def check_roles(self, roles) -> None:
@@ -297,6 +371,26 @@ UNSUPPORTED_TRL_ARGUMENTS = {
     "rollout_func": "a custom single-completion rollout",
     "environment_factory": "environments",
 }
+
+
+def check_rollout_ahead(args: MultiAgentGRPOConfig, trainer) -> bool:
+    """Whether ``rollout_ahead`` is on, once the rest of the run fits it (the config checked the fields alone)."""
+    if not args.rollout_ahead:
+        return False
+    num_processes = trainer.accelerator.num_processes
+    if num_processes > 1 or args.num_iterations != 1 or args.steps_per_generation != args.gradient_accumulation_steps:
+        raise ValueError(
+            "rollout_ahead=1 reads the next generation batch one optimizer step early, which needs one training "
+            f"process (got {num_processes}), num_iterations=1 (got {args.num_iterations}) and steps_per_generation "
+            f"equal to gradient_accumulation_steps (got {args.steps_per_generation} and "
+            f"{args.gradient_accumulation_steps}); set rollout_ahead=0 otherwise."
+        )
+    if not args.vllm_importance_sampling_correction:
+        raise ValueError(
+            "rollout_ahead=1 trains on episodes sampled one optimizer step earlier; keep "
+            "vllm_importance_sampling_correction=True so that TRL reweighs them."
+        )
+    return True
 
 
 def check_trainer_arguments(

@@ -20,7 +20,6 @@ from contextlib import nullcontext
 import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOTrainer
-from trl.data_utils import is_conversational
 from trl.models import unwrap_model_for_generation
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -28,14 +27,16 @@ from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.card import final_metrics, write_model_cards
-from .config import MultiAgentGRPOConfig, check_trainer_arguments
+from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.console import compact_console
+from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
 from .training.advantages import call_advantages, outcome_advantages
 from .training.batch import TrainingBatch, calls_to_batch
+from .training.early_rewards import EarlyRewards, final_completions
 from .training.importance_sampling import importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
@@ -105,7 +106,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self._synced_step = -1
-        self.engine = RolloutEngine(workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs)
+        self.engine = RolloutEngine(
+            workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, args.rollout_mode
+        )
+        self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
+        run, ahead = lambda rows: self.early_rewards.run(rows, self.engine.run), check_rollout_ahead(args, self)
+        more_steps = lambda: self.state.global_step + 1 < self.state.max_steps  # noqa: E731
+        self.rollouts = RolloutsAhead(run, self._sync_backend_adapters, more_steps, ahead)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards == "reference":
@@ -123,7 +130,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
 
     def _sync_backend_adapters(self) -> None:
-        """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3)."""
+        """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3), if not sent."""
+        if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
+            return
         with self._unwrapped_for_generation() as model:
             sync_adapters(self.rollout_backend, model, self.adapter_names, self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
@@ -136,16 +145,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         prompts = [row["prompt"] for row in inputs]
 
-        # 1. Episodes: every model call of every episode, batched per tick across episodes.
-        if hasattr(self.rollout_backend, "sync_adapters") and self._synced_step != self.state.global_step:
-            self._sync_backend_adapters()
-        episodes = self.engine.run(prompts)
+        # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
+        episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
+        self._log_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
 
-        # 2. Outcome rewards on the final answers, advantages grouped over the episodes of each prompt.
-        completions = [
-            [{"role": "assistant", "content": e.final_answer}] if is_conversational(row) else e.final_answer
-            for e, row in zip(episodes, inputs)
-        ]
+        # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
+        # grouped over the episodes of each prompt.
+        completions = final_completions(episodes, inputs)
         last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(
@@ -215,6 +221,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
         budget, split = self.args.max_tokens_per_micro_batch, not self.router.mixes_adapters
         return bounded_logps(batch, adapters, size, budget, forward, split_by_adapter=split)
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
+        take = super().get_batch_samples
+        return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _prepare_inputs(self, generation_batch) -> TrainingBatch:

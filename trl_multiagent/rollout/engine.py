@@ -1,16 +1,25 @@
-"""Runs many workflow episodes concurrently and batches their model calls.
+"""Runs many workflow episodes concurrently and hands their model calls to the backend.
 
-Every episode is an asyncio task running ``workflow.run``. Each tick, the engine lets all episodes advance until
-they wait on a model call, sends every pending call to the backend as one batch (one ``generate`` for all
-episodes, mixing adapters per sample), and hands each episode its result. Every call is recorded as a
-``ModelCall`` on its episode.
+Every episode is an asyncio task running ``workflow.run``. Two ways to reach the backend:
+
+    ticks  the engine lets all episodes advance until they wait on a model call, sends every pending call to the
+           backend as one batch (one ``generate`` for all episodes, mixing adapters per sample), and hands each
+           episode its result: no episode moves on before the whole batch has returned.
+    async  each call goes to the backend (``agenerate``) the moment its episode makes it, and the episode resumes
+           as soon as its own result arrives; the backend batches continuously (vLLM's scheduler), so a long
+           completion holds up only its own episode.
+
+Every call is recorded once, as a ``ModelCall`` on its episode, in the order the episode made its calls. An episode
+that raises fails the whole rollout with an error naming it; every other episode and every request still in the
+backend is cancelled first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..workflows.base import Messages, Workflow
@@ -22,8 +31,19 @@ from .records import Episode, ModelCall
 _QUIET_TURNS = 4
 
 
+ROLLOUT_MODES = ("ticks", "async")
+
+
 class UndeclaredRoleError(ValueError):
     pass
+
+
+class EpisodeError(RuntimeError):
+    """An episode's workflow raised; ``episode`` is its index in the rollout batch."""
+
+    def __init__(self, message: str, episode: int):
+        super().__init__(message)
+        self.episode = episode
 
 
 class RolloutEngine:
@@ -32,6 +52,9 @@ class RolloutEngine:
     ``role_generation_kwargs`` (role type -> sampling settings, e.g. ``{"evaluator": {"temperature": 0.3,
     "max_tokens": 512, "stop": ["</verdict>"]}}``) rides on every request of that role, overriding the backend's
     settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``.
+
+    ``mode``: ``"ticks"`` (``backend.generate`` on each tick's batch) or ``"async"`` (``backend.agenerate`` per call,
+    for backends that batch continuously).
     """
 
     def __init__(
@@ -40,7 +63,15 @@ class RolloutEngine:
         backend: GenerationBackend,
         adapter_for_role: Mapping[str, str],
         role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        mode: str = "ticks",
     ):
+        if mode not in ROLLOUT_MODES:
+            raise ValueError(f"Rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}.")
+        if mode == "async" and not hasattr(backend, "agenerate"):
+            raise ValueError(
+                f"{type(backend).__name__} batches per tick (it has no `agenerate`): use rollout_mode='ticks', or "
+                "a backend that batches continuously (rollout_backend='vllm')."
+            )
         missing = [role for role in workflow.roles if role not in adapter_for_role]
         if missing:
             raise ValueError(f"No adapter is routed for role(s) {missing} of {type(workflow).__name__}.")
@@ -52,28 +83,34 @@ class RolloutEngine:
             )
         self.workflow = workflow
         self.backend = backend
+        self.mode = mode
+        self._runs = itertools.count()  # tells the episodes of successive runs apart (GenerationRequest.session)
         self.adapter_for_role = dict(adapter_for_role)
         self.role_generation_kwargs = {
             role: check_generation_kwargs(kwargs, f"role_generation_kwargs[{role!r}]")
             for role, kwargs in (role_generation_kwargs or {}).items()
         }
 
-    def run(self, prompts: list[Messages]) -> list[Episode]:
-        """One episode per prompt, in prompt order."""
+    def run(self, prompts: list[Messages], on_episode_end: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """One episode per prompt, in prompt order. ``on_episode_end(episode)``, if given, is called as each episode
+        finishes, while the others still run (rewards that take work start there)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_all(prompts))
+            return asyncio.run(self._run_all(prompts, on_episode_end))
         # Called from inside a running loop (a notebook): run ours on a worker thread.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self._run_all(prompts)).result()
+            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end)).result()
 
-    async def _run_all(self, prompts: list[Messages]) -> list[Episode]:
+    async def _run_all(self, prompts: list[Messages], on_episode_end) -> list[Episode]:
         loop = asyncio.get_running_loop()
-        pending: list[tuple[GenerationRequest, asyncio.Future]] = []
+        pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # ticks: the calls waiting for the next batch
         episodes = [Episode(index=i) for i in range(len(prompts))]
+        run = next(self._runs)
 
-        def make_generate(episode: Episode):
+        def make_generate(episode: Episode, made: list[tuple[int, ModelCall]]):
+            order = itertools.count()  # the order this episode made its calls (parallel ones finish in any order)
+
             async def generate(role: str, messages: Messages, *, instance: int = 0) -> str:
                 if role not in self.workflow.roles:
                     raise UndeclaredRoleError(
@@ -86,63 +123,87 @@ class RolloutEngine:
                         f"generate({role!r}, messages) needs a list of chat message dicts or a plain-text prompt, "
                         f"got {messages!r}"
                     )
-                adapter = self.adapter_for_role[role]
-                future = loop.create_future()
+                adapter, position = self.adapter_for_role[role], next(order)
                 settings = dict(self.role_generation_kwargs.get(role, {}))
-                pending.append((GenerationRequest(adapter, messages, settings), future))
-                result: GenerationResult = await future
-                episode.calls.append(
-                    ModelCall(
-                        role=role,
-                        instance=instance,
-                        adapter=adapter,
-                        messages=messages,
-                        prompt_ids=result.prompt_ids,
-                        completion_ids=result.completion_ids,
-                        text=result.text,
-                        truncated=result.truncated,
-                        sampling_logprobs=result.sampling_logprobs,
-                    )
+                request = GenerationRequest(adapter, messages, settings, session=(id(self), run, episode.index))
+                if self.mode == "async":
+                    result: GenerationResult = await self.backend.agenerate(request)
+                else:
+                    future = loop.create_future()
+                    pending.append((request, future))
+                    result = await future
+                call = ModelCall(
+                    role=role,
+                    instance=instance,
+                    adapter=adapter,
+                    messages=messages,
+                    prompt_ids=result.prompt_ids,
+                    completion_ids=result.completion_ids,
+                    text=result.text,
+                    truncated=result.truncated,
+                    sampling_logprobs=result.sampling_logprobs,
                 )
+                made.append((position, call))
                 return result.text
 
             return generate
 
         async def run_episode(episode: Episode, prompt: Messages) -> None:
-            answer = await self.workflow.run(prompt, make_generate(episode))
+            made: list[tuple[int, ModelCall]] = []
+            answer = await self.workflow.run(prompt, make_generate(episode, made))
             if not isinstance(answer, str):
                 raise TypeError(
                     f"{type(self.workflow).__name__}.run must return the final answer as str, got {answer!r}"
                 )
+            episode.calls = [call for _, call in sorted(made, key=lambda item: item[0])]
             episode.final_answer = answer
+            if on_episode_end is not None:
+                on_episode_end(episode)
 
         tasks = [asyncio.create_task(run_episode(e, p)) for e, p in zip(episodes, prompts)]
         try:
-            while True:
-                await self._wait_until_quiet(tasks, pending)
-                failed = next((t for t in tasks if t.done() and t.exception() is not None), None)
-                if failed is not None:
-                    index = tasks.index(failed)
-                    raise RuntimeError(
-                        f"{type(self.workflow).__name__} failed in episode {index}: {failed.exception()}"
-                    ) from failed.exception()
-                if all(t.done() for t in tasks):
-                    break
-                if not pending:  # episodes wait on something else (I/O, a sandbox): give it time
-                    await asyncio.sleep(0.001)
-                    continue
-                batch = pending[:]
-                pending.clear()
-                results = self.backend.generate([request for request, _ in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"Backend returned {len(results)} results for {len(batch)} requests.")
-                for (_, future), result in zip(batch, results):
-                    future.set_result(result)
+            if self.mode == "async":
+                await self._run_async(tasks)
+            else:
+                await self._run_ticks(tasks, pending)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.mode == "async" and hasattr(self.backend, "drain"):
+                self.backend.drain()  # every cancelled request has stopped in the backend too
         return episodes
+
+    def _episode_error(self, tasks: list[asyncio.Task], failed: asyncio.Task) -> EpisodeError:
+        index = tasks.index(failed)
+        return EpisodeError(f"{type(self.workflow).__name__} failed in episode {index}: {failed.exception()}", index)
+
+    async def _run_async(self, tasks: list[asyncio.Task]) -> None:
+        running = set(tasks)
+        while running:
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_EXCEPTION)
+            failed = next((t for t in tasks if t in done and t.exception() is not None), None)
+            if failed is not None:
+                raise self._episode_error(tasks, failed) from failed.exception()
+
+    async def _run_ticks(self, tasks: list[asyncio.Task], pending: list) -> None:
+        while True:
+            await self._wait_until_quiet(tasks, pending)
+            failed = next((t for t in tasks if t.done() and t.exception() is not None), None)
+            if failed is not None:
+                raise self._episode_error(tasks, failed) from failed.exception()
+            if all(t.done() for t in tasks):
+                return
+            if not pending:  # episodes wait on something else (I/O, a sandbox): give it time
+                await asyncio.sleep(0.001)
+                continue
+            batch = pending[:]
+            pending.clear()
+            results = self.backend.generate([request for request, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"Backend returned {len(results)} results for {len(batch)} requests.")
+            for (_, future), result in zip(batch, results):
+                future.set_result(result)
 
     @staticmethod
     async def _wait_until_quiet(tasks: list[asyncio.Task], pending: list) -> None:

