@@ -31,7 +31,8 @@ class RolloutEngine:
 
     ``role_generation_kwargs`` (role type -> sampling settings, e.g. ``{"evaluator": {"temperature": 0.3,
     "max_tokens": 512, "stop": ["</verdict>"]}}``) rides on every request of that role, overriding the backend's
-    settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``.
+    settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``. ``base_for_role`` (role type ->
+    base model name), when roles sit on several base models, routes each call to (base, adapter).
     """
 
     def __init__(
@@ -40,6 +41,7 @@ class RolloutEngine:
         backend: GenerationBackend,
         adapter_for_role: Mapping[str, str],
         role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        base_for_role: Mapping[str, str] | None = None,
     ):
         missing = [role for role in workflow.roles if role not in adapter_for_role]
         if missing:
@@ -53,6 +55,10 @@ class RolloutEngine:
         self.workflow = workflow
         self.backend = backend
         self.adapter_for_role = dict(adapter_for_role)
+        missing = [role for role in workflow.roles if base_for_role is not None and role not in base_for_role]
+        if missing:
+            raise ValueError(f"No base model is routed for role(s) {missing} of {type(workflow).__name__}.")
+        self.base_for_role = dict(base_for_role or {})
         self.role_generation_kwargs = {
             role: check_generation_kwargs(kwargs, f"role_generation_kwargs[{role!r}]")
             for role, kwargs in (role_generation_kwargs or {}).items()
@@ -89,7 +95,8 @@ class RolloutEngine:
                 adapter = self.adapter_for_role[role]
                 future = loop.create_future()
                 settings = dict(self.role_generation_kwargs.get(role, {}))
-                pending.append((GenerationRequest(adapter, messages, settings), future))
+                base = self.base_for_role.get(role)
+                pending.append((GenerationRequest(adapter, messages, settings, base), future))
                 result: GenerationResult = await future
                 episode.calls.append(
                     ModelCall(
@@ -102,6 +109,7 @@ class RolloutEngine:
                         text=result.text,
                         truncated=result.truncated,
                         sampling_logprobs=result.sampling_logprobs,
+                        base=base,
                     )
                 )
                 return result.text

@@ -20,6 +20,9 @@ class GenerationRequest:
     # Overrides of the backend's sampling settings for this call (its role's `role_generation_kwargs`); keys from
     # GENERATION_KWARGS. A completion that ends on a `stop` string keeps the string and is not truncated.
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The base model the adapter sits on (`role_models`); None: the run's one base. Set by the engine when roles sit
+    # on several bases, read by `PerBaseBackend`.
+    base: str | None = None
 
 
 @dataclass
