@@ -1,0 +1,132 @@
+"""Roles on different base models (`role_models`): a judge on a second tiny Qwen3 with another hidden size and another
+tokenizer, trained beside the generator on the first, with one optimizer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scripted import addition_dataset
+from tiny import tiny_trainer
+from transformers import AutoTokenizer
+
+from trl_multiagent import EvalOpt, OrchWorkers
+from trl_multiagent.adapters.role_models import adapters_on_bases
+from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.rollout.backends.transformers_backend import prompt_ids
+
+
+def length_parity_reward(completions, **kwargs) -> list[float]:
+    """Varies with the (random) final answer, so every group of episodes carries advantage."""
+    return [float(len(c[0]["content"]) % 2) for c in completions]
+
+
+def two_model_trainer(tiny_model_dir, tiny_judge_dir, output_dir, **overrides):
+    settings = dict(
+        max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0, policy_sharing="isolated",
+        role_models={"evaluator": tiny_judge_dir},
+    )  # fmt: skip
+    settings.update(overrides)
+    return tiny_trainer(
+        tiny_model_dir, output_dir, EvalOpt(max_iterations=2), reward_funcs=length_parity_reward, **settings
+    )
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def changed(before, model) -> set[str]:
+    return {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+
+
+def record_episodes(trainer) -> list:
+    episodes, run = [], trainer.engine.run
+    trainer.engine.run = lambda prompts: episodes.extend(result := run(prompts)) or result
+    return episodes
+
+
+@pytest.mark.parametrize("frozen", ["generator", "evaluator"])
+def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny_judge_dir, tmp_path, frozen):
+    trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, tmp_path, role_loss_weights={frozen: 0.0})
+    judge = trainer.adapters.role_models.extra[tiny_judge_dir]
+    assert trainer.model.config.hidden_size == 64 and judge.model.config.hidden_size == 32
+    main_tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = "What is 13 + 2? The evaluator answers \\boxed{Correct}"
+    assert main_tokenizer(text)["input_ids"] != judge.tokenizer(text)["input_ids"]  # really another tokenizer
+    assert trainer.role_adapters == {"generator": "generator", "evaluator": "evaluator"}
+    assert list(trainer.model.peft_config) == ["generator"] and list(judge.model.peft_config) == ["evaluator"]
+
+    episodes = record_episodes(trainer)
+    main_before, judge_before = snapshot(trainer.model), snapshot(judge.model)
+    trainer.train()
+
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert all(h["workflow/samples_trained"] == h["workflow/samples_generated"] for h in logs)
+    for role in ("generator", "evaluator"):  # per-role metrics name both roles
+        assert all(f"role/{role}/calls" in h and f"role/{role}/entropy" in h for h in logs)
+    assert any(h[f"role/{'evaluator' if frozen == 'generator' else 'generator'}/grad_norm"] > 0 for h in logs)
+
+    # Every call ran on its own base, its prompt tokenized by that base's tokenizer and chat template.
+    calls = [c for e in episodes for c in e.calls]
+    assert {c.role for c in calls} == {"generator", "evaluator"}
+    for call in calls:
+        tokenizer, base = (judge.tokenizer, tiny_judge_dir) if call.role == "evaluator" else (main_tokenizer, None)
+        assert call.base == (base or trainer.adapters.role_models.main)
+        assert call.prompt_ids == prompt_ids(tokenizer, call.messages, {})
+
+    moved_main, moved_judge = changed(main_before, trainer.model), changed(judge_before, judge.model)
+    generator = set(adapter_parameters(trainer.model, "generator"))
+    evaluator = set(adapter_parameters(judge.model, "evaluator"))
+    if frozen == "generator":  # only the evaluator's samples carry advantage: only the judge's adapter moves
+        assert not moved_main
+        assert moved_judge and moved_judge <= evaluator
+    else:
+        assert not moved_judge
+        assert moved_main and moved_main <= generator
+
+
+def test_shared_policy_gets_one_adapter_per_base(tiny_model_dir, tiny_judge_dir, tmp_path):
+    judging = {"orchestrator": tiny_judge_dir, "synthesizer": tiny_judge_dir}
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, OrchWorkers(), max_steps=1, logging_steps=1, save_strategy="no",
+        policy_sharing="shared", role_models=judging, monitor_role_grad_norms=True,
+        reward_funcs=length_parity_reward,
+    )  # fmt: skip
+    judge = trainer.adapters.role_models.extra[tiny_judge_dir]
+    shared = f"shared-{tiny_judge_dir.rstrip('/').split('/')[-1]}"
+    assert trainer.role_adapters == {"orchestrator": shared, "worker": "shared", "synthesizer": shared}
+    # the two judging roles share the judge base's adapter: each gets a shadow there, for its own gradient norm
+    assert set(judge.model.peft_config) == {shared, f"{shared}__role_orchestrator", f"{shared}__role_synthesizer"}
+    trainer.train()
+    (log,) = [h for h in trainer.state.log_history if "loss" in h]
+    assert math.isfinite(log["loss"])
+    assert log["role/orchestrator/grad_norm"] > 0 and log["role/synthesizer/grad_norm"] > 0
+
+
+def test_an_adapter_cannot_span_two_bases(tiny_model_dir, tiny_judge_dir, tmp_path):
+    with pytest.raises(ValueError, match="serves roles on different base models"):
+        tiny_trainer(
+            tiny_model_dir, tmp_path, EvalOpt(), save_strategy="no",
+            role_to_adapter={"generator": "both", "evaluator": "both"}, role_models={"evaluator": tiny_judge_dir},
+        )  # fmt: skip
+    placed, bases = adapters_on_bases({"a": "x", "b": "y"}, {"a": "m", "b": "j"}, "m", explicit=True)
+    assert placed == {"a": "x", "b": "y"} and bases == {"x": "m", "y": "j"}
+
+
+def test_unknown_role_in_role_models_is_named(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"`role_models` names role\(s\) \['judge'\]"):
+        tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), role_models={"judge": tiny_model_dir})
+    with pytest.raises(ValueError, match="must be a dict of role -> model name"):
+        tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), role_models={"evaluator": ""})
+
+
+def test_role_model_naming_the_main_model_stays_on_it(tiny_model_dir, tmp_path):
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, EvalOpt(), dataset=addition_dataset(4), save_strategy="no",
+        policy_sharing="shared", role_models={"evaluator": tiny_model_dir},
+    )  # fmt: skip
+    assert trainer.adapters.role_models.extra == {}
+    assert trainer.role_adapters == {"generator": "shared", "evaluator": "shared"}
