@@ -226,9 +226,12 @@ class AdapterUpdates:
                     param.grad = None
 
     def after_optimizer_step(self) -> None:
-        """4. Shadows take the weights the step produced."""
+        """4. Shadows take the weights the step produced; the other bases' gradients are cleared (the Trainer
+        zeroes its own model's only, and they would accumulate over steps)."""
         for split in self.role_splits:
             split.sync_weights()
+        for param in self.extra_parameters():
+            param.grad = None
 
     def attach(self, optimizer) -> None:
         """Make ``optimizer.step`` run call 4 (the Trainer calls ``optimizer.step()`` itself)."""
