@@ -3,18 +3,31 @@ tokenizer, trained beside the generator on the first, with one optimizer."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from scripted import addition_dataset
 from tiny import tiny_trainer
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from trl_multiagent import EvalOpt, OrchWorkers
 from trl_multiagent.adapters.role_models import adapters_on_bases
 from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.rollout.backends.from_config import TrainerContext, build_backend
 from trl_multiagent.rollout.backends.transformers_backend import prompt_ids
+from trl_multiagent.rollout.engine import RolloutEngine
+
+TESTS = Path(__file__).parent
 
 
 def length_parity_reward(completions, **kwargs) -> list[float]:
@@ -77,6 +90,7 @@ def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny
         assert call.base == (base or trainer.adapters.role_models.main)
         assert call.prompt_ids == prompt_ids(tokenizer, call.messages, {})
 
+    assert all(p.grad is None for p in judge.model.parameters())  # cleared after each step, as the Trainer's model's
     moved_main, moved_judge = changed(main_before, trainer.model), changed(judge_before, judge.model)
     generator = set(adapter_parameters(trainer.model, "generator"))
     evaluator = set(adapter_parameters(judge.model, "evaluator"))
@@ -130,3 +144,106 @@ def test_role_model_naming_the_main_model_stays_on_it(tiny_model_dir, tmp_path):
     )  # fmt: skip
     assert trainer.adapters.role_models.extra == {}
     assert trainer.role_adapters == {"generator": "shared", "evaluator": "shared"}
+
+
+# ------------------------------------------------------------------------------------------ checkpoints and loading
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tiny_judge_dir, tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("two-models-run")
+    trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, output_dir, save_strategy="steps", save_steps=2)
+    trainer.train()
+    return trainer, output_dir / "checkpoint-2"
+
+
+def trainer_greedy(trainer, prompts):
+    """Greedy episodes through the trainer's own rollout path (one backend per base), its sampling turned off."""
+    sampling = trainer.generation_config
+    trainer.generation_config = GenerationConfig(**{**trainer.generation_kwargs, "do_sample": False})
+    try:
+        backend = build_backend(trainer.args, TrainerContext.of(trainer))
+    finally:
+        trainer.generation_config = sampling
+    engine = RolloutEngine(trainer.workflow, backend, trainer.role_adapters, None, trainer.adapters.role_base)
+    return engine.run(prompts)
+
+
+def calls(episodes):
+    return [[(c.role, c.adapter, c.completion_ids) for c in e.calls] for e in episodes]
+
+
+def test_saved_run_rebuilds_and_reproduces_greedy_outputs(trained, tiny_judge_dir):
+    trainer, checkpoint = trained
+    config = json.loads((checkpoint / "multiagent_config.json").read_text())
+    assert config["role_models"] == {"evaluator": tiny_judge_dir}
+    assert config["adapter_models"] == {"evaluator": tiny_judge_dir}
+    assert (checkpoint / "generator" / "adapter_model.safetensors").is_file()
+    assert (checkpoint / "evaluator" / "adapter_model.safetensors").is_file()
+
+    loaded = load_trained_workflow(checkpoint)
+    assert list(loaded.model.peft_config) == ["generator"]
+    judge = loaded.bases[tiny_judge_dir]
+    assert list(judge.model.peft_config) == ["evaluator"] and judge.model.config.hidden_size == 32
+    assert loaded.role_bases == {"evaluator": tiny_judge_dir}
+    trained_judge = trainer.adapters.role_models.extra[tiny_judge_dir].model
+    moved = {n: p for n, p in trained_judge.named_parameters() if "lora_B" in n}
+    assert any(p.abs().sum() > 0 for p in moved.values())  # the judge's adapter trained away from its zero init
+    reloaded = dict(judge.model.named_parameters())
+    assert all(torch.equal(p, reloaded[n]) for n, p in moved.items())
+
+    prompts = [row["prompt"] for row in addition_dataset(5)]
+    expected = trainer_greedy(trainer, prompts)
+    actual = run_episodes(loaded, prompts, make_generation_config(loaded, max_new_tokens=8))
+    assert calls(actual) == calls(expected)
+    assert [e.final_answer for e in actual] == [e.final_answer for e in expected]
+    with torch.no_grad():  # without the trained judge adapter the evaluator's outputs change: the match is no accident
+        for name in moved:
+            reloaded[name].zero_()
+    untrained = run_episodes(loaded, prompts, make_generation_config(loaded, max_new_tokens=8))
+    judged = [[c.completion_ids for c in e.calls if c.role == "evaluator"] for e in untrained]
+    assert judged != [[c.completion_ids for c in e.calls if c.role == "evaluator"] for e in expected]
+
+
+def launch(*args: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
+    log = open(f"{args[2]}.log", "w")  # a file, not a pipe: a full pipe would block the child
+    command = [sys.executable, str(TESTS / "workers" / "kill_worker_role_models.py"), *args]
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def tail(path) -> str:
+    return Path(f"{path}.log").read_text()[-3000:]
+
+
+def test_sigkill_after_checkpoint_then_resume_matches(tiny_model_dir, tiny_judge_dir, tmp_path):
+    full = launch(tiny_model_dir, tiny_judge_dir, str(tmp_path / "full"))
+    assert full.wait(timeout=600) == 0, tail(tmp_path / "full")
+    expected = json.loads((tmp_path / "full" / "losses.json").read_text())
+
+    killed_dir = tmp_path / "killed"
+    victim = launch(tiny_model_dir, tiny_judge_dir, str(killed_dir))
+    checkpoint = killed_dir / "checkpoint-4"
+    deadline = time.monotonic() + 600
+    while not (checkpoint / "trainer_state.json").is_file():
+        assert victim.poll() is None, "the run ended before its step-4 checkpoint"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.2)  # let the checkpoint's last files land, as a preemption usually does
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    assert not (killed_dir / "losses.json").exists()  # it really died mid-run
+
+    resumed = launch(tiny_model_dir, tiny_judge_dir, str(killed_dir), str(checkpoint))
+    assert resumed.wait(timeout=600) == 0, tail(killed_dir)
+    actual = json.loads((killed_dir / "losses.json").read_text())
+    assert sorted(actual, key=int) == [str(s) for s in range(1, 9)]
+    assert any(abs(expected[s]) > 1e-6 for s in map(str, range(5, 9)))  # losses carry signal after the resume
+    for step in map(str, range(5, 9)):
+        assert abs(actual[step] - expected[step]) < 1e-5, (step, actual[step], expected[step])
+    for adapter in ("generator", "evaluator"):  # and the same adapters of both bases at the end
+        a = load_file(tmp_path / "full" / "final" / adapter / "adapter_model.safetensors")
+        b = load_file(killed_dir / "final" / adapter / "adapter_model.safetensors")
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6

@@ -27,7 +27,7 @@ class PerBaseBackend:
             if request.base not in self.backends:
                 raise KeyError(
                     f"A request for adapter {request.adapter!r} names base model {request.base!r}; the bases served "
-                    f"are {sorted(self.backends)}."
+                    f"are {sorted(map(str, self.backends))}."
                 )
             groups.setdefault(request.base, []).append(i)
         results: list[GenerationResult | None] = [None] * len(requests)
