@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,9 +21,9 @@ from tiny import tiny_trainer
 from transformers import AutoTokenizer, GenerationConfig
 
 from trl_multiagent import EvalOpt, OrchWorkers
-from trl_multiagent.adapters.role_models import adapters_on_bases
+from trl_multiagent.adapters.role_models import adapters_on_bases, role_models_from_config
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.from_config import TrainerContext, build_backend
 from trl_multiagent.rollout.backends.transformers_backend import prompt_ids
 from trl_multiagent.rollout.engine import RolloutEngine
@@ -247,3 +248,41 @@ def test_sigkill_after_checkpoint_then_resume_matches(tiny_model_dir, tiny_judge
         a = load_file(tmp_path / "full" / "final" / adapter / "adapter_model.safetensors")
         b = load_file(killed_dir / "final" / adapter / "adapter_model.safetensors")
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+
+
+def test_untrained_bases_per_role_run_through_their_own_tokenizers(tiny_model_dir, tiny_judge_dir):
+    base = load_base_workflow(tiny_model_dir, EvalOpt(max_iterations=1), role_models={"evaluator": tiny_judge_dir})
+    episodes = run_episodes(base, [row["prompt"] for row in addition_dataset(2)], make_generation_config(base, 6))
+    judge_tokenizer = base.bases[tiny_judge_dir].tokenizer
+    for call in (c for e in episodes for c in e.calls):
+        tokenizer = judge_tokenizer if call.role == "evaluator" else base.tokenizer
+        assert call.base == (tiny_judge_dir if call.role == "evaluator" else None)
+        assert call.prompt_ids == prompt_ids(tokenizer, call.messages, {})
+    with pytest.raises(ValueError, match=r"names role\(s\) \['judge'\]"):
+        load_base_workflow(tiny_model_dir, EvalOpt(), role_models={"judge": tiny_judge_dir})
+
+
+@pytest.mark.parametrize("distributed", ["DeepSpeed", "multi-process training (DDP)"])
+def test_distributed_runs_with_several_bases_are_refused(tiny_model_dir, tiny_judge_dir, tmp_path, distributed):
+    trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), save_strategy="no", policy_sharing="isolated")
+    args = trainer.args
+    args.role_models = {"evaluator": tiny_judge_dir}
+    with pytest.raises(ValueError, match=f"do not support {re.escape(distributed)}"):
+        role_models_from_config(trainer.model, trainer.role_adapters, args, "cpu", distributed=distributed)
+
+
+def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_dir, tmp_path):
+    """recipes/configs/toy_two_models.yaml through the Eval-Opt recipe, its models swapped for the tiny ones."""
+    command = [
+        sys.executable, "recipes/eval_opt_math.py", "--config", "recipes/configs/toy_two_models.yaml",
+        "--model_name_or_path", tiny_model_dir, "--role_models", json.dumps({"evaluator": tiny_judge_dir}),
+        "--output_dir", str(tmp_path), "--max_steps", "1", "--save_steps", "1", "--per_device_train_batch_size", "8",
+        "--num_generations", "4", "--max_completion_length", "8", "--disable_tqdm", "true",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    result = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    config = json.loads((tmp_path / "multiagent_config.json").read_text())
+    assert config["role_models"] == {"evaluator": tiny_judge_dir} and config["policy_sharing"] == "isolated"
+    for adapter in ("generator", "evaluator"):
+        assert (tmp_path / "checkpoint-1" / adapter / "adapter_model.safetensors").is_file()

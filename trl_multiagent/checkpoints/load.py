@@ -170,14 +170,30 @@ def _with_adapters(model: torch.nn.Module, path, adapters: list[str]) -> tuple[t
 
 
 def load_base_workflow(
-    base_model: str, workflow: Workflow, device: str = "cpu", dtype: str | torch.dtype | None = None
+    base_model: str,
+    workflow: Workflow,
+    device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
+    role_models: dict[str, str] | None = None,
 ) -> TrainedWorkflow:
-    """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``)."""
+    """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``);
+    ``role_models`` (role type -> model) puts roles on other untrained bases, as the training option does."""
+    unknown = sorted(set(role_models or {}) - set(workflow.roles))
+    if unknown:
+        raise ValueError(f"`role_models` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}.")
     source = resolve_model_name(base_model)  # "toy" -> the packaged folder
     model = _load_base(source, device, dtype).eval()
     mapping = {role: BASE_MODEL for role in workflow.roles}
     config = {"base_model": base_model, "workflow": workflow.config_dict(), "policy_sharing": None}
-    return TrainedWorkflow(workflow, model, AutoTokenizer.from_pretrained(source), mapping, config, _BaseOnlyRouter())
+    role_bases = {role: name for role, name in (role_models or {}).items() if name != base_model}
+    bases = {}
+    for name in dict.fromkeys(role_bases.values()):
+        other = resolve_model_name(name)
+        bases[name] = LoadedBase(
+            _load_base(other, device, dtype).eval(), AutoTokenizer.from_pretrained(other), _BaseOnlyRouter()
+        )
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return TrainedWorkflow(workflow, model, tokenizer, mapping, config, _BaseOnlyRouter(), role_bases, bases)
 
 
 def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:

@@ -55,12 +55,15 @@ def follows_format(workflow: Workflow, role: str, text: str) -> bool:
     return workflow.formats[role].parse(text) is not None
 
 
-def load_policy(policy: str, workflow_name: str):
-    """``policy`` is ``"toy"`` or a model folder (every role on the base model), or a run's ``output_dir``."""
+def load_policy(policy: str, workflow_name: str, role_models: dict[str, str] | None = None):
+    """``policy`` is ``"toy"`` or a model folder (every role on the base model, or on its ``role_models`` entry), or
+    a run's ``output_dir`` (whose saved config names each role's base)."""
     workflow = WORKFLOWS[workflow_name]()
     path = resolve_model_name(policy)
     if not os.path.isfile(os.path.join(path, CONFIG_NAME)):
-        return load_base_workflow(path, workflow)
+        return load_base_workflow(path, workflow, role_models=role_models)
+    if role_models:
+        raise ValueError(f"{policy} is a trained run: its multiagent_config.json names each role's base model.")
     return load_trained_workflow(path, workflow=workflow)
 
 
@@ -111,10 +114,10 @@ def role_quality(workflow: Workflow, episodes, answers: list[str]) -> dict[str, 
     return {key: sum(values) / len(values) for key, values in sorted(outcomes.items())}
 
 
-def evaluate(policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0) -> dict:
+def evaluate(policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0, role_models=None) -> dict:
     """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
     (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
-    trained = load_policy(policy, workflow_name)
+    trained = load_policy(policy, workflow_name, role_models)
     dataset = held_out_dataset(n)
     prompts, answers = list(dataset["prompt"]), list(dataset["answer"])
     greedy = sample_episodes(trained, prompts, temperature=0.0)
@@ -140,15 +143,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--role_models", type=json.loads, default=None,
+        help='untrained roles on other base models, e.g. \'{"evaluator": "toy-judge"}\' (a run names its own)',
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.workflows:
-        result = evaluate(args.policy, name, args.problems, args.samples, args.seed)
+        result = evaluate(args.policy, name, args.problems, args.samples, args.seed, args.role_models)
         formats = ", ".join(f"{role} {rate:.1%}" for role, rate in result["format_sampled"].items())
         quality = ", ".join(f"{key} {rate:.1%}" for key, rate in result["roles_sampled"].items())
         print(f"{name}: greedy {result['greedy']:.1%}, pass@1 {result['pass@1']:.1%}")
         print(f"  format (sampled): {formats}\n  roles (sampled): {quality}")
-        print(json.dumps({"policy": args.policy, **result}), flush=True)
+        bases = {"role_models": args.role_models} if args.role_models else {}
+        print(json.dumps({"policy": args.policy, **bases, **result}), flush=True)
 
 
 if __name__ == "__main__":
