@@ -56,7 +56,9 @@ class TrainerContext:
         if role_models is None:
             return main
         extra = {name: main.for_base(base, trainer.adapters.routers[name]) for name, base in role_models.extra.items()}
-        return replace(main, base=role_models.main, extra=extra)
+        return replace(
+            main, adapter_names=role_models.adapters_of(role_models.main), base=role_models.main, extra=extra
+        )
 
     def for_base(self, base, router) -> TrainerContext:
         """This context for another base (a ``RoleBase``): its model, adapters, tokenizer, router and end tokens."""
