@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers.trainer
 from safetensors.torch import load_file
 from scripted import addition_dataset
+from test_hub import FakeHubApi
 from tiny import tiny_trainer
 from transformers import AutoTokenizer, GenerationConfig
 
-from trl_multiagent import EvalOpt, OrchWorkers
+from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer, OrchWorkers
 from trl_multiagent.adapters.role_models import adapters_on_bases, role_models_from_config
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
@@ -286,3 +288,25 @@ def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_di
     assert config["role_models"] == {"evaluator": tiny_judge_dir} and config["policy_sharing"] == "isolated"
     for adapter in ("generator", "evaluator"):
         assert (tmp_path / "checkpoint-1" / adapter / "adapter_model.safetensors").is_file()
+
+
+def test_push_to_hub_carries_every_base(tiny_model_dir, tiny_judge_dir, tmp_path, monkeypatch):
+    api = FakeHubApi(tmp_path / "uploaded")
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda *a, **k: api)
+    monkeypatch.setattr(MultiAgentGRPOTrainer, "init_hf_repo", lambda self, token=None: None)
+    trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, tmp_path / "run", max_steps=1)
+    trainer.hub_model_id = "me/eval-opt-two-models"
+    trainer.train()
+    trainer.push_to_hub()
+
+    uploaded = tmp_path / "uploaded"
+    for adapter in ("generator", "evaluator"):
+        assert (uploaded / adapter / "adapter_model.safetensors").is_file()
+    card = (uploaded / "README.md").read_text()
+    assert f"| `evaluator` | `evaluator/` | `{tiny_judge_dir}` |" in card
+    assert f"| `generator` | `generator/` | `{tiny_model_dir}` |" in card
+    assert f"base_model: {tiny_judge_dir}" in (uploaded / "evaluator" / "README.md").read_text()
+    rebuilt = load_trained_workflow(uploaded)
+    assert set(rebuilt.bases) == {tiny_judge_dir} and list(rebuilt.bases[tiny_judge_dir].model.peft_config) == [
+        "evaluator"
+    ]
