@@ -36,7 +36,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
             loaded once (with `model_init_kwargs`), with its own tokenizer and chat template, and gets the trainer's
             `peft_config`; `policy_sharing` and `role_to_adapter` apply within a base (under shared policy, one
             adapter per base: `shared` on `model`, `shared-<name>` on another base). One optimizer steps every
-            adapter of every base. A JSON string is accepted on the command line.
+            adapter of every base; DDP works, DeepSpeed does not (refused). A JSON string is accepted on the command
+            line.
 
         > Parameters that control the loss
 

@@ -98,7 +98,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         if self._is_vlm:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
-            self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models
+            self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
@@ -131,8 +131,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def _sync_backend_adapters(self) -> None:
         """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3)."""
         with self._unwrapped_for_generation() as model:
-            bases = self.adapters.by_base(model)
-            sync_adapters(self.rollout_backend, model, self.adapter_names, self.accelerator.is_main_process, bases)
+            sync_adapters(self.rollout_backend, self.adapters.by_base(model), self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
         self._synced_step = self.state.global_step
 
@@ -254,7 +253,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
         size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
-        return split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
+        parts = split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
+        return self.adapters.synchronised_last(parts, self._tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes."""

@@ -165,8 +165,6 @@ class RoleModels:
 def role_models_of(trainer, args, peft_config=None, quantization_config=None):
     """``role_models_from_config`` for a ``MultiAgentGRPOTrainer`` once TRL has built its model (duck-typed)."""
     distributed = "DeepSpeed" if trainer.is_deepspeed_enabled else None
-    if distributed is None and trainer.accelerator.num_processes > 1:
-        distributed = "multi-process training (DDP)"
     return role_models_from_config(
         trainer.model, trainer.role_adapters, args, trainer.accelerator.device, peft_config, quantization_config,
         distributed,
@@ -196,8 +194,8 @@ def role_models_from_config(
     refused = [
         why
         for why, on in (
-            (f"{distributed} (its engine holds one model; another base's adapters would not be reduced or stepped)",
-             distributed is not None),
+            (f"{distributed} (its engine holds one model and its optimizer: another base's adapters would be neither "
+             "partitioned nor stepped by it)", distributed is not None),
             ("`cast_lm_head_to_fp32` (applied to the trainer's model only)", args.cast_lm_head_to_fp32),
         )
         if on

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
@@ -78,11 +79,13 @@ class AdapterUpdates:
         self.model_of = {a: self.models[self.base_of[a]] for a in self.adapter_names}
         self.model_of.update({s: split.model for split in self.role_splits for s in split.shadows})
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
+        self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
 
     @classmethod
-    def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool, role_models=None):
-        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for."""
-        return cls(
+    def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool, role_models=None, accelerator=None):
+        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for; with several processes (``accelerator``)
+        the other bases' gradients are averaged over processes before each step, as DDP averages the trainer's."""
+        updates = cls(
             peft_model,
             role_adapters,
             monitor_role_grad_norms=args.monitor_role_grad_norms,
@@ -91,6 +94,9 @@ class AdapterUpdates:
             measure_gradients=measure_gradients,
             role_models=role_models,
         )
+        if accelerator is not None and accelerator.num_processes > 1 and len(updates.models) > 1:
+            updates.average = lambda tensor: accelerator.reduce(tensor, reduction="mean")
+        return updates
 
     # ----------------------------------------------------------------------------------------------------- setup
     def _coherence(self, role_lambdas: dict[str, float], window: int) -> CoherenceDamping | None:
@@ -191,6 +197,8 @@ class AdapterUpdates:
 
     def before_optimizer_step(self) -> dict[str, float]:
         """2. Complete each adapter's gradient, measure it, damp it; returns the `adapter/` and `role/` metrics."""
+        if self.average is not None:
+            self._average_extra_gradients()
         role_squares = {}
         for split in self.role_splits:
             role_squares.update(split.role_squares())
@@ -242,6 +250,39 @@ class AdapterUpdates:
             self.after_optimizer_step()
 
         optimizer.step = step
+
+    # ---------------------------------------------------------------------- several base models, several processes
+    def _average_extra_gradients(self) -> None:
+        """DDP averages the trainer's model's gradients; the other bases' are averaged here, in one collective. A
+        parameter without gradient on every process keeps none (a zero gradient would still move it through Adam)."""
+        params = self.extra_parameters()
+        present = self.average(torch.tensor([float(p.grad is not None) for p in params], device=params[0].device))
+        flat = self.average(
+            torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+        )
+        for param, chunk, has in zip(params, flat.split([p.numel() for p in params]), present.tolist()):
+            param.grad = chunk.view_as(param).clone() if has > 0 else None
+
+    def synchronised_last(self, parts: list, pad_token_id: int) -> list:
+        """The forwards of one micro-step, the trainer's base last (DDP synchronises its gradients on the last
+        backward of a micro-step, on every process alike): with several processes and bases, a process whose
+        micro-step holds none of the trainer's base's samples ends with a stand-in that trains nothing, one
+        ``pad_token_id`` sample of the trainer's base with no completion token, so no process waits on it."""
+        if self.average is None:
+            return parts
+        main = next(iter(self.models))
+        on_main = [p for p in parts if self.base_of[p.adapters[0]] == main]
+        if not on_main:
+            one = parts[0].select([0])
+            pad, zero = torch.full_like(one.prompt_ids, pad_token_id), torch.zeros_like(one.advantages)
+            on_main = [replace(
+                one, prompt_ids=pad, completion_ids=torch.full_like(one.completion_ids, pad_token_id),
+                completion_mask=torch.zeros_like(one.completion_mask), advantages=zero, sample_weights=zero,
+                adapters=[next(a for a in self.adapter_names if self.base_of[a] == main)],
+                old_per_token_logps=None, ref_per_token_logps=None, sampling_per_token_logps=None,
+                importance_sampling_ratio=None,
+            )]  # fmt: skip
+        return [p for p in parts if self.base_of[p.adapters[0]] != main] + on_main
 
     # -------------------------------------------------------------------------------------------------- helpers
     def _adapter_squares(self) -> dict[str, float]:

@@ -142,13 +142,11 @@ def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
     )
 
 
-def sync_adapters(
-    backend, peft_model, adapter_names: Sequence[str], is_main_process: bool, bases: Mapping | None = None
-) -> None:
-    """Send the trained adapters to ``backend``: from every process to colocated engines (each holds its own copy),
-    from the main process alone to one that serves them all (``shared_across_processes``). A ``PerBaseBackend``
-    takes ``bases`` (base name -> (its PEFT model, its adapters)), the main base's model being ``peft_model``."""
+def sync_adapters(backend, bases: Mapping[Any, tuple[Any, Sequence[str]]], is_main_process: bool) -> None:
+    """Send the trained adapters to ``backend`` (``bases``: base name -> (its PEFT model, its adapters), the trainer's
+    own first): from every process to colocated engines (each holds its own copy), from the main process alone to
+    one that serves them all (``shared_across_processes``); a ``PerBaseBackend`` sends each base's to its engine."""
     if isinstance(backend, PerBaseBackend):
         return backend.sync_adapters(bases, is_main_process)
     if not getattr(backend, "shared_across_processes", False) or is_main_process:
-        backend.sync_adapters(peft_model, adapter_names)
+        backend.sync_adapters(*next(iter(bases.values())))
