@@ -16,3 +16,11 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from trl_multiagent.testing import build_tiny_qwen3
 
     return build_tiny_qwen3(str(tmp_path_factory.mktemp("tiny-qwen3")))
+
+
+@pytest.fixture(scope="session")
+def tiny_judge_dir(tmp_path_factory) -> str:
+    """A second tiny Qwen3 for judging roles: another hidden size and another tokenizer than ``tiny_model_dir``'s."""
+    from trl_multiagent.testing import build_tiny_qwen3
+
+    return build_tiny_qwen3(str(tmp_path_factory.mktemp("tiny-judge")), hidden_size=32, seed=1, vocab_size=320)

@@ -42,7 +42,10 @@ def test_toy_judge_is_a_smaller_model_with_its_own_tokenizer():
     toy = AutoModelForCausalLM.from_pretrained(TOY_MODEL_DIR)
     assert judge.config.hidden_size < toy.config.hidden_size
     assert sum(p.numel() for p in judge.parameters()) <= 1_000_000
-    judge_tokens, toy_tokens = AutoTokenizer.from_pretrained(TOY_JUDGE_DIR), AutoTokenizer.from_pretrained(TOY_MODEL_DIR)
+    judge_tokens, toy_tokens = (
+        AutoTokenizer.from_pretrained(TOY_JUDGE_DIR),
+        AutoTokenizer.from_pretrained(TOY_MODEL_DIR),
+    )
     assert len(judge_tokens) != len(toy_tokens)
     text = "Step 1 (gives): 17 + 12 = 29. Wrong operation. \\boxed{Incorrect}"
     assert judge_tokens(text)["input_ids"] != toy_tokens(text)["input_ids"]

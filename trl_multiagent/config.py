@@ -31,6 +31,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
         role_to_adapter (`dict[str, str]` or `str`, *optional*):
             Explicit role-to-adapter grouping, e.g. `{"generator": "solver", "evaluator": "judge"}`. Must map every
             role of the workflow. A JSON string is accepted on the command line.
+        role_models (`dict[str, str]` or `str`, *optional*):
+            Base model per role type, e.g. `{"evaluator": "Qwen/Qwen3-0.6B"}`: any `from_pretrained` name or folder,
+            or a shipped toy name (`"toy"`). Roles not listed sit on the trainer's `model`. Each distinct base is
+            loaded once (with `model_init_kwargs`), with its own tokenizer and chat template, and gets the trainer's
+            `peft_config`; `policy_sharing` and `role_to_adapter` apply within a base (under shared policy, one
+            adapter per base: `shared` on `model`, `shared-<name>` on another base). One optimizer steps every
+            adapter of every base; DDP works, DeepSpeed does not (refused). A JSON string is accepted on the command
+            line.
 
         > Parameters that control the loss
 
@@ -149,6 +157,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + [
         "role_to_adapter",
+        "role_models",
         "role_loss_weights",
         "role_beta",
         "role_coherence_lambda",
@@ -166,6 +175,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
     role_to_adapter: dict[str, str] | str | None = field(
         default=None,
         metadata={"help": "Explicit role-to-adapter mapping (JSON on the command line); overrides policy_sharing."},
+    )
+    role_models: dict[str, str] | str | None = field(
+        default=None,
+        metadata={"help": "Base model per role type (JSON on the command line); unlisted roles use `model`."},
     )
     role_loss_weights: dict[str, float] | str | None = field(
         default=None,
@@ -307,6 +320,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             _check_role_numbers(name, getattr(self, name))
         if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):
             raise ValueError(f"`role_to_adapter` must be a dict (or JSON object), got {self.role_to_adapter!r}.")
+        if self.role_models is not None and (
+            not isinstance(self.role_models, dict)
+            or not all(isinstance(name, str) and name for name in self.role_models.values())
+        ):
+            raise ValueError(
+                f"`role_models` must be a dict of role -> model name or folder (or a JSON object), got "
+                f"{self.role_models!r}."
+            )
         if self.use_vllm:
             raise ValueError(
                 "`use_vllm` drives TRL's single-completion generation, which multi-agent rollouts do not use. "
@@ -350,7 +371,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
     def check_roles(self, roles) -> None:
         """Fail if a per-role field names a role the workflow does not have."""
-        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
+        for name in ("role_models", "role_loss_weights", "role_beta", "role_coherence_lambda"):
             unknown = sorted(set(getattr(self, name) or {}) - set(roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")

@@ -66,8 +66,11 @@ def random_qwen3(tokenizer, seed: int, **sizes):
     return model
 
 
-def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> str:
-    """Build, save and return the folder of a tiny Qwen3 causal LM with a chat-template tokenizer."""
+def build_tiny_qwen3(
+    output_dir: str, hidden_size: int = 64, num_layers: int = 2, seed: int = 0, vocab_size: int = 512
+) -> str:
+    """Build, save and return the folder of a tiny Qwen3 causal LM with a chat-template tokenizer (a BPE of
+    ``vocab_size`` tokens: another size is another tokenizer, whose ids differ for the same text)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     os.makedirs(output_dir, exist_ok=True)
@@ -75,7 +78,7 @@ def build_tiny_qwen3(output_dir: str, hidden_size: int = 64, num_layers: int = 2
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=512, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(_training_corpus(), trainer=trainer)
     tokenizer = qwen_style_tokenizer(bpe)

@@ -14,6 +14,7 @@ One training step, in order (mirrored by the numbered comments below):
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import nullcontext
 
@@ -23,6 +24,7 @@ from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.models.utils import disable_gradient_checkpointing
 
+from .adapters.role_models import role_models_of
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
@@ -82,6 +84,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         check_prompt_column(train_dataset, "train_dataset")
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
+        lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
 
         super().__init__(
             model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
@@ -90,12 +93,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             peft_config=peft_config,
         )  # fmt: skip
 
+        self.role_adapters, role_models = role_models_of(self, args, lora, quantization_config)  # role_models' bases
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self._is_vlm:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
-            self.model, self.role_adapters, args, measure_gradients=not self.is_deepspeed_enabled
+            self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
@@ -107,7 +111,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self._synced_step = -1
         self.engine = RolloutEngine(
-            workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, args.rollout_mode
+            workflow,
+            self.rollout_backend,
+            self.role_adapters,
+            args.role_generation_kwargs,
+            mode=args.rollout_mode,
+            base_for_role=self.adapters.role_base,
         )
         self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
         run, ahead = lambda rows: self.early_rewards.run(rows, self.engine.run), check_rollout_ahead(args, self)
@@ -134,7 +143,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
             return
         with self._unwrapped_for_generation() as model:
-            sync_adapters(self.rollout_backend, model, self.adapter_names, self.accelerator.is_main_process)
+            sync_adapters(self.rollout_backend, self.adapters.by_base(model), self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
         self._synced_step = self.state.global_step
 
@@ -173,7 +182,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             [c for e in episodes for c in e.calls],
             [start + e.index for e in episodes for _ in e.calls],
         )
-        pad, mask_truncated = self._tokenizer.pad_token_id, self.args.mask_truncated_completions
+        pad, mask_truncated = self.adapters.pad_token_ids(calls, self._tokenizer), self.args.mask_truncated_completions
         batch = calls_to_batch(calls, advantages, episode_ids, pad, device, mask_truncated)
         tokens, balance = batch.completion_mask.sum(dim=1), self.args.role_loss_balance
         batch.sample_weights = role_weights(batch.roles, tokens, self.role_loss_weights, balance, self.loss_type)
@@ -216,11 +225,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            with self.router.route(names):
-                return self._get_per_token_logps_and_entropies(self.model, *part.model_inputs())[0]
+            model, router = self.adapters.forward_target(part.adapters, self.model)
+            with router.route(names):
+                return self._get_per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
-        budget, split = self.args.max_tokens_per_micro_batch, not self.router.mixes_adapters
-        return bounded_logps(batch, adapters, size, budget, forward, split_by_adapter=split)
+        keys = self.adapters.forward_keys(batch.adapters)
+        return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward, keys)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
@@ -256,7 +266,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
         size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
-        return split_for_memory(batch, size, budget, self.loss_type, split_by_adapter=not self.router.mixes_adapters)
+        parts = split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
+        return self.adapters.synchronised_last(parts, self._tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes."""
@@ -318,7 +329,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters.
         training = self.model.training
-        self.router.set(self.adapters.routing(inputs.adapters, inputs.roles, training))
+        model, router = self.adapters.forward_target(inputs.adapters, model)  # the base these samples sit on
+        router.set(self.adapters.routing(inputs.adapters, inputs.roles, training))
         self._loss_forward = []  # TRL's loss computes the log-probs; they are recorded, in training and evaluation
         try:
             loss = super().compute_loss(model, inputs.to_trl_inputs(), return_outputs, num_items_in_batch)
@@ -353,6 +365,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def create_optimizer(self, model=None):
         with self.adapters.shadows_frozen():
             optimizer = super().create_optimizer(model)
+            self.adapters.extend_optimizer(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
         self.adapters.attach(optimizer)
         return optimizer
 
@@ -360,11 +373,15 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self._before_optimizer_step()
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
             return self.adapters.clip(self.args.max_grad_norm)
+        if extra := self.adapters.extra_parameters():  # the norm over every base's adapters
+            return self.accelerator.clip_grad_norm_([*model.parameters(), *extra], self.args.max_grad_norm)
         return super()._clip_grad_norm(model)
 
     def _get_grad_norm(self, model, grad_norm=None):
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             self._before_optimizer_step()
+            if extra := self.adapters.extra_parameters():
+                grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
@@ -387,13 +404,12 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         super()._save(output_dir, state_dict)
         if self.args.should_save:
             output_dir, config = output_dir or self.args.output_dir, self.multiagent_config()
-            saved_run.save_run_files(output_dir, config, self.adapters.shadows)
+            saved_run.save_run_files(output_dir, config, self.adapters.shadows, self.adapters.by_base(self.model))
             write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        saved_run.load_role_adapters(
-            self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint, self.adapter_names
-        )
+        for peft_model, names in self.adapters.by_base(self.accelerator.unwrap_model(model or self.model)).values():
+            saved_run.load_role_adapters(peft_model, resume_from_checkpoint, names)
         self.adapters.weights_loaded()
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
@@ -403,8 +419,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             write_model_cards(output_dir, self.multiagent_config(), metrics, self.hub_model_id, dataset_name, tags)
 
     def multiagent_config(self) -> dict:
-        base_model = self.model.peft_config[self.adapter_names[0]].base_model_name_or_path
-        return saved_run.run_config(base_model, self.workflow, self.args.policy_sharing, self.role_adapters)
+        base_model = next(iter(self.model.peft_config.values())).base_model_name_or_path
+        sharing, role_models = self.args.policy_sharing, self.adapters.role_models
+        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, role_models)
 
     # ---------------------------------------------------------------------------------------------------- metrics
     def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], rewards: list[float]) -> None:

@@ -150,7 +150,7 @@ class AdapterRouter:
         if len(unique) > 1 and not self.mixes_adapters:
             raise ValueError(
                 f"This model's LoRA layers cannot mix adapters in one batch (MoE weights); got {sorted(unique)}. "
-                "Split the batch by adapter (`split_by_adapter`)."
+                "Split the batch by adapter (`forward_keys`)."
             )
         if len(unique) == 1:
             # A name that is no adapter of a layer ("__base__") makes PEFT skip that layer's LoRA: the base model.

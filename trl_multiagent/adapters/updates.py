@@ -17,12 +17,14 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
 from ..monitoring.role_metrics import grad_norm_metrics
 from .coherence import CoherenceDamping
 from .role_gradients import RoleGradientSplit
+from .role_models import RoleModels
 from .routing import AdapterRouter, adapter_parameters, install_role_adapters, set_adapters_trainable, unique_adapters
 
 
@@ -35,6 +37,8 @@ class AdapterUpdates:
         monitor_role_grad_norms: measure each role's gradient under a shared adapter through role shadows.
         coherence_lambda, coherence_window: per-role coherence damping (``role_coherence_lambda``).
         measure_gradients: False where the gradients are not in ``.grad`` (DeepSpeed partitions them).
+        role_models: the bases of a run whose roles sit on several base models (``role_models``): each extra base's
+            adapters are installed on its own PEFT model and routed by its own router.
     """
 
     def __init__(
@@ -45,36 +49,56 @@ class AdapterUpdates:
         coherence_lambda: dict[str, float] | None = None,
         coherence_window: int = 10,
         measure_gradients: bool = True,
+        role_models: RoleModels | None = None,
     ):
         self.model = peft_model
         self.role_adapters = dict(role_adapters)
         self.adapter_names = unique_adapters(self.role_adapters)
         self.measure_gradients = measure_gradients
-        self._params: dict[str, list[torch.nn.Parameter]] = {}  # each adapter's LoRA weights, found once
-        install_role_adapters(peft_model, self.adapter_names)
-        self.router = AdapterRouter(peft_model)
-        self.role_split = None
-        if monitor_role_grad_norms and not self.router.mixes_adapters:
+        self._params: dict[str, dict[str, torch.nn.Parameter]] = {}  # each adapter's LoRA weights, found once
+        # One PEFT model per base: the trainer's (main) and those of `role_models`' extra bases, each with its adapters
+        main = role_models.main if role_models is not None else None
+        self.role_models = role_models
+        self.models = {main: peft_model, **{n: b.model for n, b in (role_models.extra if role_models else {}).items()}}
+        self.base_of = {a: role_models.base_of(a) if role_models else None for a in self.adapter_names}
+        for base, model in self.models.items():
+            install_role_adapters(model, [a for a in self.adapter_names if self.base_of[a] == base])
+        self.routers = {base: AdapterRouter(model) for base, model in self.models.items()}
+        self.router = self.routers[main]
+        self.mixes_adapters = all(router.mixes_adapters for router in self.routers.values())
+        self.role_splits: list[RoleGradientSplit] = []
+        if monitor_role_grad_norms and not self.mixes_adapters:
             raise ValueError(
                 "`monitor_role_grad_norms` routes each role of a shared adapter to its own shadow inside one batch, "
                 "which LoRA on MoE expert weights cannot do. Turn it off, or leave the experts out of "
                 "`target_modules`."
             )
         if monitor_role_grad_norms and len(self.adapter_names) < len(self.role_adapters):
-            self.role_split = RoleGradientSplit(peft_model, self.role_adapters, self.adapter_names)
+            for base, model in self.models.items():
+                roles = {r: a for r, a in self.role_adapters.items() if self.base_of[a] == base}
+                if len(set(roles.values())) < len(roles):
+                    self.role_splits.append(RoleGradientSplit(model, roles, unique_adapters(roles)))
+        self.model_of = {a: self.models[self.base_of[a]] for a in self.adapter_names}
+        self.model_of.update({s: split.model for split in self.role_splits for s in split.shadows})
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
+        self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
 
     @classmethod
-    def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool):
-        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for."""
-        return cls(
+    def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool, role_models=None, accelerator=None):
+        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for; with several processes (``accelerator``)
+        the other bases' gradients are averaged over processes before each step, as DDP averages the trainer's."""
+        updates = cls(
             peft_model,
             role_adapters,
             monitor_role_grad_norms=args.monitor_role_grad_norms,
             coherence_lambda=args.role_coherence_lambda,
             coherence_window=args.role_coherence_window,
             measure_gradients=measure_gradients,
+            role_models=role_models,
         )
+        if accelerator is not None and accelerator.num_processes > 1 and len(updates.models) > 1:
+            updates.average = lambda tensor: accelerator.reduce(tensor, reduction="mean")
+        return updates
 
     # ----------------------------------------------------------------------------------------------------- setup
     def _coherence(self, role_lambdas: dict[str, float], window: int) -> CoherenceDamping | None:
@@ -91,12 +115,74 @@ class AdapterUpdates:
 
     @property
     def shadows(self) -> list[str]:
-        return self.role_split.shadows if self.role_split is not None else []
+        return [shadow for split in self.role_splits for shadow in split.shadows]
+
+    def adapter_params(self, adapter: str) -> dict[str, torch.nn.Parameter]:
+        """The LoRA parameters of ``adapter`` (or of a shadow), on its own base: looked up by name once (a scan of
+        every parameter name, which per step and per adapter cost isolated policy ~4% of a tiny model's step)."""
+        if adapter not in self._params:
+            self._params[adapter] = adapter_parameters(self.model_of[adapter], adapter)
+        return self._params[adapter]
+
+    def extra_parameters(self) -> list[torch.nn.Parameter]:
+        """Trainable parameters of the bases other than the trainer's model (the optimizer adds them)."""
+        return [p for model in list(self.models.values())[1:] for p in model.parameters() if p.requires_grad]
+
+    # ----------------------------------------------------------------------------------- several base models
+    def forward_keys(self, adapters: Sequence[str]) -> list[str] | None:
+        """What a forward must not mix (None: nothing): adapters where LoRA cannot mix them in one batch (MoE
+        weights), base models where roles sit on several."""
+        if not self.mixes_adapters:
+            return list(adapters)
+        return [str(self.base_of[a]) for a in adapters] if len(self.models) > 1 else None
+
+    def forward_target(self, adapters: Sequence[str], main_model) -> tuple[torch.nn.Module, AdapterRouter]:
+        """The model (``main_model``, as the caller holds it, for the trainer's base) and router of the one base the
+        samples of ``adapters`` sit on; an extra base follows ``main_model``'s train/eval mode."""
+        bases = {self.base_of[a] for a in adapters}
+        if len(bases) != 1:
+            raise ValueError(f"A forward mixes samples of base models {sorted(map(str, bases))}; split it by base.")
+        base = bases.pop()
+        if base == next(iter(self.models)):
+            return main_model, self.routers[base]
+        self.models[base].train(main_model.training)
+        return self.models[base], self.routers[base]
+
+    def by_base(self, main_model) -> dict:
+        """Base name -> (its PEFT model, its adapters), ``main_model`` standing for the trainer's base."""
+        models = {**self.models, next(iter(self.models)): main_model}
+        return {
+            base: (model, [a for a in self.adapter_names if self.base_of[a] == base]) for base, model in models.items()
+        }
+
+    @property
+    def role_base(self) -> dict[str, str] | None:
+        """Role type -> base model name when roles sit on several bases (``role_models``), else None."""
+        return self.role_models.role_base if self.role_models is not None else None
+
+    def pad_token_ids(self, calls, tokenizer) -> int | list[int]:
+        """The pad id of each call's own base (``tokenizer``'s for the trainer's), or one id for a single base."""
+        pads = {
+            b.name: b.tokenizer.pad_token_id for b in (self.role_models.extra if self.role_models else {}).values()
+        }
+        return [pads.get(c.base, tokenizer.pad_token_id) for c in calls] if pads else tokenizer.pad_token_id
+
+    def extend_optimizer(self, optimizer, weight_decay: float, decay_parameter_names) -> None:
+        """Add the extra bases' trainable parameters to ``optimizer`` (one optimizer steps every base), with the
+        Trainer's weight-decay split (``decay_parameter_names(model)``); those already in it are left alone."""
+        present = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for model in list(self.models.values())[1:]:
+            decay = set(decay_parameter_names(model))
+            params = [(n, p) for n, p in model.named_parameters() if p.requires_grad and id(p) not in present]
+            for wanted, rate in ((True, weight_decay), (False, 0.0)):
+                group = [p for n, p in params if (n in decay) == wanted]
+                if group:
+                    optimizer.add_param_group({"params": group, "weight_decay": rate})
 
     @contextmanager
     def shadows_frozen(self) -> Iterator[None]:
         """While the optimizer is created: shadows carry gradients but are never optimised."""
-        params = [p for s in self.shadows for p in adapter_parameters(self.model, s).values()]
+        params = [p for s in self.shadows for p in self.adapter_params(s).values()]
         for param in params:
             param.requires_grad = False
         try:
@@ -108,22 +194,26 @@ class AdapterUpdates:
     # ------------------------------------------------------------------------------------------- the four calls
     def routing(self, adapters: Sequence[str], roles: Sequence[str], training: bool) -> list[str]:
         """1. The adapter (or shadow) every sample of a micro-batch goes through."""
-        if training and self.role_split is not None:
-            return self.role_split.routing(adapters, roles)
-        return list(adapters)
+        names = list(adapters)
+        if training:
+            for split in self.role_splits:  # each base's split reroutes its own shared adapters only
+                names = split.routing(names, roles)
+        return names
 
     def before_optimizer_step(self) -> dict[str, float]:
         """2. Complete each adapter's gradient, measure it, damp it; returns the `adapter/` and `role/` metrics."""
+        if self.average is not None:
+            self._average_extra_gradients()
         role_squares = {}
-        if self.role_split is not None:
-            role_squares = self.role_split.role_squares()
-            self.role_split.merge()
+        for split in self.role_splits:
+            role_squares.update(split.role_squares())
+            split.merge()
         if not self.measure_gradients:
             return {}
         metrics = grad_norm_metrics(self._adapter_squares(), self.role_adapters, role_squares)
         if self.coherence is not None:
             for adapter in self.coherence.lambdas:
-                grads = [p.grad for p in self.parameters_of(adapter) if p.grad is not None]
+                grads = [p.grad for p in self.adapter_params(adapter).values() if p.grad is not None]
                 if grads:
                     cosine, scale = self.coherence.apply(adapter, grads)
                     metrics[f"adapter/{adapter}/coherence_cos"] = cosine
@@ -134,7 +224,7 @@ class AdapterUpdates:
         """3. Clip each adapter's gradient to ``max_norm`` on its own; returns the norm over all of them."""
         norms = []
         for adapter in self.adapter_names:
-            params = [p for p in self.parameters_of(adapter) if p.grad is not None]
+            params = [p for p in self.adapter_params(adapter).values() if p.grad is not None]
             if params:
                 norms.append(torch.nn.utils.clip_grad_norm_(params, max_norm))
         return torch.stack(norms).norm() if norms else torch.tensor(0.0)
@@ -142,15 +232,19 @@ class AdapterUpdates:
     def keep_only(self, adapter: str) -> None:
         """3. Drop every gradient but ``adapter``'s, so the next optimizer step moves that adapter alone (an optimizer
         skips parameters without gradient; a zero gradient would still move them through its momentum)."""
-        keep = set(self.parameters_of(adapter))
-        for param in self.model.parameters():
-            if param.grad is not None and param not in keep:
-                param.grad = None
+        keep = set(self.adapter_params(adapter).values())
+        for model in self.models.values():
+            for param in model.parameters():
+                if param.grad is not None and param not in keep:
+                    param.grad = None
 
     def after_optimizer_step(self) -> None:
-        """4. Shadows take the weights the step produced."""
-        if self.role_split is not None:
-            self.role_split.sync_weights()
+        """4. Shadows take the weights the step produced; the other bases' gradients are cleared (the Trainer
+        zeroes its own model's only, and they would accumulate over steps)."""
+        for split in self.role_splits:
+            split.sync_weights()
+        for param in self.extra_parameters():
+            param.grad = None
 
     def attach(self, optimizer) -> None:
         """Make ``optimizer.step`` run call 4 (the Trainer calls ``optimizer.step()`` itself)."""
@@ -164,27 +258,54 @@ class AdapterUpdates:
         # its `__func__` (a plain function there failed the second `train()` of a trainer).
         optimizer.step = types.MethodType(step, optimizer)
 
-    # -------------------------------------------------------------------------------------------------- helpers
-    def parameters_of(self, adapter: str) -> list[torch.nn.Parameter]:
-        """The LoRA weights of ``adapter``: looked up by name once (a scan of every parameter name, which per step
-        and per adapter cost isolated policy ~4% of a tiny model's step), then kept."""
-        if adapter not in self._params:
-            self._params[adapter] = list(adapter_parameters(self.model, adapter).values())
-        return self._params[adapter]
+    # ---------------------------------------------------------------------- several base models, several processes
+    def _average_extra_gradients(self) -> None:
+        """DDP averages the trainer's model's gradients; the other bases' are averaged here, in one collective. A
+        parameter without gradient on every process keeps none (a zero gradient would still move it through Adam)."""
+        params = self.extra_parameters()
+        present = self.average(torch.tensor([float(p.grad is not None) for p in params], device=params[0].device))
+        flat = self.average(
+            torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+        )
+        for param, chunk, has in zip(params, flat.split([p.numel() for p in params]), present.tolist()):
+            param.grad = chunk.view_as(param).clone() if has > 0 else None
 
+    def synchronised_last(self, parts: list, pad_token_id: int) -> list:
+        """The forwards of one micro-step, the trainer's base last (DDP synchronises its gradients on the last
+        backward of a micro-step, on every process alike): with several processes and bases, a process whose
+        micro-step holds none of the trainer's base's samples ends with a stand-in that trains nothing, one
+        ``pad_token_id`` sample of the trainer's base with no completion token, so no process waits on it."""
+        if self.average is None:
+            return parts
+        main = next(iter(self.models))
+        on_main = [p for p in parts if self.base_of[p.adapters[0]] == main]
+        if not on_main:
+            one = parts[0].select([0])
+            pad, zero = torch.full_like(one.prompt_ids, pad_token_id), torch.zeros_like(one.advantages)
+            on_main = [replace(
+                one, prompt_ids=pad, completion_ids=torch.full_like(one.completion_ids, pad_token_id),
+                completion_mask=torch.zeros_like(one.completion_mask), advantages=zero, sample_weights=zero,
+                adapters=[next(a for a in self.adapter_names if self.base_of[a] == main)],
+                old_per_token_logps=None, ref_per_token_logps=None, sampling_per_token_logps=None,
+                importance_sampling_ratio=None,
+            )]  # fmt: skip
+        return [p for p in parts if self.base_of[p.adapters[0]] != main] + on_main
+
+    # -------------------------------------------------------------------------------------------------- helpers
     def _adapter_squares(self) -> dict[str, float]:
         squares = {}
         for adapter in self.adapter_names:
-            grads = [p.grad for p in self.parameters_of(adapter) if p.grad is not None]
+            grads = [p.grad for p in self.adapter_params(adapter).values() if p.grad is not None]
             squares[adapter] = float(sum(g.float().pow(2).sum() for g in grads)) if grads else 0.0
         return squares
 
     def weights_loaded(self) -> None:
         """After the adapters' weights were replaced (resume): every shadow mirrors its adapter again."""
         self._params.clear()
-        set_adapters_trainable(self.model, [*self.adapter_names, *self.shadows])
-        if self.role_split is not None:
-            self.role_split.sync_weights()
+        for model in self.models.values():
+            set_adapters_trainable(model, [*self.adapter_names, *self.shadows])
+        for split in self.role_splits:
+            split.sync_weights()
 
     def state_dict(self) -> dict | None:
         return self.coherence.state_dict() if self.coherence is not None else None

@@ -48,7 +48,11 @@ def _versions() -> str:
 
 def model_card_section(config: dict[str, Any], metrics: dict[str, float], repo_id: str | None) -> str:
     """The run card's markdown body; ``config`` is ``MultiAgentGRPOTrainer.multiagent_config()``."""
-    roles = "\n".join(f"| `{role}` | `{adapter}/` |" for role, adapter in config["role_to_adapter"].items())
+    on_base = config.get("adapter_models", {})
+    roles = "\n".join(
+        f"| `{role}` | `{adapter}/` | `{on_base.get(adapter, config['base_model'])}` |"
+        for role, adapter in config["role_to_adapter"].items()
+    )
     results = "\n".join(f"| `{k}` | {v:.4g} |" for k, v in metrics.items()) or "| (none logged) | |"
     source = f'snapshot_download("{repo_id}")' if repo_id else '"path/to/this/folder"'
     adapter = config["adapters"][0]
@@ -63,8 +67,8 @@ learned from one outcome reward, with GRPO over whole workflow episodes.
 - Workflow: `{_workflow_call(config)}`
 - Policy sharing: `{config["policy_sharing"]}`
 
-| role | adapter folder |
-| --- | --- |
+| role | adapter folder | base model |
+| --- | --- | --- |
 {roles}
 
 Final logged metrics:
@@ -91,7 +95,7 @@ Or one role's adapter alone, with PEFT:
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-base = AutoModelForCausalLM.from_pretrained("{config["base_model"]}")
+base = AutoModelForCausalLM.from_pretrained("{on_base.get(adapter, config["base_model"])}")
 model = PeftModel.from_pretrained(base, {subfolder})
 ```
 
@@ -138,8 +142,9 @@ def adapter_card(config: dict[str, Any], adapter: str, repo_id: str | None = Non
     """The card of one adapter folder: which roles of which workflow it plays, and how to load it alone."""
     roles = [role for role, name in config["role_to_adapter"].items() if name == adapter]
     workflow = config["workflow"]["workflow"]
+    base = config.get("adapter_models", {}).get(adapter, config["base_model"])  # its own base under role_models
     data = ModelCardData(
-        base_model=config["base_model"],
+        base_model=base,
         library_name="peft",
         pipeline_tag="text-generation",
         tags=[*TAGS, workflow, *(f"role-{role}" for role in roles)],
@@ -149,7 +154,7 @@ def adapter_card(config: dict[str, Any], adapter: str, repo_id: str | None = Non
     text = f"""
 # Adapter `{adapter}`: the {played} role{"s" if len(roles) > 1 else ""} of `{_workflow_call(config)}`
 
-A LoRA adapter of `{config["base_model"]}` trained with trl-multiagent (policy sharing `{config["policy_sharing"]}`).
+A LoRA adapter of `{base}` trained with trl-multiagent (policy sharing `{config["policy_sharing"]}`).
 In the workflow it answers every call of: {played}. The other roles' adapters are this folder's siblings; the
 parent folder's card and `multiagent_config.json` describe the whole run.
 
@@ -157,7 +162,7 @@ parent folder's card and `multiagent_config.json` describe the whole run.
 from peft import PeftModel
 from transformers import AutoModelForCausalLM
 
-base = AutoModelForCausalLM.from_pretrained("{config["base_model"]}")
+base = AutoModelForCausalLM.from_pretrained("{base}")
 model = PeftModel.from_pretrained(base, {where}, adapter_name="{adapter}")
 ```
 

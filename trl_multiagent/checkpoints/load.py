@@ -2,18 +2,20 @@
 
 A checkpoint (``run_dir/checkpoint-N`` or the final ``run_dir``) holds one sub-folder per role adapter and
 ``multiagent_config.json``: the base model, the workflow's ``config_dict()``, the policy sharing and the
-role-to-adapter mapping. ``load_trained_workflow`` reads them back; ``run_episodes`` runs the result with the same
-engine, backend and routing the trainer uses, so a greedy rerun of a checkpoint reproduces the trainer's greedy
-outputs.
+role-to-adapter mapping (and, for a run with roles on several base models, ``adapter_models``: the base of every
+adapter not on ``base_model``; each base is loaded once, with its own tokenizer). ``load_trained_workflow`` reads
+them back; ``run_episodes`` runs the result with the same engine, backend and routing the trainer uses, so a greedy
+rerun of a checkpoint reproduces the trainer's greedy outputs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from ..adapters.routing import BASE_MODEL, AdapterRouter, unique_adapters
+from ..rollout.backends.from_config import base_eos_token_ids
+from ..rollout.backends.per_base import PerBaseBackend
 from ..rollout.backends.transformers_backend import TransformersBackend
 from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
@@ -41,6 +45,18 @@ class TrainedWorkflow:
     role_to_adapter: dict[str, str]  # role type -> adapter name, or "__base__" (no adapter)
     config: dict[str, Any]  # the checkpoint's multiagent_config.json ({} in base mode without a checkpoint)
     router: Any  # AdapterRouter over the model's LoRA layers (or a stand-in that allows only "__base__")
+    # Roles on other base models (`role_models`): role type -> base name, and each such base by name
+    role_bases: dict[str, str] = field(default_factory=dict)
+    bases: dict[str, LoadedBase] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedBase:
+    """Another base model of a run whose roles sit on several: its model with its adapters, tokenizer and router."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    router: Any
 
 
 class _BaseOnlyRouter:
@@ -119,33 +135,65 @@ def load_trained_workflow(
     for adapter in adapters:
         if not (Path(path) / adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{path} has no adapter {adapter!r}; it holds {config['adapters']}.")
-
-    from peft import PeftModel
+    on_base = config.get("adapter_models", {})  # adapters on other base models than base_model
+    other = {on_base[a] for a in adapters if a in on_base}
+    if BASE_MODEL in mapping.values() and other:
+        raise ValueError(f"A role routed to {BASE_MODEL!r} has no base of its own in a run on several bases.")
 
     base_source = resolve_model_name(base_model or config["base_model"])  # "toy" -> the packaged folder
-    model = _load_base(base_source, device, dtype)
-    if adapters:
-        model = PeftModel.from_pretrained(model, str(Path(path) / adapters[0]), adapter_name=adapters[0])
-        for adapter in adapters[1:]:
-            model.load_adapter(str(Path(path) / adapter), adapter_name=adapter)
-        router = AdapterRouter(model)
-    else:
-        router = _BaseOnlyRouter()
-    model.eval()
+    model, router = _with_adapters(
+        _load_base(base_source, device, dtype), path, [a for a in adapters if a not in on_base]
+    )
     has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base_source)
-    return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router)
+    bases = {}
+    for name in sorted(other):
+        source = resolve_model_name(name)
+        extra, extra_router = _with_adapters(
+            _load_base(source, device, dtype), path, [a for a in adapters if on_base.get(a) == name]
+        )
+        bases[name] = LoadedBase(extra, AutoTokenizer.from_pretrained(source), extra_router)
+    role_bases = {role: on_base[a] for role, a in mapping.items() if a in on_base}
+    return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router, role_bases, bases)
+
+
+def _with_adapters(model: torch.nn.Module, path, adapters: list[str]) -> tuple[torch.nn.Module, Any]:
+    """``model`` with the saved ``adapters`` of ``path`` loaded under their names (in eval mode), and its router."""
+    from peft import PeftModel
+
+    if not adapters:
+        return model.eval(), _BaseOnlyRouter()
+    model = PeftModel.from_pretrained(model, str(Path(path) / adapters[0]), adapter_name=adapters[0])
+    for adapter in adapters[1:]:
+        model.load_adapter(str(Path(path) / adapter), adapter_name=adapter)
+    return model.eval(), AdapterRouter(model)
 
 
 def load_base_workflow(
-    base_model: str, workflow: Workflow, device: str = "cpu", dtype: str | torch.dtype | None = None
+    base_model: str,
+    workflow: Workflow,
+    device: str = "cpu",
+    dtype: str | torch.dtype | None = None,
+    role_models: dict[str, str] | None = None,
 ) -> TrainedWorkflow:
-    """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``)."""
+    """The untrained base model behind every role of ``workflow`` (each role routed to ``"__base__"``);
+    ``role_models`` (role type -> model) puts roles on other untrained bases, as the training option does."""
+    unknown = sorted(set(role_models or {}) - set(workflow.roles))
+    if unknown:
+        raise ValueError(f"`role_models` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}.")
     source = resolve_model_name(base_model)  # "toy" -> the packaged folder
     model = _load_base(source, device, dtype).eval()
     mapping = {role: BASE_MODEL for role in workflow.roles}
     config = {"base_model": base_model, "workflow": workflow.config_dict(), "policy_sharing": None}
-    return TrainedWorkflow(workflow, model, AutoTokenizer.from_pretrained(source), mapping, config, _BaseOnlyRouter())
+    role_bases = {role: name for role, name in (role_models or {}).items() if name != base_model}
+    bases = {}
+    for name in dict.fromkeys(role_bases.values()):
+        other = resolve_model_name(name)
+        bases[name] = LoadedBase(
+            _load_base(other, device, dtype).eval(), AutoTokenizer.from_pretrained(other), _BaseOnlyRouter()
+        )
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    return TrainedWorkflow(workflow, model, tokenizer, mapping, config, _BaseOnlyRouter(), role_bases, bases)
 
 
 def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:
@@ -187,16 +235,26 @@ def run_episodes(
 ) -> list[Episode]:
     """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing
     (``role_generation_kwargs``: a role's own sampling settings, as in training)."""
-    backend = TransformersBackend(
-        unwrapped_model=lambda: _as_context(trained.model),
-        tokenizer=trained.tokenizer,
-        router=trained.router,
-        generation_config=generation_config,
-        eos_token_ids=eos_token_ids(trained),
-        chat_template_kwargs=chat_template_kwargs,
-        max_batch_size=rollout_batch_size,
+
+    def backend(model, tokenizer, router, eos, config=generation_config) -> TransformersBackend:
+        return TransformersBackend(
+            unwrapped_model=lambda: _as_context(model), tokenizer=tokenizer, router=router, generation_config=config,
+            eos_token_ids=eos, chat_template_kwargs=chat_template_kwargs, max_batch_size=rollout_batch_size,
+        )  # fmt: skip
+
+    main = backend(trained.model, trained.tokenizer, trained.router, eos_token_ids(trained))
+    role_bases = None
+    if trained.bases:  # one backend per base, each with its own tokenizer and end tokens
+        backends = {None: main}
+        for name, base in trained.bases.items():
+            eos, config = base_eos_token_ids(base.model, base.tokenizer), copy.deepcopy(generation_config)
+            config.update(pad_token_id=base.tokenizer.pad_token_id, eos_token_id=eos)
+            backends[name] = backend(base.model, base.tokenizer, base.router, eos, config)
+        main, role_bases = PerBaseBackend(backends), {r: trained.role_bases.get(r) for r in trained.workflow.roles}
+    engine = RolloutEngine(
+        trained.workflow, main, trained.role_to_adapter, role_generation_kwargs, base_for_role=role_bases
     )
-    return RolloutEngine(trained.workflow, backend, trained.role_to_adapter, role_generation_kwargs).run(prompts)
+    return engine.run(prompts)
 
 
 @contextmanager

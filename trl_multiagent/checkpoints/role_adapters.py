@@ -1,7 +1,8 @@
 """What a run saves beside TRL's checkpoint, and resuming the role adapters from one.
 
-Each role adapter lands in its own sub-folder (PEFT's layout for named adapters); next to them,
-``multiagent_config.json`` holds what it takes to rebuild the workflow that trained them, and
+Each role adapter lands in its own sub-folder (PEFT's layout for named adapters), those of every base model alike
+(adapter names are unique across bases); next to them, ``multiagent_config.json`` holds what it takes to rebuild the
+workflow that trained them (with ``role_models``: which base each role and adapter sits on), and
 ``coherence_state.pt`` the state of the adapters' update schedule (the coherence EMA) when there is one.
 """
 
@@ -21,20 +22,33 @@ from .load import CONFIG_NAME
 UPDATE_STATE_NAME = "coherence_state.pt"
 
 
-def run_config(base_model: str, workflow, policy_sharing: str, role_adapters: dict[str, str]) -> dict:
+def run_config(
+    base_model: str, workflow, policy_sharing: str, role_adapters: dict[str, str], role_models=None
+) -> dict:
     """The content of ``multiagent_config.json``: the base model (``"toy"`` for the packaged one, wherever it is
-    installed), the workflow's ``config_dict()``, the policy sharing and the role-to-adapter mapping."""
-    return {
+    installed), the workflow's ``config_dict()``, the policy sharing and the role-to-adapter mapping; with roles on
+    several bases (a ``RoleModels``), ``role_models`` (role -> base) and ``adapter_models`` (adapter -> base) for the
+    roles and adapters that are not on ``base_model``."""
+    config = {
         "base_model": model_name(base_model),
         "workflow": workflow.config_dict(),
         "policy_sharing": policy_sharing,
         "role_to_adapter": dict(role_adapters),
         "adapters": unique_adapters(role_adapters),
     }
+    if role_models is not None and role_models.extra:
+        config["role_models"] = role_models.saved_mapping()
+        config["adapter_models"] = {
+            adapter: model_name(base) for adapter, base in role_models.adapter_base.items() if base != role_models.main
+        }
+    return config
 
 
-def save_run_files(output_dir: str, config: dict, shadows: Sequence[str]) -> None:
-    """Write ``multiagent_config.json`` and drop the folders PEFT wrote for shadow adapters (never trained)."""
+def save_run_files(output_dir: str, config: dict, shadows: Sequence[str], bases: dict | None = None) -> None:
+    """Write ``multiagent_config.json``, every other base's adapters (``bases``: base -> (PEFT model, adapters), the
+    trainer's own first, which the Trainer saved), and drop the folders PEFT wrote for shadow adapters."""
+    for model, adapters in list((bases or {}).values())[1:]:
+        model.save_pretrained(output_dir, selected_adapters=adapters)
     for shadow in shadows:
         shutil.rmtree(os.path.join(output_dir, shadow), ignore_errors=True)
     with open(os.path.join(output_dir, CONFIG_NAME), "w") as f:

@@ -61,12 +61,15 @@ def follows_format(workflow: Workflow, role: str, text: str) -> bool:
     return workflow.formats[role].parse(text) is not None
 
 
-def load_policy(policy: str, workflow_name: str, task: str = "math"):
-    """``policy`` is ``"toy"`` or a model folder (every role on the base model), or a run's ``output_dir``."""
+def load_policy(policy: str, workflow_name: str, task: str = "math", role_models: dict[str, str] | None = None):
+    """``policy`` is ``"toy"`` or a model folder (every role on the base model, or on its ``role_models`` entry), or
+    a run's ``output_dir`` (whose saved config names each role's base)."""
     workflow = WORKFLOWS[workflow_name](task)
     path = resolve_model_name(policy)
     if not os.path.isfile(os.path.join(path, CONFIG_NAME)):
-        return load_base_workflow(path, workflow)
+        return load_base_workflow(path, workflow, role_models=role_models)
+    if role_models:
+        raise ValueError(f"{policy} is a trained run: its multiagent_config.json names each role's base model.")
     return load_trained_workflow(path, workflow=workflow)
 
 
@@ -121,11 +124,17 @@ def role_quality(workflow: Workflow, episodes, rows: list[dict], task: str = "ma
 
 
 def evaluate(
-    policy: str, workflow_name: str, n: int = 300, samples: int = 4, seed: int = 0, task: str = "math"
+    policy: str,
+    workflow_name: str,
+    n: int = 300,
+    samples: int = 4,
+    seed: int = 0,
+    task: str = "math",
+    role_models: dict[str, str] | None = None,
 ) -> dict:
     """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
     (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
-    trained = load_policy(policy, workflow_name, task)
+    trained = load_policy(policy, workflow_name, task, role_models)
     rows = list(held_out_dataset(n, task))
     prompts = [row["prompt"] for row in rows]
     greedy = sample_episodes(trained, prompts, temperature=0.0)
@@ -154,15 +163,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--role_models", type=json.loads, default=None,
+        help='untrained roles on other base models, e.g. \'{"evaluator": "toy-judge"}\' (a run names its own)',
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.workflows:
-        result = evaluate(args.policy, name, args.problems, args.samples, args.seed, args.task)
+        result = evaluate(args.policy, name, args.problems, args.samples, args.seed, args.task, args.role_models)
         formats = ", ".join(f"{role} {rate:.1%}" for role, rate in result["format_sampled"].items())
         quality = ", ".join(f"{key} {rate:.1%}" for key, rate in result["roles_sampled"].items())
         print(f"{name}: greedy {result['greedy']:.1%}, pass@1 {result['pass@1']:.1%}")
         print(f"  format (sampled): {formats}\n  roles (sampled): {quality}")
-        print(json.dumps({"policy": args.policy, **result}), flush=True)
+        bases = {"role_models": args.role_models} if args.role_models else {}
+        print(json.dumps({"policy": args.policy, **bases, **result}), flush=True)
 
 
 if __name__ == "__main__":

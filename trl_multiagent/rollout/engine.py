@@ -51,7 +51,8 @@ class RolloutEngine:
 
     ``role_generation_kwargs`` (role type -> sampling settings, e.g. ``{"evaluator": {"temperature": 0.3,
     "max_tokens": 512, "stop": ["</verdict>"]}}``) rides on every request of that role, overriding the backend's
-    settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``.
+    settings for those calls only; keys are ``backends.base.GENERATION_KWARGS``. ``base_for_role`` (role type ->
+    base model name), when roles sit on several base models, routes each call to (base, adapter).
 
     ``mode``: ``"ticks"`` (``backend.generate`` on each tick's batch) or ``"async"`` (``backend.agenerate`` per call,
     for backends that batch continuously).
@@ -63,7 +64,9 @@ class RolloutEngine:
         backend: GenerationBackend,
         adapter_for_role: Mapping[str, str],
         role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
         mode: str = "ticks",
+        base_for_role: Mapping[str, str] | None = None,
     ):
         if mode not in ROLLOUT_MODES:
             raise ValueError(f"Rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}.")
@@ -86,6 +89,10 @@ class RolloutEngine:
         self.mode = mode
         self._runs = itertools.count()  # tells the episodes of successive runs apart (GenerationRequest.session)
         self.adapter_for_role = dict(adapter_for_role)
+        missing = [role for role in workflow.roles if base_for_role is not None and role not in base_for_role]
+        if missing:
+            raise ValueError(f"No base model is routed for role(s) {missing} of {type(workflow).__name__}.")
+        self.base_for_role = dict(base_for_role or {})
         self.role_generation_kwargs = {
             role: check_generation_kwargs(kwargs, f"role_generation_kwargs[{role!r}]")
             for role, kwargs in (role_generation_kwargs or {}).items()
@@ -125,7 +132,10 @@ class RolloutEngine:
                     )
                 adapter, position = self.adapter_for_role[role], next(order)
                 settings = dict(self.role_generation_kwargs.get(role, {}))
-                request = GenerationRequest(adapter, messages, settings, session=(id(self), run, episode.index))
+                base = self.base_for_role.get(role)
+                request = GenerationRequest(
+                    adapter, messages, settings, session=(id(self), run, episode.index), base=base
+                )
                 if self.mode == "async":
                     result: GenerationResult = await self.backend.agenerate(request)
                 else:
@@ -142,6 +152,7 @@ class RolloutEngine:
                     text=result.text,
                     truncated=result.truncated,
                     sampling_logprobs=result.sampling_logprobs,
+                    base=base,
                 )
                 made.append((position, call))
                 return result.text

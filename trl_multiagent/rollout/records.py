@@ -20,6 +20,7 @@ class ModelCall:
     text: str  # decoded completion without special tokens
     truncated: bool  # stopped by the length limit, no EOS
     sampling_logprobs: list[float] | None = None  # one per completion token, from backends that report them
+    base: str | None = None  # the base model it ran on when roles sit on several (`role_models`); None: the one base
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -106,18 +107,20 @@ def calls_to_batch(
     calls: list[ModelCall],
     advantages: list[float],
     episode_ids: list[int],
-    pad_token_id: int,
+    pad_token_id: int | Sequence[int],
     device: torch.device,
     mask_truncated_completions: bool = False,
 ) -> TrainingBatch:
-    """Pad the calls into a `TrainingBatch`; weights start at 1 and the counts at this process's own totals."""
+    """Pad the calls into a `TrainingBatch`; weights start at 1 and the counts at this process's own totals.
+    ``pad_token_id``: one id, or one per call (calls on several base models, each padded with its tokenizer's)."""
     if not calls:
         raise ValueError("The workflow made no model call in this batch: there is nothing to train on.")
     width_p = max(len(c.prompt_ids) for c in calls)
     width_c = max(max(len(c.completion_ids) for c in calls), 1)
-    prompt_ids = torch.full((len(calls), width_p), pad_token_id, dtype=torch.long)
+    pads = torch.tensor([pad_token_id] * len(calls) if isinstance(pad_token_id, int) else list(pad_token_id))
+    prompt_ids = pads[:, None].repeat(1, width_p)
     prompt_mask = torch.zeros((len(calls), width_p), dtype=torch.long)
-    completion_ids = torch.full((len(calls), width_c), pad_token_id, dtype=torch.long)
+    completion_ids = pads[:, None].repeat(1, width_c)
     completion_mask = torch.zeros((len(calls), width_c), dtype=torch.long)
     for row, call in enumerate(calls):
         p, c = len(call.prompt_ids), len(call.completion_ids)

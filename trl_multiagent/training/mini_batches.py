@@ -77,12 +77,11 @@ def bounded_logps(
     max_samples: int,
     max_tokens: int | None,
     forward: Callable[[TrainingBatch, list[str]], torch.Tensor],
-    split_by_adapter: bool = False,
+    keys: Sequence[str] | None = None,
 ) -> torch.Tensor:
-    """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (one adapter per
-    part with ``split_by_adapter``)."""
+    """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (with ``keys``,
+    one per sample, each part holds samples of one key: of one adapter, or of one base model)."""
     logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
-    keys = list(adapters) if split_by_adapter else None
     for rows in row_groups(*batch.lengths(), max_samples, max_tokens, keys):
         part = forward(batch.select(rows).trimmed(), [adapters[i] for i in rows])
         logps[rows, : part.size(1)] = part.float()
@@ -90,11 +89,12 @@ def bounded_logps(
 
 
 def split_for_memory(
-    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str, split_by_adapter: bool = False
+    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str, keys: Sequence[str] | None = None
 ) -> list[TrainingBatch]:
     """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
-    loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``."""
-    groups = row_groups(*batch.lengths(), max_samples, max_tokens, batch.adapters if split_by_adapter else None)
+    loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``. With
+    ``keys`` (one per sample: its adapter, or its base model) each forward holds samples of one key."""
+    groups = row_groups(*batch.lengths(), max_samples, max_tokens, keys)
     if len(groups) == 1:
         return [batch]
     tokens = batch.completion_mask.sum(dim=1).float()

@@ -23,6 +23,9 @@ class GenerationRequest:
     # The episode making the call, unique within the process (the engine sets it): a backend with several servers
     # keeps an episode's calls on one server, whose prefix cache holds the conversation so far.
     session: Any = None
+    # The base model the adapter sits on (`role_models`); None: the run's one base. Set by the engine when roles sit
+    # on several bases, read by `PerBaseBackend`.
+    base: str | None = None
 
 
 @dataclass

@@ -8,13 +8,15 @@ A backend that serves every training process from one place (a ``vllm serve`` se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from .per_base import PerBaseBackend
 from .transformers_backend import TransformersBackend
 
 
@@ -32,11 +34,13 @@ class TrainerContext:
     chat_template_kwargs: dict[str, Any] | None
     process_index: int
     num_processes: int
+    base: str | None = None  # the name of this base model when roles sit on several (`role_models`)
+    extra: dict[str, TrainerContext] = field(default_factory=dict)  # the same for every other base, by name
 
     @classmethod
     def of(cls, trainer) -> TrainerContext:
         """Read from a ``MultiAgentGRPOTrainer`` (duck-typed: the rollout room never imports the trainer)."""
-        return cls(
+        main = cls(
             model=trainer.model,
             adapter_names=trainer.adapter_names,
             tokenizer=trainer._tokenizer,
@@ -48,12 +52,53 @@ class TrainerContext:
             process_index=trainer.accelerator.process_index,
             num_processes=trainer.accelerator.num_processes,
         )
+        role_models = trainer.adapters.role_models
+        if role_models is None:
+            return main
+        extra = {name: main.for_base(base, trainer.adapters.routers[name]) for name, base in role_models.extra.items()}
+        return replace(
+            main, adapter_names=role_models.adapters_of(role_models.main), base=role_models.main, extra=extra
+        )
+
+    def for_base(self, base, router) -> TrainerContext:
+        """This context for another base (a ``RoleBase``): its model, adapters, tokenizer, router and end tokens."""
+        eos = base_eos_token_ids(base.model, base.tokenizer)
+        config = copy.deepcopy(self.generation_config)
+        config.update(
+            pad_token_id=base.tokenizer.pad_token_id, bos_token_id=base.tokenizer.bos_token_id, eos_token_id=eos
+        )
+        return replace(
+            self, model=base.model, adapter_names=list(base.adapters), tokenizer=base.tokenizer, router=router,
+            unwrapped_model=lambda: nullcontext(base.model), generation_config=config, eos_token_ids=eos,
+            base=base.name, extra={},
+        )  # fmt: skip
+
+
+def base_eos_token_ids(model, tokenizer) -> list[int]:
+    """Every id that ends a completion of ``model``: its declared EOS ids and the tokenizer's, as TRL collects them."""
+    ids = model.generation_config.eos_token_id
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
 def build_backend(args, context: TrainerContext):
-    """The backend ``args.rollout_backend`` names: ``"transformers"``, or ``"vllm"`` (colocated or server)."""
+    """The backend ``args.rollout_backend`` names: ``"transformers"``, or ``"vllm"`` (colocated or server); with
+    roles on several base models, one such backend per base behind a ``PerBaseBackend``."""
+    if context.extra:
+        if args.rollout_backend == "vllm" and args.vllm_mode == "server":
+            raise ValueError(
+                "A vLLM server serves one base model; roles on several base models (`role_models`) need one "
+                "engine per base: use vllm_mode='colocate' or rollout_backend='transformers'."
+            )
+        contexts = {context.base: replace(context, extra={}), **context.extra}
+        share = 1.0 / len(contexts)  # colocated vLLM engines split the GPU memory evenly
+        return PerBaseBackend({name: _backend(args, c, share) for name, c in contexts.items()})
+    return _backend(args, context, 1.0)
+
+
+def _backend(args, context: TrainerContext, memory_share: float):
     if args.rollout_backend == "vllm":
-        return _vllm_backend(args, context)
+        return _vllm_backend(args, context, memory_share)
     c = context
     return TransformersBackend(
         c.unwrapped_model, c.tokenizer, c.router, c.generation_config, c.eos_token_ids, c.chat_template_kwargs,
@@ -61,7 +106,7 @@ def build_backend(args, context: TrainerContext):
     )  # fmt: skip
 
 
-def _vllm_backend(args, context: TrainerContext):
+def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
     from .vllm_backend import AsyncVLLMBackend, VLLMBackend
     from .vllm_server import VLLMServerBackend
 
@@ -94,7 +139,7 @@ def _vllm_backend(args, context: TrainerContext):
         model=lora.base_model_name_or_path,
         lora_rank=max([lora.r, *lora.rank_pattern.values()]),
         dtype=str(context.model.dtype).removeprefix("torch."),  # serve the weights the trainer's log-probs use
-        gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        gpu_memory_utilization=args.vllm_gpu_memory_utilization * memory_share,
         max_model_len=args.vllm_max_model_length,
         max_num_seqs=args.rollout_batch_size,
         seed=args.seed + context.process_index,  # processes sample different episodes
@@ -112,8 +157,11 @@ def _vllm_backend(args, context: TrainerContext):
     return VLLMBackend(**engine, distributed_executor_backend=executor, **common)
 
 
-def sync_adapters(backend, peft_model, adapter_names: Sequence[str], is_main_process: bool) -> None:
-    """Send the trained adapters to ``backend``: from every process to colocated engines (each holds its own copy),
-    from the main process alone to one that serves them all (``shared_across_processes``)."""
+def sync_adapters(backend, bases: Mapping[Any, tuple[Any, Sequence[str]]], is_main_process: bool) -> None:
+    """Send the trained adapters to ``backend`` (``bases``: base name -> (its PEFT model, its adapters), the trainer's
+    own first): from every process to colocated engines (each holds its own copy), from the main process alone to
+    one that serves them all (``shared_across_processes``); a ``PerBaseBackend`` sends each base's to its engine."""
+    if isinstance(backend, PerBaseBackend):
+        return backend.sync_adapters(bases, is_main_process)
     if not getattr(backend, "shared_across_processes", False) or is_main_process:
-        backend.sync_adapters(peft_model, adapter_names)
+        backend.sync_adapters(*next(iter(bases.values())))
