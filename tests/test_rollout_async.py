@@ -131,3 +131,26 @@ def test_background_loop_cancels_across_loops_and_drains():
     loop.drain(timeout=5)
     assert stopped == [True] and loop.in_flight() == 0
     loop.close()
+
+
+def test_roles_on_two_bases_go_async_to_their_own_base(tokenizer):
+    """With roles on several base models (`role_models`), each call goes as it is made to its base's backend; when a
+    base's backend batches per tick only, the async mode is refused up front."""
+    from trl_multiagent.rollout.backends.per_base import PerBaseBackend
+
+    solver, judge = (
+        AsyncScriptedBackend(tokenizer, echo, uneven_delay),
+        AsyncScriptedBackend(tokenizer, echo, uneven_delay),
+    )
+    backend = PerBaseBackend({"solver-base": solver, "judge-base": judge})
+    bases = {"generator": "solver-base", "evaluator": "judge-base"}
+    workflow = EvalOpt(max_iterations=2)
+    episodes = RolloutEngine(workflow, backend, routes(workflow), mode="async", base_for_role=bases).run(prompts(4))
+
+    calls = [c for e in episodes for c in e.calls]
+    assert solver.finished == sum(c.role == "generator" for c in calls) > 0
+    assert judge.finished == sum(c.role == "evaluator" for c in calls) > 0
+    assert all(c.base == bases[c.role] for c in calls)
+    with pytest.raises(ValueError, match="batches per tick"):
+        mixed = PerBaseBackend({"solver-base": solver, "judge-base": ScriptedBackend(tokenizer, echo)})
+        RolloutEngine(workflow, mixed, routes(workflow), mode="async", base_for_role=bases)
