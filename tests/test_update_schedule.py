@@ -166,3 +166,30 @@ def test_token_budget_bounds_every_forward_and_leaves_the_update_unchanged(tiny_
         bounded, whole = updates[iterations, budget], updates[iterations, None]
         assert max(u.abs().max().item() for u in whole.values()) > 1e-6
         assert max((bounded[k] - whole[k]).abs().max().item() for k in whole) < 1e-6
+
+
+def test_one_forward_per_adapter_and_one_mixed_forward_train_alike(tiny_model_dir, tmp_path):
+    """Isolated Eval-Opt: by default each forward holds one adapter's samples; `mix_adapters_in_forward` routes one
+    mixed batch through PEFT's per-sample path instead. Both give the same update."""
+    updates, adapters_per_forward = {}, {}
+    for mixed in (False, True):
+        trainer = make_trainer(
+            tiny_model_dir, tmp_path / str(mixed), EvalOpt(max_iterations=2), respond=always_incorrect,
+            mix_adapters_in_forward=mixed, gradient_accumulation_steps=1,
+        )  # fmt: skip
+        seen, micro_batches = [], trainer._micro_batches
+
+        def recording(batch, micro_batches=micro_batches, seen=seen):
+            parts = micro_batches(batch)
+            seen.extend(len(set(part.adapters)) for part in parts)
+            return parts
+
+        trainer._micro_batches = recording
+        before = {a: snapshot(trainer.model, a) for a in ("generator", "evaluator")}
+        trainer.train()
+        adapters_per_forward[mixed] = seen
+        updates[mixed] = {(a, n): p - before[a][n] for a in before for n, p in snapshot(trainer.model, a).items()}
+    assert set(adapters_per_forward[False]) == {1} and 2 in adapters_per_forward[True]
+    for adapter in ("generator", "evaluator"):  # both adapters moved
+        assert max(u.abs().max().item() for (a, _), u in updates[False].items() if a == adapter) > 1e-6
+    assert max((updates[False][k] - updates[True][k]).abs().max().item() for k in updates[True]) < 1e-6

@@ -66,6 +66,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples and
             at most this many (padded) tokens, with exact gradient accumulation, whatever the number of calls per
             episode (the reference packs at most 51,200 tokens per GPU). `None`: no token bound.
+        mix_adapters_in_forward (`bool`, *optional*, defaults to `False`):
+            `False`: each forward of the loss and log-probs holds one adapter's samples (PEFT's plain LoRA path, each
+            adapter's samples padded on their own, as the reference trains each agent on its own batches); `True`: one
+            forward routes each sample to its adapter (PEFT's mixed-batch path, fewer forwards, more gather/scatter).
+            Gradients are the same either way.
         advantage_groups (`str`, *optional*, defaults to `"episodes"`):
             GRPO groups. `"episodes"`: the episodes of one prompt form a group and every call carries its episode's
             advantage (TRL's statistics: std with eps 1e-4). `"roles"`: the reference's, one group per prompt, role
@@ -207,6 +212,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
     )
     max_tokens_per_micro_batch: int | None = field(
         default=None, metadata={"help": "Padded tokens per forward/backward micro-batch (None: no bound)."}
+    )
+    mix_adapters_in_forward: bool = field(
+        default=False,
+        metadata={"help": "One forward for every adapter's samples (PEFT's mixed batch) instead of one per adapter."},
     )
     advantage_groups: str = field(
         default="episodes",

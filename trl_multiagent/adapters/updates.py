@@ -50,6 +50,7 @@ class AdapterUpdates:
         coherence_window: int = 10,
         measure_gradients: bool = True,
         role_models: RoleModels | None = None,
+        mix_adapters_in_forward: bool = False,
     ):
         self.model = peft_model
         self.role_adapters = dict(role_adapters)
@@ -66,6 +67,7 @@ class AdapterUpdates:
         self.routers = {base: AdapterRouter(model) for base, model in self.models.items()}
         self.router = self.routers[main]
         self.mixes_adapters = all(router.mixes_adapters for router in self.routers.values())
+        self.mix_in_forward = mix_adapters_in_forward and self.mixes_adapters
         self.role_splits: list[RoleGradientSplit] = []
         if monitor_role_grad_norms and not self.mixes_adapters:
             raise ValueError(
@@ -95,6 +97,7 @@ class AdapterUpdates:
             coherence_window=args.role_coherence_window,
             measure_gradients=measure_gradients,
             role_models=role_models,
+            mix_adapters_in_forward=args.mix_adapters_in_forward,
         )
         if accelerator is not None and accelerator.num_processes > 1 and len(updates.models) > 1:
             updates.average = lambda tensor: accelerator.reduce(tensor, reduction="mean")
@@ -130,9 +133,11 @@ class AdapterUpdates:
 
     # ----------------------------------------------------------------------------------- several base models
     def forward_keys(self, adapters: Sequence[str]) -> list[str] | None:
-        """What a forward must not mix (None: nothing): adapters where LoRA cannot mix them in one batch (MoE
-        weights), base models where roles sit on several."""
-        if not self.mixes_adapters:
+        """What a forward must not mix (None: nothing): adapters, unless ``mix_adapters_in_forward`` (on a 3-adapter
+        Orch-Workers step, PEFT's mixed-batch path cost 1.2-1.3x the time of one adapter, splitting ~0.8-1.0x:
+        benchmarks/sharing_cost.py) and LoRA can mix them in one batch (not on MoE weights); else base models where
+        roles sit on several (adapter names are unique across bases, so splitting by adapter splits by base)."""
+        if not self.mix_in_forward:
             return list(adapters)
         return [str(self.base_of[a]) for a in adapters] if len(self.models) > 1 else None
 
