@@ -94,7 +94,9 @@ def test_commands_resolve_shipped_files_and_fail_with_the_choices():
     assert command[command.index("--config_file") + 1] == str(ROOT / "accelerate_configs" / "cpu.yaml")
     with_reward = train_command(["single_agent", "--reward_funcs", "my.reward"])
     assert with_reward[1].endswith("train.py") and "trl_multiagent.workflows:SingleAgent" in with_reward
-    with pytest.raises(FileNotFoundError, match="shipped: \\['cpu', 'cpu_code', 'toy', 'toy_code'\\]"):
+    with pytest.raises(
+        FileNotFoundError, match="shipped: \\['cpu', 'cpu_code', 'toy', 'toy_code', 'toy_two_models'\\]"
+    ):
         train_command(["eval_opt", "--config", "nope"])
     with pytest.raises(SystemExit, match="not both"):
         train_command(["eval_opt", "--workflow", "a.b:C"])

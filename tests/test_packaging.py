@@ -58,6 +58,8 @@ def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
         "trl_multiagent/recipes/eval_opt_math.py",
         "trl_multiagent/recipes/configs/toy.yaml",
         "trl_multiagent/recipes/configs/toy_code.yaml",
+        "trl_multiagent/recipes/configs/toy_two_models.yaml",
+        "trl_multiagent/toy/judge/model.safetensors",
         "trl_multiagent/recipes/grid.py",
         "trl_multiagent/accelerate_configs/cpu.yaml",
         "trl_multiagent/toy/model/model.safetensors",

@@ -10,9 +10,10 @@
 `train NAME` runs the shipped recipe `recipes/NAME_TASK.py`; `train --workflow package.module:Class` runs
 `recipes/train.py` (any workflow class, `--reward_funcs package.module.fn`, `--workflow_kwargs '{...}'`). Every other
 flag goes to the recipe's TrlParser (`--config x.yaml` and any `MultiAgentGRPOConfig` / `ModelConfig` flag), as with
-`trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`toy`, `toy_code`, `cpu`,
-`cpu_code`; `cpu`, `single_gpu`, `multi_gpu`, `multi_node`, `deepspeed_zero2`, `deepspeed_zero3`). With
-`--accelerate_config` the recipe starts under `accelerate launch`; without, in one plain process.
+`trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`toy`, `toy_code`,
+`toy_two_models`, `cpu`, `cpu_code`; `cpu`, `single_gpu`, `multi_gpu`, `multi_node`, `deepspeed_zero2`,
+`deepspeed_zero3`). With `--accelerate_config` the recipe starts under `accelerate launch`; without, in one plain
+process.
 """
 
 from __future__ import annotations
