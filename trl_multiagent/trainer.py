@@ -101,29 +101,21 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.adapters = AdapterUpdates.from_config(
             self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
         )
-        self.adapter_names = self.adapters.adapter_names
-        self.router = self.adapters.router
+        self.adapter_names, self.router = self.adapters.adapter_names, self.adapters.router
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
-        self.beta = 0.0
-        self.role_loss_weights = dict(args.role_loss_weights or {})
-        self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
-        self._synced_step = -1
+        self.beta, self.role_loss_weights = 0.0, dict(args.role_loss_weights or {})
+        self._synced_step, self.rollout_backend = -1, rollout_backend or build_backend(args, TrainerContext.of(self))
         self.engine = RolloutEngine(
-            workflow,
-            self.rollout_backend,
-            self.role_adapters,
-            args.role_generation_kwargs,
-            mode=args.rollout_mode,
+            workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, mode=args.rollout_mode,
             base_for_role=self.adapters.role_base,
-        )
+        )  # fmt: skip
         self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
         run, ahead = lambda rows: self.early_rewards.run(rows, self.engine.run), check_rollout_ahead(args, self)
         more_steps = lambda: self.state.global_step + 1 < self.state.max_steps  # noqa: E731
         self.rollouts = RolloutsAhead(run, self._sync_backend_adapters, more_steps, ahead)
-        self.answer_checker = answer_checker
-        self.role_reward_funcs = role_reward_funcs
+        self.answer_checker, self.role_reward_funcs = answer_checker, role_reward_funcs
         if args.role_rewards == "reference":
             self._score_own_answer = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())
         first, last = monitoring_callbacks(args)
@@ -164,12 +156,9 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(
-            rewards_per_func,
-            self.reward_weights,
-            num_generations,
-            self.scale_rewards,
+            rewards_per_func, self.reward_weights, num_generations, self.scale_rewards,
             self.multi_objective_aggregation,
-        )
+        )  # fmt: skip
         start = self.accelerator.process_index * len(prompts)
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
@@ -178,10 +167,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             episodes, start, all_advantages, rewards, self.workflow.roles, num_generations, self.scale_rewards,
             self.args.advantage_groups, gather_object, role_rewards, self.args.role_reward_weight,
         )  # fmt: skip
-        calls, episode_ids = (
-            [c for e in episodes for c in e.calls],
-            [start + e.index for e in episodes for _ in e.calls],
-        )
+        calls = [c for e in episodes for c in e.calls]
+        episode_ids = [start + e.index for e in episodes for _ in e.calls]
         pad, mask_truncated = self.adapters.pad_token_ids(calls, self._tokenizer), self.args.mask_truncated_completions
         batch = calls_to_batch(calls, advantages, episode_ids, pad, device, mask_truncated)
         tokens, balance = batch.completion_mask.sum(dim=1), self.args.role_loss_balance
