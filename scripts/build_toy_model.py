@@ -2,8 +2,9 @@ r"""Build the shipped toy model: a small Qwen3 that plays every built-in role on
 
     python scripts/build_toy_model.py                    # writes trl_multiagent/toy/model/ (seeded)
 
-CPU time: about TIME_PLACEHOLDER on one core of the 2-core machines this repo is developed on (`--threads 1`), nearly all
-of it the 2,600 training steps; the rest is transcripts, tokenizer and the final check.
+CPU time: about 100 CPU minutes on one core of the 2-core machines this repo is developed on (`--threads 1`), 98
+of them the 2,600 training steps (measured while other jobs shared the machine), the rest transcripts and tokenizer;
+the final check adds a few minutes.
 
 A randomly initialised model cannot follow role prompts, so RL on it learns nothing. This script makes a model that
 can, by supervised learning on transcripts of the real workflows:
