@@ -21,6 +21,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
 from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
+from trl_multiagent.toy import resolve_model_name
 
 
 @dataclass
@@ -70,7 +71,7 @@ if __name__ == "__main__":
 
     preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
-        model=model_args.model_name_or_path,
+        model=resolve_model_name(model_args.model_name_or_path),
         workflow=OrchWorkers(
             n_workers=workflow_args.n_workers,
             task="code",
