@@ -133,6 +133,34 @@ def test_background_loop_cancels_across_loops_and_drains():
     loop.close()
 
 
+def test_background_loop_runs_a_batch_and_stops_it_at_the_first_failure():
+    """A backend's synchronous `generate` (run_all): results in request order; one failed request stops the others
+    before its error reaches the caller, so nothing of that batch keeps running."""
+    loop = BackgroundLoop("test")
+    stopped = []
+
+    async def answer(i: int, delay: float) -> int:
+        await asyncio.sleep(delay)
+        return i
+
+    async def fails() -> None:
+        await asyncio.sleep(0.01)
+        raise ConnectionError("server 2 went away")
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.append(True)
+            raise
+
+    assert loop.run_all([answer(i, 0.02 * (3 - i)) for i in range(3)]) == [0, 1, 2]
+    with pytest.raises(ConnectionError, match="server 2"):
+        loop.run_all([slow(), fails(), slow()])
+    assert stopped == [True, True] and loop.in_flight() == 0
+    loop.close()
+
+
 def test_roles_on_two_bases_go_async_to_their_own_base(tokenizer):
     """With roles on several base models (`role_models`), each call goes as it is made to its base's backend; when a
     base's backend batches per tick only, the async mode is refused up front."""

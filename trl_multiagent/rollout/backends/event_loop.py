@@ -33,6 +33,21 @@ class BackgroundLoop:
         """Await ``coro`` running on the backend's loop; cancelling this await cancels it there."""
         return await asyncio.wrap_future(self._submit(coro))
 
+    def run_all(self, coros: list[Coroutine]) -> list[Any]:
+        """Run ``coros`` concurrently on the backend's loop and block until all return; when one fails, the others
+        are cancelled (and have stopped) before its error is raised."""
+
+        async def all_of_them() -> list[Any]:
+            tasks = [asyncio.ensure_future(coro) for coro in coros]
+            try:
+                return list(await asyncio.gather(*tasks))
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+        return self.run(all_of_them())
+
     def in_flight(self) -> int:
         """Tasks started on the backend's loop that have not finished yet."""
         return len(self._tasks)

@@ -220,17 +220,7 @@ class VLLMServerBackend:
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.folders.check_synced([r.adapter for r in requests])
         prompts = [self._prompt(r) for r in requests]
-
-        async def all_of_them() -> list[GenerationResult]:
-            tasks = [asyncio.ensure_future(self._complete(r, p)) for r, p in zip(requests, prompts)]
-            try:
-                return list(await asyncio.gather(*tasks))
-            finally:  # one failed: stop the others too
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-        return self._loop.run(all_of_them())
+        return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 
     def drain(self, timeout: float = 60.0) -> None:
         self._loop.drain(timeout)
