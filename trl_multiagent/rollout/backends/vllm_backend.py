@@ -169,18 +169,12 @@ class VLLMBackend:
         adapter_dir: str | None = None,
         **engine_kwargs,
     ):
-        # The engine core must run in this process: adapters are loaded into it synchronously after each step.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM
-
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.folders = AdapterFolders(adapter_names, adapter_dir)
         self.sampling = {**sampling, "detokenize": False}
-        self.sampling_params = self._params({})
-        engine_kwargs.setdefault("distributed_executor_backend", "uni")
-        self.llm = LLM(
+        self._start_engine(
             model=model,
             enable_lora=True,
             max_loras=len(self.folders.ids),
@@ -188,6 +182,14 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs",
             **engine_kwargs,
         )
+        self.sampling_params = self._params({})
+
+    def _start_engine(self, **engine_args) -> None:
+        # The engine core must run in this process: adapters are loaded into it synchronously after each step.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        self.llm = LLM(**{"distributed_executor_backend": "uni", **engine_args})
 
     def _params(self, generation_kwargs: dict[str, Any]):
         from vllm import SamplingParams
@@ -220,15 +222,13 @@ class VLLMBackend:
                 params[key] = self._params(r.generation_kwargs)
         per_request = [params[settings_key(r.generation_kwargs)] for r in requests]
         outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
-        results = []
-        for prompt, output in zip(prompts, outputs):
-            sample = output.outputs[0]
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
-            stopped = sample.finish_reason == "stop"
-            results.append(
-                request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
-            )
-        return results
+        return [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
+
+    def _result(self, prompt: list[int], sample) -> GenerationResult:
+        """A ``GenerationResult`` from vLLM's ``CompletionOutput`` (the sampled token's log-prob at each step)."""
+        logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
+        stopped = sample.finish_reason == "stop"
+        return request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
 
 
 class AsyncVLLMBackend(VLLMBackend):
@@ -237,38 +237,13 @@ class AsyncVLLMBackend(VLLMBackend):
     (``engine_kwargs`` go to ``vllm.AsyncEngineArgs``); ``generate`` still answers a whole batch (evaluation, ticks).
     """
 
-    def __init__(
-        self,
-        model: str,
-        tokenizer,
-        adapter_names: Sequence[str],
-        lora_rank: int,
-        sampling: dict[str, Any],
-        eos_token_ids: Sequence[int],
-        chat_template_kwargs: dict[str, Any] | None = None,
-        adapter_dir: str | None = None,
-        **engine_kwargs,
-    ):
+    def _start_engine(self, **engine_args) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.tokenizer = tokenizer
-        self.eos_token_ids = set(eos_token_ids)
-        self.chat_template_kwargs = chat_template_kwargs or {}
-        self.folders = AdapterFolders(adapter_names, adapter_dir)
-        self.sampling = {**sampling, "detokenize": False}
-        self.sampling_params = self._params({})
-        self._params_of: dict[tuple, Any] = {(): self.sampling_params}
+        self._params_of: dict[tuple, Any] = {}  # one SamplingParams per distinct settings
         self._loop = BackgroundLoop("vllm-async-engine")
-        args = AsyncEngineArgs(
-            model=model,
-            enable_lora=True,
-            max_loras=len(self.folders.ids),
-            max_lora_rank=max_lora_rank(lora_rank),
-            logprobs_mode="processed_logprobs",
-            disable_log_stats=True,
-            **engine_kwargs,
-        )
+        args = AsyncEngineArgs(**{"disable_log_stats": True, **engine_args})
 
         async def start():  # on the backend's loop, where AsyncLLM starts its output handler
             return AsyncLLM.from_engine_args(args)
@@ -298,10 +273,7 @@ class AsyncVLLMBackend(VLLMBackend):
                                       lora_request=lora)  # fmt: skip
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
-        sample = final.outputs[0]
-        logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
-        stopped = sample.finish_reason == "stop"
-        return request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
+        return self._result(prompt, final.outputs[0])
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
         return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
