@@ -106,6 +106,38 @@ def test_isolated_voting_generator_steps_follow_the_schedule(tiny_model_dir, tmp
         assert logs["role/generator/policy_ratio"] == 1.0  # one step on log-probs taken at the same weights
 
 
+def test_mini_batches_larger_than_a_generation_batch_are_flagged(tmp_path, caplog):
+    """A mini-batch bigger than the step's batch silently turns the reference's schedule into one step per adapter
+    (the paper's 64 prompts on a 4-prompt toy batch); the config says so and how to fix it. The toy presets use
+    one generation batch, the reference's ratio."""
+    import logging
+    import sys
+
+    from trl import ScriptArguments, TrlParser
+
+    from trl_multiagent import MultiAgentGRPOConfig
+    from trl_multiagent.paper import PAPER_DEFAULTS
+
+    settings = dict(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, num_generations=8)
+    with caplog.at_level(logging.WARNING, logger="trl_multiagent.config"):
+        MultiAgentGRPOConfig(**settings, update_schedule="mini_batches", mini_batch_prompts=64)
+    assert "mini_batch_prompts=64 is more than the 4 prompts of one generation batch" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trl_multiagent.config"):
+        MultiAgentGRPOConfig(**settings, update_schedule="mini_batches", mini_batch_prompts=4)
+        MultiAgentGRPOConfig(**settings, update_schedule="merged", mini_batch_prompts=64)
+    assert "mini_batch_prompts" not in caplog.text
+
+    for preset in ("toy", "toy_code", "toy_two_models"):  # over the recipes' paper defaults (64)
+        parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
+        parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
+        argv = ["recipe", "--config", f"recipes/configs/{preset}.yaml", "--update_schedule", "mini_batches"]
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "argv", argv)
+            args = parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
+        assert args.mini_batch_prompts is None, preset
+
+
 @pytest.mark.parametrize("per_adapter", [True, False])
 def test_per_adapter_clipping_isolates_a_role_with_a_huge_gradient(tiny_model_dir, tmp_path, per_adapter):
     common = dict(max_grad_norm=1e-3, clip_grad_norm_per_adapter=per_adapter)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
+
+logger = logging.getLogger(__name__)
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
@@ -315,6 +318,16 @@ class MultiAgentGRPOConfig(GRPOConfig):
         for name in ("mini_batch_prompts", "max_tokens_per_micro_batch"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1 or None, got {getattr(self, name)}.")
+        batch_prompts = self.generation_batch_size // self.num_generations
+        if self.update_schedule == "mini_batches" and (self.mini_batch_prompts or 0) > batch_prompts:
+            logger.warning(
+                "mini_batch_prompts=%d is more than the %d prompts of one generation batch (generation_batch_size %d "
+                "/ num_generations %d): every adapter takes a single optimizer step per training step, so a parallel "
+                "role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most %d, or to "
+                "None (one generation batch, the reference's ratio: 64 prompts in both).",
+                self.mini_batch_prompts, batch_prompts, self.generation_batch_size, self.num_generations,
+                batch_prompts,
+            )  # fmt: skip
         if self.role_coherence_window < 1:
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
