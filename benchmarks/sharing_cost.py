@@ -4,9 +4,11 @@
     python benchmarks/sharing_cost.py --hidden-size 512 --num-layers 8 --lora-r 64 --completion-length 128
     python benchmarks/sharing_cost.py --model toy        # the shipped toy model (hidden 256, 4 layers)
     python benchmarks/sharing_cost.py --profile          # where each mode's steps spend their time
+    python benchmarks/sharing_cost.py --mix-adapters-in-forward   # isolated in one mixed-adapter forward
 
-Orch-Workers has three role types, so `policy_sharing="isolated"` trains 3 adapters and every training batch mixes
-them sample by sample (orchestrator, workers, synthesizer calls side by side), while `"shared"` trains 1. Both
+Orch-Workers has three role types, so `policy_sharing="isolated"` trains 3 adapters on every training batch
+(orchestrator, workers and synthesizer calls side by side; each forward holds one adapter's samples unless
+`--mix-adapters-in-forward`), while `"shared"` trains 1. Both
 trainers load the same tiny Qwen3, data and seed and train on identical fixed-length completions from a scripted
 backend, so the difference is the per-role adapters alone.
 
@@ -70,6 +72,7 @@ def build_trainer(args, model_dir: str, output_dir: str, sharing: str) -> MultiA
             save_strategy="no",
             disable_tqdm=True,
             training_summary=False,  # its plot at the end of every run is no part of a step (6 s a run here)
+            mix_adapters_in_forward=args.mix_adapters_in_forward,
             seed=0,
         ),
         train_dataset=Dataset.from_list(prompt_rows(64)),
@@ -88,6 +91,7 @@ def peak_rss_mb(args, model_dir: str, sharing: str) -> tuple[float, int]:
     command = [sys.executable, __file__, "--rss-child", sharing, "--model-dir", model_dir]
     for flag in ("episodes", "num_generations", "completion_length", "lora_r", "steps", "warmup"):
         command += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    command += ["--mix-adapters-in-forward"] if args.mix_adapters_in_forward else []
     # glibc otherwise keeps freed activation buffers in its heap, and the retained amount varies with the order of
     # allocations by 100-200 MB here; serving every buffer above 64 KiB from mmap makes RSS track live memory.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
@@ -144,6 +148,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="discarded steps at the start of every run")
     parser.add_argument("--model", help="a model folder, or 'toy' (the shipped toy model), instead of a tiny one")
     parser.add_argument("--profile", action="store_true", help="print where each mode's steps spend their time")
+    parser.add_argument(
+        "--mix-adapters-in-forward",
+        action="store_true",
+        help="isolated: one forward per batch, each sample routed",
+    )
     parser.add_argument("--rss-child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -172,6 +181,7 @@ def main() -> None:
             f"{args.model or f'tiny Qwen3 hidden={args.hidden_size} layers={args.num_layers}'}, LoRA r={args.lora_r}",
         ),
         ("step", f"{args.episodes} Orch-Workers episodes, {calls} calls x {args.completion_length} tokens"),
+        ("isolated forwards", "one mixed forward" if args.mix_adapters_in_forward else "one per adapter"),
         ("timed steps", f"{len(times['shared'])} per trainer ({args.rounds} alternating runs)"),
         ("shared s/step (1 adapter)", f"{shared:.4f} CPU ({shared_wall:.4f} wall)"),
         ("isolated s/step (3 adapters)", f"{isolated:.4f} CPU ({isolated_wall:.4f} wall)"),

@@ -90,19 +90,23 @@ def test_async_sampled_logprobs_match_transformers_per_role(engine, served):
 
 
 class FailsInEpisodeOne(Workflow):
-    roles = ("generator",)
+    roles = ("generator", "judge")
 
     async def run(self, prompt, generate):
         if "What is 1 + 2?" in prompt[-1]["content"]:
-            await generate("generator", prompt)  # a short call, then the parser fails
+            await generate("judge", prompt)  # one token, then the parser fails
             raise ValueError("unreadable answer")
         return await generate("generator", prompt)
 
 
 def test_a_failing_episode_aborts_every_request_in_vllm(engine, served, monkeypatch):
     engine.sync_adapters(served[0])
-    long = {"generator": {"max_tokens": 4000, "temperature": 1.0}}  # the others are still decoding when it fails
-    rollout = RolloutEngine(FailsInEpisodeOne(), engine, {"generator": "generator"}, long, mode="async")
+    settings = {  # the other episodes' calls may decode up to 4000 tokens: still running when episode 1 fails
+        "generator": {"max_tokens": 4000, "temperature": 1.0},
+        "judge": {"max_tokens": 1},
+    }
+    routes = {"generator": "generator", "judge": "evaluator"}
+    rollout = RolloutEngine(FailsInEpisodeOne(), engine, routes, settings, mode="async")
     finished, aborted, complete = [], [], engine._complete
 
     async def recording_complete(request, prompt):
@@ -116,8 +120,8 @@ def test_a_failing_episode_aborts_every_request_in_vllm(engine, served, monkeypa
     monkeypatch.setattr(engine, "_complete", recording_complete)
     with pytest.raises(EpisodeError, match="FailsInEpisodeOne failed in episode 1: unreadable answer"):
         rollout.run([question(i) for i in range(6)])
-    assert aborted  # the calls still decoding were cancelled, not awaited to their end
-    assert all(len(result.completion_ids) < 4000 for result in finished)
+    assert aborted and all(request.adapter == "generator" for request in aborted)  # cancelled, not awaited
+    assert all(len(result.completion_ids) < 4000 for result in finished)  # none decoded to its end
     assert engine._loop.in_flight() == 0 and engine.unfinished_requests() == 0  # and vLLM dropped them
 
 
