@@ -15,7 +15,7 @@ Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x
     python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
 
 CPU, offline (the shipped toy model and presets; the arithmetic task alone takes about 40 minutes, output in README;
-`--tasks math code` adds the toy_code cells, graded in the sandbox):
+`--tasks math code` adds the toy_code cells, graded in the sandbox: README's 20-step code grid took 27 minutes more):
 
     python recipes/grid.py --models toy --tasks math code --accelerate_config accelerate_configs/cpu.yaml \
         --recipe_config math=recipes/configs/toy.yaml code=recipes/configs/toy_code.yaml \
