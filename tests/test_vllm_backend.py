@@ -29,7 +29,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from trl_multiagent import EvalOpt  # noqa: E402
 from trl_multiagent.adapters.routing import BASE_MODEL, AdapterRouter, adapter_parameters  # noqa: E402
-from trl_multiagent.config import ROLLOUT_BACKENDS  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_backend import VLLMBackend, max_lora_rank  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_server import VLLMServerBackend  # noqa: E402
@@ -273,10 +272,6 @@ def length_reward(completions, **kwargs) -> list[float]:
     return [len(c[0]["content"] if isinstance(c, list) else c) / 10 for c in completions]
 
 
-@pytest.mark.skipif(
-    "vllm" not in ROLLOUT_BACKENDS,
-    reason="the trainer has no rollout_backend='vllm' yet (proposed wiring: benchmarks/VLLM_PATCH.md)",
-)
 @pytest.mark.parametrize("sharing", ["shared", "isolated"])
 def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
     settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
