@@ -3,13 +3,18 @@ step, per-adapter gradient clipping, and memory-bounded micro-batches that leave
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import pytest
 import torch
 from scripted import addition_dataset
 from tiny import half_right_answers, tiny_trainer
+from trl import ScriptArguments, TrlParser
 
-from trl_multiagent import EvalOpt, SingleAgent, Voting
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.paper import PAPER_DEFAULTS
 from trl_multiagent.training.mini_batches import padded_tokens
 
 
@@ -110,14 +115,6 @@ def test_mini_batches_larger_than_a_generation_batch_are_flagged(tmp_path, caplo
     """A mini-batch bigger than the step's batch silently turns the reference's schedule into one step per adapter
     (the paper's 64 prompts on a 4-prompt toy batch); the config says so and how to fix it. The toy presets use
     one generation batch, the reference's ratio."""
-    import logging
-    import sys
-
-    from trl import ScriptArguments, TrlParser
-
-    from trl_multiagent import MultiAgentGRPOConfig
-    from trl_multiagent.paper import PAPER_DEFAULTS
-
     settings = dict(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, num_generations=8)
     with caplog.at_level(logging.WARNING, logger="trl_multiagent.config"):
         MultiAgentGRPOConfig(**settings, update_schedule="mini_batches", mini_batch_prompts=64)

@@ -174,6 +174,7 @@ class VLLMBackend:
         self.chat_template_kwargs = chat_template_kwargs or {}
         self.folders = AdapterFolders(adapter_names, adapter_dir)
         self.sampling = {**sampling, "detokenize": False}
+        self._params_of: dict[tuple, Any] = {}  # one SamplingParams per distinct settings, made once
         self._start_engine(
             model=model,
             enable_lora=True,
@@ -182,7 +183,7 @@ class VLLMBackend:
             logprobs_mode="processed_logprobs",
             **engine_kwargs,
         )
-        self.sampling_params = self._params({})
+        self._sampling_params({})  # bad sampling arguments fail here, not at the first rollout
 
     def _start_engine(self, **engine_args) -> None:
         # The engine core must run in this process: adapters are loaded into it synchronously after each step.
@@ -191,11 +192,16 @@ class VLLMBackend:
 
         self.llm = LLM(**{"distributed_executor_backend": "uni", **engine_args})
 
-    def _params(self, generation_kwargs: dict[str, Any]):
+    def _sampling_params(self, generation_kwargs: dict[str, Any]):
         from vllm import SamplingParams
 
-        sampling = request_sampling(self.sampling, generation_kwargs)
-        return SamplingParams(**sampling, n=1, logprobs=0, stop_token_ids=sorted(self.eos_token_ids))
+        key = settings_key(generation_kwargs)
+        if key not in self._params_of:
+            sampling = request_sampling(self.sampling, generation_kwargs)
+            self._params_of[key] = SamplingParams(
+                **sampling, n=1, logprobs=0, stop_token_ids=sorted(self.eos_token_ids)
+            )
+        return self._params_of[key]
 
     def sync_adapters(self, peft_model, adapter_names: Sequence[str] | None = None) -> None:
         """Serve the current weights of ``adapter_names`` (default: every adapter) from the next ``generate`` on."""
@@ -215,12 +221,7 @@ class VLLMBackend:
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        params: dict[tuple, Any] = {(): self.sampling_params}  # one SamplingParams per distinct settings
-        for r in requests:
-            key = settings_key(r.generation_kwargs)
-            if key not in params:
-                params[key] = self._params(r.generation_kwargs)
-        per_request = [params[settings_key(r.generation_kwargs)] for r in requests]
+        per_request = [self._sampling_params(r.generation_kwargs) for r in requests]
         outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
         return [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
 
@@ -241,7 +242,6 @@ class AsyncVLLMBackend(VLLMBackend):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self._params_of: dict[tuple, Any] = {}  # one SamplingParams per distinct settings
         self._loop = BackgroundLoop("vllm-async-engine")
         args = AsyncEngineArgs(**{"disable_log_stats": True, **engine_args})
 
@@ -263,13 +263,11 @@ class AsyncVLLMBackend(VLLMBackend):
         from vllm.inputs import TokensPrompt
         from vllm.lora.request import LoRARequest
 
-        key = settings_key(request.generation_kwargs)
-        if key not in self._params_of:
-            self._params_of[key] = self._params(request.generation_kwargs)
+        params = self._sampling_params(request.generation_kwargs)
         name = request.adapter
         lora = LoRARequest(name, self.folders.ids[name], self.folders.paths[name])
         final = None
-        stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), self._params_of[key], uuid.uuid4().hex,
+        stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex,
                                       lora_request=lora)  # fmt: skip
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
