@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from trl_multiagent.tasks.code import DEEPCODER_ID, CodeReward, extract_code, load_deepcoder, suite_from_deepcoder
+from trl_multiagent.tasks.code import (
+    DEEPCODER_ID,
+    CodeReward,
+    _deepcoder_row,
+    extract_code,
+    load_deepcoder,
+    suite_from_deepcoder,
+)
 from trl_multiagent.tasks.sandbox import SandboxLimits, TestSuite
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -151,3 +158,157 @@ def test_code_reward_is_picklable_and_validates_its_mode():
     assert clone.__name__ == "code_reward_fraction" and clone.mode == "fraction"
     with pytest.raises(ValueError, match="'all_pass' or 'fraction'"):
         CodeReward(mode="best_of")
+
+
+# The reference's own code-reward cases (marl-llm-workflows tests/rewards/test_code_reward.py), each as a DeepCoder
+# row in its source's `tests` encoding plus the answer text, with the score the reference asserts for it. The
+# programs are ours, with what matters to a grader kept: prose around the fence, a closing fence indented inside the
+# answer, a `__main__` guard, a `class Solution` method annotated `List[int]` (the name comes from the grader's
+# prelude), a Python-level endless loop and a regex that burns CPU in C. Inputs, outputs and expected scores are the
+# reference's.
+_SHORTEST_TOUR = """import sys
+from itertools import permutations
+def main():
+    n, m, r = map(int, sys.stdin.readline().split())
+    towns = list(map(int, sys.stdin.readline().split()))
+    inf = float("inf")
+    d = [[0 if i == j else inf for j in range(n + 1)] for i in range(n + 1)]
+    for _ in range(m):
+        a, b, c = map(int, sys.stdin.readline().split())
+        d[a][b] = d[b][a] = c
+    for k in range(1, n + 1):
+        for i in range(1, n + 1):
+            for j in range(1, n + 1):
+                d[i][j] = min(d[i][j], d[i][k] + d[k][j])
+    print(min(sum(d[p[i]][p[i + 1]] for i in range(r - 1)) for p in permutations(towns)))
+if __name__ == "__main__":
+    main()
+    ```
+    """
+_TOUR_TESTS = {
+    "inputs": [
+        "4 3 3\n1 2 3\n1 2 3\n2 3 2\n3 4 4\n",
+        "5 10 4\n1 2 3 4\n1 2 5\n1 3 5\n1 4 5\n1 5 5\n2 3 5\n2 4 5\n2 5 5\n3 4 5\n3 5 5\n4 5 5\n",
+        "7 21 4\n1 3 5 7\n1 2 4\n1 3 8\n1 4 1\n1 5 7\n1 6 3\n1 7 9\n2 3 5\n2 4 2\n2 5 6\n2 6 8\n2 7 4\n3 4 7\n3 5 9\n"
+        "3 6 1\n3 7 6\n4 5 3\n4 6 5\n4 7 8\n5 6 2\n5 7 4\n6 7 7\n",
+    ],
+    "outputs": ["5\n", "15\n", "11\n"],
+}
+_ONE_STDIN_TEST = [{"input": "1\n", "output": "1\n", "testtype": "stdin"}]
+REFERENCE_CASES = {  # name: (row, answer, the score the reference asserts), reference test file line
+    "code_contests": ({"tests": json.dumps(_TOUR_TESTS)}, "\n```python\n" + _SHORTEST_TOUR, 1.0),  # :12
+    "codeforces": (  # :70
+        {
+            "tests": json.dumps(
+                [
+                    {"input": i, "output": o}
+                    for i, o in [
+                        ("3 30\n2 2 1", "5"),
+                        ("3 20\n2 1 1", "-1"),
+                        ("4 45\n5 5 5 5", "-1"),
+                        ("5 100\n10 10 10 10 10", "10"),
+                        ("1 20\n5", "3"),
+                        ("2 100\n1 1", "19"),
+                        ("3 35\n5 5 5", "4"),
+                    ]
+                ]
+            )
+        },
+        "\n```python\nimport sys\ndef main():\n    n, d = map(int, input().split())\n"
+        "    songs = sum(map(int, input().split()))\n"
+        "    print((d - songs) // 5 if songs + 10 * (n - 1) <= d else -1)\n"
+        'if __name__ == "__main__":\n    main()\n    ```\n    ',
+        1.0,
+    ),
+    "taco_stdin": ({"tests": json.dumps(_TOUR_TESTS)}, "\n```python\n" + _SHORTEST_TOUR, 1.0),  # :183
+    "taco_call_based": (  # :241
+        {
+            "tests": json.dumps(
+                {
+                    "fn_name": "is_anagram",
+                    "inputs": [
+                        ["foefet", "toffee"],
+                        ["Buckethead", "DeathCubeK"],
+                        ["Twoo", "WooT"],
+                        ["dumble", "bumble"],
+                        ["ound", "round"],
+                        ["apple", "pale"],
+                    ],
+                    "outputs": [[True], [True], [True], [False], [False], [False]],
+                }
+            )
+        },
+        "\n```python\ndef is_anagram(test, original):\n"
+        "    return sorted(test.lower()) == sorted(original.lower())\n```\n",
+        1.0,
+    ),
+    "taco_call_based_list_argument": (  # :268
+        {
+            "tests": json.dumps(
+                {
+                    "fn_name": "total",
+                    "inputs": [
+                        [[1, 2, 3, 4, 5]],
+                        [[1, 2, 3, 4]],
+                        [[1, 2, 3]],
+                        [[4, 4, 52, 23, 32, 1, -1]],
+                        [[4, 4, 5, -1]],
+                        [[-1, -1, -1]],
+                        [[-1, -1, -10, 42, 92, 1, 23, 6, -3]],
+                        [[-1, 1, -1, 1]],
+                        [[42]],
+                    ],
+                    "outputs": [[48], [20], [8], [1753], [30], [-4], [9248], [0], [42]],
+                }
+            )
+        },
+        "\n```python\ndef total(arr):\n    while len(arr) > 1:\n"
+        "        arr = [a + b for a, b in zip(arr, arr[1:])]\n    return arr[0]\n```\n",
+        1.0,
+    ),
+    "livecodebench_stdin": (  # :300
+        {"tests": json.dumps([{"input": "3\n12345 530391 12345\n", "output": "2\n", "testtype": "stdin"}])},
+        "\nYes of course!\n```python\nimport json\n\ndef main():\n    input()\n    numbers = input().split()\n"
+        "    print(len({x for x in numbers if numbers.count(x) > 1}) + 1)\n"
+        'if __name__ == "__main__":\n    main()\n```\n',
+        1.0,
+    ),
+    "livecodebench_functional": (  # :332
+        {
+            "tests": json.dumps([{"input": "[5, 3, 10, 8, 2]\n5", "output": "3", "testtype": "functional"}]),
+            "metadata": {"func_name": "numberOfEmployeesWhoMetTarget"},
+        },
+        "\nYes of course!\n```python\nclass Solution:\n"
+        "    def numberOfEmployeesWhoMetTarget(self, hours: List[int], target: int) -> int:\n"
+        "        return sum(1 for h in hours if h >= target)\n```\n",
+        1.0,
+    ),
+    "infinite_loop": (  # :443
+        {"tests": json.dumps(_ONE_STDIN_TEST)},
+        '```python\ndef main():\n    while True:\n        pass\nif __name__ == "__main__":\n    main()\n```',
+        0.0,
+    ),
+    "c_level_cpu_burn": (  # :458
+        {"tests": json.dumps(_ONE_STDIN_TEST)},
+        "```python\nimport re\ndef main():\n    re.match(r'(a+)+$', 'a' * 30 + 'b')\n    print(\"1\")\n"
+        'if __name__ == "__main__":\n    main()\n```',
+        0.0,
+    ),
+}
+
+
+@needs_root
+def test_reference_code_reward_cases_score_as_the_reference_asserts():
+    cases = list(REFERENCE_CASES.values())
+    rows = [
+        _deepcoder_row({"problem": "A problem.", **row}, i, "reference cases") for i, (row, _, _) in enumerate(cases)
+    ]
+    answers = [answer for _, answer, _ in cases]
+    reward = CodeReward(max_workers=2, limits=SandboxLimits(cpu_seconds=2, wall_seconds=3))
+    scores = dict(zip(REFERENCE_CASES, reward(answers, [row["tests"] for row in rows]), strict=True))
+    assert scores == {name: expected for name, (_, _, expected) in REFERENCE_CASES.items()}
+    kinds = [TestSuite.from_json(row["tests"]).kind for row in rows]
+    assert (
+        kinds
+        == ["stdin_stdout"] * 3 + ["function_call"] * 2 + ["stdin_stdout", "function_call"] + ["stdin_stdout"] * 2
+    )

@@ -257,6 +257,25 @@ def test_function_call_tests():
     assert odd.outcome is Outcome.WRONG_ANSWER
 
 
+def test_the_graders_import_prelude_runs_only_for_suites_that_ask_for_it():
+    method = "class Solution:\n    def count(self, xs: List[int]) -> int:\n        return len(xs)"
+    suite = TestSuite("function_call", (TestCase([[4, 5]], 2),), fn_name="count")
+    bare = run_tests(method, suite, limits=ROOMY)
+    assert bare.outcome is Outcome.RUNTIME_ERROR and "NameError: name 'List' is not defined" in bare.detail
+    assert run_tests(method, dataclasses.replace(suite, prelude=True), limits=ROOMY).outcome is Outcome.PASSED
+    # numpy and pandas are bound but load on first use (a fresh run per test can't pay pandas' import each time)
+    program = (
+        "print('pandas.core' in sys.modules, defaultdict(int)[0], bisect.bisect([1, 2], 1), comb(4, 2))\n"
+        "print(pd.DataFrame({'a': [1, 2]}).a.sum(), np.arange(4).sum(), 'pandas.core' in sys.modules)"
+    )
+    run = execute(program, limits=ROOMY, prelude=True)
+    assert (run.failure, run.stdout) == (None, "False 0 1 6\n3 6 True\n")
+    assert execute(program, limits=ROOMY).detail.endswith("NameError: name 'sys' is not defined")
+    error = execute("x = 1\nraise ValueError(x)", limits=ROOMY, prelude=True)
+    assert 'File "solution.py", line 2, in <module>' in error.detail  # the program keeps its line numbers
+    assert TestSuite.from_json(dataclasses.replace(suite, prelude=True).to_json()).prelude is True
+
+
 def test_runtime_errors_read_like_the_programs_own_traceback():
     run = execute("def f():\n    return 1 / 0\nf()", limits=ROOMY)
     assert run.failure is Outcome.RUNTIME_ERROR and run.exit_code == 1

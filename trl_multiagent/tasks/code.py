@@ -2,9 +2,11 @@
 
 Rows: ``prompt`` = one user message (the problem, then how the program is run) and ``tests`` = the
 ``TestSuite`` JSON text (see ``sandbox.TestSuite``):
-``{"kind": "stdin_stdout" | "function_call", "fn_name": str | null, "cases": [{"input": ..., "output": ...}]}``.
-stdin_stdout cases hold stdin text and expected stdout; function_call cases hold the positional arguments and the
-expected return value (DeepCoder's one-element ``output`` wrapper removed).
+``{"kind": "stdin_stdout" | "function_call", "fn_name": str | null, "cases": [{"input": ..., "output": ...}],
+"prelude": true}``. stdin_stdout cases hold stdin text and expected stdout; function_call cases hold the positional
+arguments and the expected return value (DeepCoder's one-element ``output`` wrapper removed). ``prelude``: every
+program runs after the import prelude LeetCode-style graders put before a solution (``sandbox.PRELUDE_SOURCE``), as
+the paper's grader does for every DeepCoder source and test kind.
 
 The reward runs the extracted program in the sandbox: ``all_pass`` (the paper's: 1.0 only if every test passes,
 stopping at the first failure) or ``fraction`` (share of tests passed, all tests run).
@@ -51,7 +53,8 @@ def suite_from_deepcoder(tests: Any, where: str, fn_name: str | None = None) -> 
 
     Accepts every config's encoding: PrimeIntellect's list (``type`` stdin_stdout / function_call, ``fn_name`` in
     each test), lcbv5's list (``testtype`` stdin / functional; pass the row's ``metadata.func_name`` as
-    ``fn_name``), codeforces' untyped list (stdin) and TACO's ``{"inputs", "outputs", "fn_name"?}`` dict.
+    ``fn_name``), codeforces' untyped list (stdin) and TACO's ``{"inputs", "outputs", "fn_name"?}`` dict. The
+    suite asks for the grader's import prelude (``TestSuite.prelude``), whatever the encoding.
     """
     try:
         data = json.loads(tests) if isinstance(tests, str) else tests
@@ -71,7 +74,8 @@ def suite_from_deepcoder(tests: Any, where: str, fn_name: str | None = None) -> 
     first = data[0]
     kind = first.get("type") or {"functional": "function_call"}.get(first.get("testtype"), "stdin_stdout")
     if kind != "function_call":
-        return TestSuite("stdin_stdout", tuple(TestCase(str(t["input"]), str(t["output"])) for t in data))
+        cases = tuple(TestCase(str(t["input"]), str(t["output"])) for t in data)
+        return TestSuite("stdin_stdout", cases, prelude=True)
     fn_name = first.get("fn_name") or fn_name
     if not fn_name:
         raise ValueError(f"{where}: function_call tests need 'fn_name' (the function to call); it is missing.")
@@ -83,7 +87,7 @@ def suite_from_deepcoder(tests: Any, where: str, fn_name: str | None = None) -> 
         elif isinstance(expected, list) and len(expected) == 1:  # PrimeIntellect wraps the return value
             expected = expected[0]
         cases.append(TestCase(list(args), expected))
-    return TestSuite("function_call", tuple(cases), fn_name=fn_name)
+    return TestSuite("function_call", tuple(cases), fn_name=fn_name, prelude=True)
 
 
 def _deepcoder_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:

@@ -64,6 +64,37 @@ LOCK_DIR = Path(tempfile.gettempdir()) / f"trl_multiagent_sandbox_uids-{os.getui
 _SITE_PACKAGES = [p for p in site.getsitepackages() if os.path.isdir(p)]
 HOST_GRACE_SECONDS = 5.0  # startup allowance on top of the in-sandbox deadline before the host kills the run
 
+# The names LeetCode-style graders define before a solution runs (rLLM's LiveCodeBench grader, which the paper uses on
+# every DeepCoder source, stdin and function-call alike): a ``class Solution`` method annotated ``List[int]`` or a
+# program calling ``defaultdict`` without importing it runs there, so it must run here. Plain imports come last, so
+# ``bisect`` ends up the module, as in that grader.
+PRELUDE_SOURCE = """\
+from bisect import bisect, bisect_left, bisect_right, insort
+from collections import Counter, OrderedDict, defaultdict, deque
+from copy import deepcopy
+from functools import cache, cmp_to_key, lru_cache, partial, reduce
+from heapq import heapify, heappop, heappush, heapreplace, merge, nlargest, nsmallest
+from itertools import (
+    accumulate, chain, combinations, count, cycle, groupby, islice, pairwise, permutations, product, repeat,
+    zip_longest,
+)
+from math import atan2, ceil, comb, factorial, floor, gcd, inf, isqrt, log, log2, log10, pi, prod, sqrt
+from operator import iand, itemgetter, or_, sub, xor
+from os.path import commonprefix
+from random import randrange, shuffle
+from re import search as re_search
+from string import ascii_lowercase, ascii_uppercase
+from time import time
+from typing import (
+    Any, Callable, Deque, Dict, Generator, Iterable, Iterator, List, Optional, Set, Tuple, Union,
+)
+import bisect, collections, copy, datetime, functools, heapq, io, itertools, math, operator, os, random, re
+import string, sys
+"""
+# Bound as modules that load on first attribute access: importing pandas costs ~0.4 s, once per worker in that
+# grader but once per test here (every test is a fresh process).
+PRELUDE_LAZY_MODULES = {"np": "numpy", "pd": "pandas"}
+
 
 class Outcome(StrEnum):
     """How one run, or one problem's test suite, ended."""
@@ -111,10 +142,12 @@ class TestSuite:
     """A problem's tests; ``to_json``/``from_json`` give the dataset's ``tests`` column.
 
     JSON form: ``{"kind": "stdin_stdout" | "function_call", "fn_name": str | null,
-    "cases": [{"input": ..., "output": ...}, ...]}``. For ``stdin_stdout`` input/output are text and outputs are
-    compared line by line after stripping (numbers as decimals, so ``2.50`` matches ``2.5``). For
+    "cases": [{"input": ..., "output": ...}, ...], "prelude": bool}``. For ``stdin_stdout`` input/output are text
+    and outputs are compared line by line after stripping (numbers as decimals, so ``2.50`` matches ``2.5``). For
     ``function_call`` input is the list of positional arguments and output the return value (not wrapped);
-    the program must define ``fn_name`` at module level or as a method of ``class Solution``.
+    the program must define ``fn_name`` at module level or as a method of ``class Solution``. ``prelude``: run
+    ``PRELUDE_SOURCE`` (and bind ``PRELUDE_LAZY_MODULES``) in the program's namespace first, as LeetCode-style
+    graders do (DeepCoder rows); absent in the JSON means False.
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -122,6 +155,7 @@ class TestSuite:
     kind: Literal["stdin_stdout", "function_call"]
     cases: tuple[TestCase, ...]
     fn_name: str | None = None
+    prelude: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("stdin_stdout", "function_call"):
@@ -133,13 +167,13 @@ class TestSuite:
 
     def to_json(self) -> str:
         cases = [{"input": c.input, "output": c.output} for c in self.cases]
-        return json.dumps({"kind": self.kind, "fn_name": self.fn_name, "cases": cases})
+        return json.dumps({"kind": self.kind, "fn_name": self.fn_name, "cases": cases, "prelude": self.prelude})
 
     @classmethod
     def from_json(cls, text: str | dict) -> TestSuite:
         data = json.loads(text) if isinstance(text, str) else text
         cases = tuple(TestCase(c["input"], c["output"]) for c in data["cases"])
-        return cls(kind=data["kind"], cases=cases, fn_name=data.get("fn_name"))
+        return cls(kind=data["kind"], cases=cases, fn_name=data.get("fn_name"), prelude=data.get("prelude", False))
 
 
 @dataclass(frozen=True)
@@ -273,7 +307,7 @@ def _classify(status: dict, stdout_size: int, stderr: str, has_result: bool, cal
 _OUTPUT_FILES = ("stdout", "stderr", "status", "result")  # written by the sandbox into the host workdir
 
 
-def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits) -> bool:
+def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits, *, prelude: bool) -> bool:
     """Run the boot script on the files in ``workdir``; True when the host had to kill it."""
     with ExitStack() as files:
         fin = files.enter_context(open(workdir / "stdin", "rb"))
@@ -284,6 +318,7 @@ def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits) ->
             "workdir": str(workdir),
             "program": str(workdir / "solution.py"),
             "call": call,
+            "prelude": {"source": PRELUDE_SOURCE, "lazy_modules": PRELUDE_LAZY_MODULES} if prelude else None,
             "site_packages": _SITE_PACKAGES,
             "status_fd": fstatus.fileno(),
             "result_fd": fresult.fileno(),
@@ -320,12 +355,18 @@ def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits) ->
 
 
 def execute(
-    source: str, stdin: str = "", *, call: str | None = None, limits: SandboxLimits | None = None
+    source: str,
+    stdin: str = "",
+    *,
+    call: str | None = None,
+    limits: SandboxLimits | None = None,
+    prelude: bool = False,
 ) -> Execution:
     """Run ``source`` once in a fresh sandbox with ``stdin`` as its input.
 
     With ``call``, the program is imported (as module ``solution``) and ``call`` is invoked with the positional
-    arguments JSON-encoded in ``stdin``; the JSON of its return value comes back in ``Execution.result``.
+    arguments JSON-encoded in ``stdin``; the JSON of its return value comes back in ``Execution.result``. With
+    ``prelude``, ``PRELUDE_SOURCE`` runs in the program's namespace first (its line numbers stay the program's).
     """
     check_sandbox_support()
     limits = limits or SandboxLimits()
@@ -335,7 +376,7 @@ def execute(
         (workdir / "solution.py").write_text(source, encoding="utf-8")
         (workdir / "stdin").write_text(stdin, encoding="utf-8")
         with _lease_uid() as uid:
-            host_killed = _launch(workdir, uid, call, limits)
+            host_killed = _launch(workdir, uid, call, limits, prelude=prelude)
         wall = time.monotonic() - started
         stdout = (workdir / "stdout").read_bytes()[: limits.max_output_bytes]
         stderr = _tail((workdir / "stderr").read_bytes())
@@ -388,13 +429,13 @@ def stdout_matches(actual: str, expected: str) -> bool:
 
 def _grade_case(source: str, suite: TestSuite, case: TestCase, limits: SandboxLimits) -> tuple[Outcome, str]:
     if suite.kind == "stdin_stdout":
-        run = execute(source, str(case.input), limits=limits)
+        run = execute(source, str(case.input), limits=limits, prelude=suite.prelude)
         if run.failure is not None:
             return run.failure, run.detail
         if stdout_matches(run.stdout, str(case.output)):
             return Outcome.PASSED, ""
         return Outcome.WRONG_ANSWER, f"expected {str(case.output)[:200]!r}, got {run.stdout[:200]!r}"
-    run = execute(source, json.dumps(case.input), call=suite.fn_name, limits=limits)
+    run = execute(source, json.dumps(case.input), call=suite.fn_name, limits=limits, prelude=suite.prelude)
     if run.failure is not None:
         return run.failure, run.detail
     try:

@@ -13,8 +13,8 @@ to the host. Steps:
    working directory; remount every other host filesystem read-only;
 3. fork the program's process: (in a user namespace: enter a nested one where only the leased uid exists, so the
    program holds no capability over the namespaces above) resource limits, drop to the leased unprivileged uid
-   (no supplementary groups, no capabilities, no new privileges), cd into the working directory, then run the
-   program (or call its function);
+   (no supplementary groups, no capabilities, no new privileges), cd into the working directory, run the grader's
+   import prelude when the tests ask for it, then run the program (or call its function);
 4. wait with a wall-clock deadline and write a status line (a Python dict literal) for the host to classify.
 
 When this process exits, the kernel kills everything left in the PID namespace (daemons, fork-bomb leftovers).
@@ -161,6 +161,27 @@ def _become_untrusted(cfg: dict) -> None:
     os.umask(0o077)
 
 
+def _lazy_module(name: str) -> types.ModuleType:
+    """Module ``name``, imported on first attribute access (importlib's documented LazyLoader recipe)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_prelude(prelude: dict, namespace: dict) -> None:
+    """The grader's imports, in the program's namespace, compiled apart so the program keeps its line numbers."""
+    exec(compile(prelude["source"], "<prelude>", "exec"), namespace)
+    for alias, name in prelude["lazy_modules"].items():
+        namespace[alias] = _lazy_module(name)
+
+
 def _run_program(cfg: dict, source: str) -> None:
     """Runs in the forked child as the untrusted uid; exits like ``python solution.py`` would."""
     call = cfg.get("call")
@@ -168,6 +189,8 @@ def _run_program(cfg: dict, source: str) -> None:
     module = types.ModuleType("__main__" if call is None else "solution")
     module.__dict__["__builtins__"] = builtins
     sys.modules[module.__name__] = module
+    if cfg["prelude"] is not None:
+        _run_prelude(cfg["prelude"], module.__dict__)
     sys.argv = ["solution.py"]
     if call is not None:
         import json
