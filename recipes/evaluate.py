@@ -1,6 +1,7 @@
 """Evaluate a trained run (every checkpoint), the base model, or SA-RL transfer on a task's held-out split.
 
-Every checkpoint of a run as the paper evaluates it (sampled at 0.7, Qwen3's thinking off, the held-out split),
+Every checkpoint of a run as the paper evaluates it (sampled at 0.7, Qwen3's thinking off, the held-out split, up to
+8,192 tokens per call for math and 5,120 for code; `--use_training_lengths`: the training lengths, 5,120 and 2,048),
 appending to runs/voting_math/eval_results.jsonl (re-running skips what is done):
 
     python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
@@ -84,7 +85,7 @@ def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
 
 if __name__ == "__main__":
     parser = TrlParser((EvaluateArguments, EvalSettings))
-    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # sampled at 0.7 with thinking off, as the paper reports
+    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # sampled at 0.7, thinking off, evaluation lengths: the paper's
     args, settings = parser.parse_args_and_config()
     new_rows = evaluate(
         run_dir=args.run_dir,

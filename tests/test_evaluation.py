@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tiny import tiny_trainer
+from trl import TrlParser
 
 from trl_multiagent import SingleAgent, Voting
 from trl_multiagent.evaluation import (
@@ -21,6 +22,7 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
+from trl_multiagent.paper import PAPER_EVAL_DEFAULTS
 
 ROOT = Path(__file__).parent.parent
 TINY_EVAL = dict(task="math", dataset_name="arithmetic", limit=2, max_completion_length=6)
@@ -86,6 +88,26 @@ def test_role_instability_tolerates_missing_metrics():
     assert "grad_norm_max" not in generator
     assert summary["aggregator"] == {"grad_norm_max": 4.0, "grad_norm_max_step": 2}
     assert role_instability([]) == {}
+
+
+# The reference evaluates checkpoints at its eval lengths (dashboard/task_configs.py: math 8192, code 5120 tokens per
+# call) unless `--use-training-lengths` (math 5120, code 2048), as its evaluate_checkpoints.py resolves them.
+REFERENCE_EVAL_LENGTHS = {"math": 8192, "code": 5120}
+REFERENCE_TRAINING_LENGTHS = {"math": 5120, "code": 2048}
+
+
+@pytest.mark.parametrize("task", ["math", "code"])
+def test_paper_evaluation_lengths_are_the_references(task):
+    parser = TrlParser((EvalSettings,))
+    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # as recipes/evaluate.py
+    (paper,) = parser.parse_args_and_config(["--task", task])
+    assert paper.max_completion_length == REFERENCE_EVAL_LENGTHS[task]
+    (training,) = parser.parse_args_and_config(["--task", task, "--use_training_lengths"])
+    assert training.max_completion_length == REFERENCE_TRAINING_LENGTHS[task]
+    (given,) = parser.parse_args_and_config(
+        ["--task", task, "--use_training_lengths", "--max_completion_length", "77"]
+    )
+    assert given.max_completion_length == 77  # an explicit length wins, as --max-tokens does there
 
 
 def train(model_dir, output_dir, workflow, policy_sharing="isolated"):

@@ -39,9 +39,16 @@ PAPER_DEFAULTS = dict(
 )
 MATH_MAX_COMPLETION_LENGTH = 5120
 CODE_MAX_COMPLETION_LENGTH = 2048
+# Checkpoint evaluation gives every call more room than training, so fewer answers are cut off (the reference's
+# evaluation lengths; `use_training_lengths` evaluates at the two above instead).
+MATH_EVAL_MAX_COMPLETION_LENGTH = 8192
+CODE_EVAL_MAX_COMPLETION_LENGTH = 5120
 
-# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, held-out split.
-PAPER_EVAL_DEFAULTS = dict(temperature=0.7, chat_template_kwargs={"enable_thinking": False})
+# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, held-out split,
+# the evaluation lengths above.
+PAPER_EVAL_DEFAULTS = dict(
+    temperature=0.7, chat_template_kwargs={"enable_thinking": False}, use_training_lengths=False
+)
 
 # What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).
 # "paper": the research's reference workflows (also the workflows' defaults): the paper prompt set, one shared Eval-Opt

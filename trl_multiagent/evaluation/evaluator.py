@@ -24,7 +24,12 @@ from transformers import set_seed
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
 from ..checkpoints.load import eos_token_ids
 from ..monitoring.pass_at_k import pass_at_k
-from ..paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH
+from ..paper import (
+    CODE_EVAL_MAX_COMPLETION_LENGTH,
+    CODE_MAX_COMPLETION_LENGTH,
+    MATH_EVAL_MAX_COMPLETION_LENGTH,
+    MATH_MAX_COMPLETION_LENGTH,
+)
 from ..rollout.engine import RolloutEngine
 from ..toy import resolve_model_name
 from ..workflows import Workflow
@@ -52,7 +57,15 @@ class EvalSettings:
     temperature: float = field(default=0.0, metadata={"help": "0: greedy (needs k=1); the paper samples at 0.7."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling when temperature > 0."})
     max_completion_length: int | None = field(
-        default=None, metadata={"help": "Tokens per model call; default: the paper's (5120 math, 2048 code)."}
+        default=None,
+        metadata={
+            "help": "Tokens per model call; default: the paper's evaluation lengths (8192 math, 5120 code), or its "
+            "training lengths (5120, 2048) with use_training_lengths."
+        },
+    )
+    use_training_lengths: bool = field(
+        default=False,
+        metadata={"help": "Without max_completion_length: evaluate at the training lengths (5120 math, 2048 code)."},
     )
     seed: int = field(default=42, metadata={"help": "Sampling seed, reset before each checkpoint."})
     rollout_batch_size: int | None = field(default=None, metadata={"help": "Largest batch of one generate call."})
@@ -88,9 +101,12 @@ class EvalSettings:
                 "(the paper trains at 0.7)."
             )
         if self.max_completion_length is None:
-            self.max_completion_length = (
-                MATH_MAX_COMPLETION_LENGTH if self.task == "math" else CODE_MAX_COMPLETION_LENGTH
+            lengths = (
+                (MATH_MAX_COMPLETION_LENGTH, CODE_MAX_COMPLETION_LENGTH)
+                if self.use_training_lengths
+                else (MATH_EVAL_MAX_COMPLETION_LENGTH, CODE_EVAL_MAX_COMPLETION_LENGTH)
             )
+            self.max_completion_length = lengths[0] if self.task == "math" else lengths[1]
         if isinstance(self.chat_template_kwargs, str):
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
         if isinstance(self.role_generation_kwargs, str):
