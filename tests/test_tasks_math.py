@@ -1,12 +1,16 @@
 """Math task: boxed-answer extraction, the math-verify reward (table-driven), and the DAPO-Math loader."""
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 
+from trl_multiagent import SingleAgent
+from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.tasks import math as math_task
 from trl_multiagent.tasks.math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
+from trl_multiagent.workflows import problem_text
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dapo_math_17k_sample.jsonl"
 
@@ -131,8 +135,41 @@ def test_loader_returns_trl_rows_split_like_the_paper():
     for row in train:
         (message,) = row["prompt"]
         assert message["role"] == "user" and message["content"].endswith(math_task.MATH_INSTRUCTION)
-        assert "Answer: $Answer" not in message["content"]  # the DAPO wrapper is replaced by the boxed instruction
+    for row in load_dapo_math("train", FIXTURE, strip_answer_wrapper=True):
+        (message,) = row["prompt"]
+        assert message["content"].endswith(math_task.MATH_INSTRUCTION) and "Answer:" not in message["content"]
+        assert not message["problem"].startswith("Solve the following math problem")
     assert len(load_dapo_math("train", FIXTURE, limit=3)) == 3
+
+
+@pytest.mark.parametrize("strip_answer_wrapper", [False, True])
+def test_the_workflow_gets_the_dapo_prompt_verbatim_as_the_paper_does(strip_answer_wrapper):
+    # The reference copies the processed row's `prompt` into `question` (examples/math_reasoning/
+    # prepare_dapo_math_data.py:42) and its workflows render `task["question"]` as the problem
+    # (single_agent_math_workflow.py:85): the "Answer:" wrapper stays. strip_answer_wrapper=True is our variant.
+    rows = load_dapo_math("train", FIXTURE, strip_answer_wrapper=strip_answer_wrapper)
+    rows = list(rows) + list(load_dapo_math("test", FIXTURE, strip_answer_wrapper=strip_answer_wrapper))
+    paper = WORKFLOW_PRESETS["paper"]
+    workflow = SingleAgent(task="math", prompts=paper["prompts"], template=paper["template"])
+    requests = []
+
+    async def generate(role, messages, **kwargs):
+        requests.append(messages[-1]["content"])
+        return r"\boxed{0}"
+
+    for row in rows:
+        asyncio.run(workflow.run(row["prompt"], generate))
+    given = {row["prompt"][0]["problem"] for row in rows}
+    published = {raw["prompt"] for raw in _rows()}
+    assert len(given) == len(rows) == len(published)
+    if strip_answer_wrapper:
+        assert given == {
+            p.removeprefix(math_task._DAPO_PREFIX).removesuffix(math_task._DAPO_SUFFIX) for p in published
+        }
+        assert given.isdisjoint(published) and not any("Answer: $Answer" in r for r in requests)
+    else:
+        assert given == published
+    assert all(problem_text(row["prompt"]) in request for row, request in zip(rows, requests, strict=True))
 
 
 def test_loader_rows_reward_their_own_answers():

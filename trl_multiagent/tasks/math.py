@@ -2,7 +2,8 @@ r"""Math task: DAPO-Math-17K rows, the last ``\boxed{}`` of an answer, and a sym
 
 Rows: ``prompt`` = one user message (the problem, then an instruction to reason and box the final answer; its
 ``"problem"`` key holds the problem alone, which the workflows give their roles) and ``answer`` (str) = the ground
-truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``.
+truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``. DAPO's problem is its ``prompt`` text verbatim, "Answer:"
+wrapper included, as the paper gives it to its workflows; ``strip_answer_wrapper=True`` removes the wrapper.
 
 The reward follows the paper's grader: text after ``</think>`` if present, the last ``\boxed{...}`` (the rule of
 ``workflows.parsing.last_boxed``, which the workflows and the metrics use too), 1.0 when
@@ -31,8 +32,9 @@ DAPO_MATH_ID = "open-r1/DAPO-Math-17k-Processed"
 DAPO_MATH_CONFIG = "en"
 TEST_FRACTION, SPLIT_SEED = 0.1, 42
 MATH_INSTRUCTION = "Reason step by step, then put the final answer alone inside \\boxed{}."
-# DAPO wraps every problem in an "Answer: $Answer" instruction; the reward reads \boxed{} only, so the wrapper
-# is replaced by MATH_INSTRUCTION instead of leaving the model two contradictory answer formats.
+# DAPO wraps every problem in an "Answer: $Answer" instruction. The paper keeps it (the workflows' own requests then
+# also ask for \boxed{}, the only format the reward reads); `strip_answer_wrapper` removes it, so the model does not
+# see two answer formats.
 _DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the form "
     "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
@@ -52,7 +54,7 @@ def math_prompt(problem: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"{problem}\n\n{MATH_INSTRUCTION}", "problem": problem}]
 
 
-def _dapo_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:
+def _dapo_row(row: dict[str, Any], index: int, source: str, strip_answer_wrapper: bool) -> dict[str, Any]:
     if "solution" in row:  # open-r1 Processed schema: prompt is the wrapped text, solution the answer
         text, answer = field(row, index, source, "prompt"), field(row, index, source, "solution")
     else:  # original release: prompt is a chat list, the answer sits in reward_model.ground_truth
@@ -61,20 +63,32 @@ def _dapo_row(row: dict[str, Any], index: int, source: str) -> dict[str, Any]:
         answer = field(row, index, source, "reward_model", "ground_truth")
     if not isinstance(text, str):
         raise ValueError(f"{source}: row {index} has a 'prompt' of type {type(text).__name__}; expected text.")
-    problem = text.removeprefix(_DAPO_PREFIX).removesuffix(_DAPO_SUFFIX)
+    problem = text.removeprefix(_DAPO_PREFIX).removesuffix(_DAPO_SUFFIX) if strip_answer_wrapper else text
     boxed = extract_boxed(str(answer))  # some ground truths are themselves boxed; grade against the content
     return {"prompt": math_prompt(problem), "answer": boxed if boxed is not None else str(answer).strip()}
 
 
-def load_dapo_math(split: str = "train", path_or_id: str = DAPO_MATH_ID, limit: int | None = None) -> Dataset:
+def load_dapo_math(
+    split: str = "train",
+    path_or_id: str = DAPO_MATH_ID,
+    limit: int | None = None,
+    *,
+    strip_answer_wrapper: bool = False,
+) -> Dataset:
     """DAPO-Math-17K as TRL rows (``prompt``, ``answer``), split like the paper (10% test, seed 42).
 
     ``path_or_id``: a Hub id (``load_dataset``; config ``en`` for ``DAPO_MATH_ID``) or a local .jsonl/.parquet file
-    in the published schema. ``limit`` keeps the first rows of the split.
+    in the published schema. ``limit`` keeps the first rows of the split. The problem is the row's prompt text as
+    published, as the paper uses it; ``strip_answer_wrapper=True`` drops DAPO's "Answer:" instructions around it.
     """
     check_split(split)
     raw = load_rows(path_or_id, DAPO_MATH_ID, DAPO_MATH_CONFIG)
-    rows = raw.map(_dapo_row, with_indices=True, fn_kwargs={"source": path_or_id}, remove_columns=raw.column_names)
+    rows = raw.map(
+        _dapo_row,
+        with_indices=True,
+        fn_kwargs={"source": path_or_id, "strip_answer_wrapper": strip_answer_wrapper},
+        remove_columns=raw.column_names,
+    )
     if "solution" not in raw.column_names:  # the original release repeats each problem ~100 times
         seen: set[str] = set()
         rows = rows.filter(lambda r: not (r["prompt"][0]["content"] in seen or seen.add(r["prompt"][0]["content"])))
