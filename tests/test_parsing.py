@@ -22,6 +22,7 @@ from trl_multiagent.monitoring import workflow_metrics
 from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.rollout.records import Episode, ModelCall
 from trl_multiagent.tasks import TestCase, TestSuite, check_verdicts, extract_boxed, extract_code, math_reward
+from trl_multiagent.testing import CHAT_TEMPLATE as TINY_TEMPLATE
 from trl_multiagent.toy import TOY_MODEL_DIR
 from trl_multiagent.workflows import EvalOpt, OrchWorkers, SingleAgent, Voting
 
@@ -318,7 +319,8 @@ def test_toy_preset_keeps_the_robust_readers():
 
 
 def shared_conversation() -> list[dict]:
-    """The evaluator's messages in the third round of a shared Eval-Opt episode (every kind of turn in order)."""
+    """The evaluator's messages in the third round of a shared Eval-Opt episode: the first request, five assistant
+    turns in a row (attempts and critiques), the evaluate request."""
     seen = []
 
     async def generate(role, messages, *, instance=0):
@@ -326,6 +328,7 @@ def shared_conversation() -> list[dict]:
         return {"generator": f"attempt {len(seen)} \\boxed{{5}}", "evaluator": f"review {len(seen)}"}[role]
 
     asyncio.run(EvalOpt(max_iterations=3).run(QUESTION, generate))
+    assert [m["role"] for m in seen[-1]] == ["user"] + ["assistant"] * 5 + ["user"]
     return seen[-1]
 
 
@@ -337,7 +340,7 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(TOY_MODEL_DIR)
 
 
-@pytest.mark.parametrize("template", ["toy", "qwen3"])
+@pytest.mark.parametrize("template", ["toy", "qwen3", "tiny"])
 @pytest.mark.parametrize(
     "messages",
     [
@@ -355,7 +358,7 @@ def tokenizer():
 )
 def test_chat_templates_render_every_turn_in_order(tokenizer, template, messages):
     messages = messages or shared_conversation()
-    chat_template = QWEN3_TEMPLATE.read_text() if template == "qwen3" else None
+    chat_template = {"qwen3": QWEN3_TEMPLATE.read_text(), "tiny": TINY_TEMPLATE}.get(template)  # toy: its own
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, chat_template=chat_template, enable_thinking=False
     )
