@@ -1,6 +1,6 @@
 r"""Eval-Opt's shared history under the paper preset is the reference's, call by call, through the rollout engine.
 
-The reference (``rllm/workflows/evaluator_optimizer_workflow.py:280-420``, run with ``share_conversation_history=True``
+The reference (``rllm/workflows/evaluator_optimizer_workflow.py:268-431``, run with ``share_conversation_history=True``
 by ``examples/math_reasoning/evaluator_optimizer_math_workflow.py:67`` and
 ``examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:104``) keeps one list: the first user turn, then each
 attempt and each critique as an assistant turn. An evaluate or refine request is added as a last user turn to the

@@ -238,7 +238,7 @@ def reference_selection(text: str, n: int) -> int:
 
 
 def reference_strategy_lines(text: str, n: int) -> list[str]:
-    """examples/math_reasoning/orchestrator_workers_math_workflow.py:247-262 (deepcoder's: :236-251), for an output
+    """examples/math_reasoning/orchestrator_workers_math_workflow.py:247-258 (deepcoder's: :236-247), for an output
     with neither ``STRATEGY k:`` headers nor a numbered list: the lines over 10 characters, stripped, at most ``n``;
     none: the whole text."""
     lines = [line.strip() for line in text.split("\n") if len(line.strip()) > 10][:n]
