@@ -78,6 +78,7 @@ if __name__ == "__main__":
             max_iterations=workflow_args.max_iterations,
             task="code",
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
             history=workflow_args.history or preset["history"],
         ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),

@@ -71,6 +71,7 @@ if __name__ == "__main__":
         workflow=EvalOpt(
             max_iterations=workflow_args.max_iterations,
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
             history=workflow_args.history or preset["history"],
         ),
         reward_funcs=math_reward,

@@ -76,6 +76,7 @@ if __name__ == "__main__":
             n_workers=workflow_args.n_workers,
             task="code",
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
             workers=workflow_args.workers or preset["workers"],
         ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),

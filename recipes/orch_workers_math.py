@@ -69,6 +69,7 @@ if __name__ == "__main__":
         workflow=OrchWorkers(
             n_workers=workflow_args.n_workers,
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
             workers=workflow_args.workers or preset["workers"],
         ),
         reward_funcs=math_reward,

@@ -69,6 +69,7 @@ if __name__ == "__main__":
             n_voters=workflow_args.n_voters,
             task="code",
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
         ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
         args=training_args,

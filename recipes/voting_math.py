@@ -62,6 +62,7 @@ if __name__ == "__main__":
         workflow=Voting(
             n_voters=workflow_args.n_voters,
             prompts=workflow_args.prompts or preset["prompts"],
+            parsing=preset["parsing"],
         ),
         reward_funcs=math_reward,
         args=training_args,

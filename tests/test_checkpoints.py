@@ -26,7 +26,13 @@ def test_checkpoint_layout_and_exact_resume(tiny_model_dir, tmp_path):
     for role in ("generator", "aggregator"):
         assert (checkpoint / role / "adapter_model.safetensors").is_file()
     saved = json.loads((checkpoint / "multiagent_config.json").read_text())
-    assert saved["workflow"] == {"workflow": "Voting", "n_voters": 3, "task": "math", "prompts": "paper"}
+    assert saved["workflow"] == {
+        "workflow": "Voting",
+        "n_voters": 3,
+        "task": "math",
+        "parsing": "reference",
+        "prompts": "paper",
+    }
     assert saved["role_to_adapter"] == {"generator": "generator", "aggregator": "aggregator"}
 
     # Each folder loads with plain PEFT under its role's name.

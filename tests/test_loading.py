@@ -13,6 +13,7 @@ from transformers import GenerationConfig
 
 from trl_multiagent import EvalOpt, Voting
 from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints.load import workflow_from_config
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
 
@@ -82,3 +83,16 @@ def test_roles_without_an_adapter_are_named(trained):
         checkpoint, workflow=EvalOpt(), role_to_adapter={"generator": "generator", "evaluator": "aggregator"}
     )
     assert set(rerouted.model.peft_config) == {"generator", "aggregator"}
+
+
+@pytest.mark.parametrize(
+    ("saved", "parsing"),
+    [
+        ({"workflow": "Voting", "n_voters": 3, "task": "math", "prompts": "paper"}, "robust"),  # saved before rules
+        ({"workflow": "EvalOpt", "max_iterations": 2, "task": "math", "history": "fresh"}, "robust"),
+        ({"workflow": "OrchWorkers", "n_workers": 3, "prompts": "paper", "parsing": "reference"}, "reference"),
+    ],
+)
+def test_saved_workflows_keep_the_readers_they_ran_with(saved, parsing):
+    """A checkpoint saved before the readers were a setting was read by the last box ("robust"): it rebuilds so."""
+    assert workflow_from_config(saved).parsing == parsing

@@ -43,17 +43,27 @@ def saved_workflow(output_dir: Path) -> dict:
 @pytest.mark.parametrize(
     ("recipe", "workflow"),
     [
-        ("voting_code", {"workflow": "Voting", "n_voters": 3, "task": "code", "prompts": "paper"}),
+        (
+            "voting_code",
+            {"workflow": "Voting", "n_voters": 3, "task": "code", "parsing": "reference", "prompts": "paper"},
+        ),
         (
             "orch_workers_code",
-            {"workflow": "OrchWorkers", "n_workers": 3, "task": "code", "workers": "per_strategy", "prompts": "paper"},
+            {
+                "workflow": "OrchWorkers",
+                "n_workers": 3,
+                "task": "code",
+                "workers": "per_strategy",
+                "parsing": "reference",
+                "prompts": "paper",
+            },
         ),
         (
             "single_agent_code",
             {"workflow": "SingleAgent", "task": "code", "template": "generator", "prompts": "paper"},
         ),
     ],
-)  # fmt: skip
+)
 def test_code_recipe_runs_on_toy_problems(recipe, workflow, tiny_model_dir, tmp_path):
     run(recipe, tiny_model_dir, tmp_path)
     assert saved_workflow(tmp_path) == workflow
@@ -64,8 +74,13 @@ def test_eval_opt_code_recipe_reads_a_deepcoder_file(tiny_model_dir, tmp_path):
     extra = ["--dataset_name", str(DEEPCODER_FIXTURE), "--code_reward_mode", "fraction"]
     run("eval_opt_code", tiny_model_dir, tmp_path, *extra)
     assert saved_workflow(tmp_path) == {
-        "workflow": "EvalOpt", "max_iterations": 2, "task": "code", "history": "shared", "prompts": "paper"
-    }  # fmt: skip
+        "workflow": "EvalOpt",
+        "max_iterations": 2,
+        "task": "code",
+        "history": "shared",
+        "parsing": "reference",
+        "prompts": "paper",
+    }
     assert "rewards/code_reward_fraction/mean" in logged(tmp_path)
     for role in ("generator", "evaluator"):  # cpu_code.yaml trains one adapter per role
         assert (tmp_path / role / "adapter_model.safetensors").is_file()

@@ -78,8 +78,13 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["base_model"] == "toy"
     assert saved["workflow"] == {  # the toy preset: the requests the toy model was trained on
-        "workflow": "EvalOpt", "max_iterations": 3, "task": "math", "history": "fresh", "prompts": "guarded"
-    }  # fmt: skip
+        "workflow": "EvalOpt",
+        "max_iterations": 3,
+        "task": "math",
+        "history": "fresh",
+        "parsing": "robust",
+        "prompts": "guarded",
+    }
     assert (output_dir / "training_summary.png").is_file()
     assert "workflow/success" in result.stdout and "role/<role>/..." in result.stdout
     state = json.loads((output_dir / "checkpoint-3" / "trainer_state.json").read_text())
@@ -107,8 +112,13 @@ def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["workflow"] == {
-        "workflow": "EvalOpt", "max_iterations": 2, "task": "code", "history": "fresh", "prompts": "guarded"
-    }  # fmt: skip
+        "workflow": "EvalOpt",
+        "max_iterations": 2,
+        "task": "code",
+        "history": "fresh",
+        "parsing": "robust",
+        "prompts": "guarded",
+    }
     state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
     steps = [entry for entry in state["log_history"] if "rewards/code_reward/mean" in entry]
     assert len(steps) == 2

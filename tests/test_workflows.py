@@ -201,29 +201,23 @@ def roles_of(messages: Messages) -> list[str]:
 
 
 def test_eval_opt_shared_history_is_one_conversation():
-    """Three rejected attempts: the reference's sequence, every call seeing the whole conversation so far."""
+    """Three rejected attempts: the conversation keeps the first request and every output; each evaluate or refine
+    request is the last turn of its own call only (the message lists against the reference: test_eval_opt_history)."""
     fake = FakeGenerate(
         {"generator": ["attempt 1", "attempt 2", "attempt 3"], "evaluator": ["bad 1", "bad 2", "bad 3"]}
     )
     assert run(EvalOpt(max_iterations=3), fake) == "attempt 3"
     assert fake.sequence == [("generator", 0), ("evaluator", 0)] * 3
     calls = [messages for _, _, messages in fake.calls]
-    assert [roles_of(m) for m in calls] == [
-        ["user"],
-        ["user", "assistant", "user"],
-        ["user", "assistant", "user", "assistant", "user"],
-        ["user", "assistant", "user", "assistant", "user", "assistant", "user"],
-        ["user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant", "user"],
-        ["user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant",
-         "user"],
-    ]  # fmt: skip
+    assert [roles_of(m) for m in calls] == [["user"]] + [["user"] + ["assistant"] * k + ["user"] for k in range(1, 6)]
     last = calls[-1]
-    assert [m["content"] for m in last[1::2]] == ["attempt 1", "bad 1", "attempt 2", "bad 2", "attempt 3"]
-    for k, messages in enumerate(calls):  # each call's messages extend the previous call's
-        assert messages[: len(calls[k - 1])] == calls[k - 1] or k == 0
-    solve, evaluate, refine = last[0]["content"], last[2]["content"], last[4]["content"]
+    assert [m["content"] for m in last[1:-1]] == ["attempt 1", "bad 1", "attempt 2", "bad 2", "attempt 3"]
+    for k, messages in enumerate(calls[1:], start=1):  # each call's history extends the previous call's
+        assert messages[: len(calls[k - 1]) - 1] == calls[k - 1][:-1]
+    solve, evaluate, refine = last[0]["content"], last[-1]["content"], calls[-2][-1]["content"]
     assert "What is 2 + 3?" in solve and "\\boxed{}" in solve
-    assert last[6]["content"] == evaluate and last[8]["content"] == refine  # the same requests each round
+    assert [m[-1]["content"] for m in calls[1::2]] == [evaluate] * 3  # the same requests each round
+    assert [m[-1]["content"] for m in calls[2::2]] == [refine] * 2
     assert "\\boxed{Correct}" in evaluate and "What is 2 + 3?" not in evaluate  # the attempt is the turn above
     assert "different approach" in refine
 
@@ -233,7 +227,7 @@ def test_eval_opt_shared_history_stops_at_correct():
         {"generator": ["attempt 1", "attempt 2"], "evaluator": ["\\boxed{Incorrect}", "\\boxed{Correct}"]}
     )
     assert run(EvalOpt(max_iterations=3), fake) == "attempt 2"
-    assert [len(messages) for _, _, messages in fake.calls] == [1, 3, 5, 7]
+    assert [len(messages) for _, _, messages in fake.calls] == [1, 3, 4, 5]
 
 
 def test_eval_opt_stops_at_correct():
@@ -305,18 +299,23 @@ def test_voting_selects_the_boxed_candidate(prompts):
 
 
 @pytest.mark.parametrize(
-    ("aggregator_reply", "chosen_voter"),
+    ("parsing", "aggregator_reply", "chosen_voter"),
     [
-        ("\\boxed{3}", 2),
-        ("Solution 2 looks best.", 1),  # no box: first digit
-        ("\\boxed{9}, I mean solution 3", 2),  # box out of range: first digit in range
-        ("They all look fine.", 0),  # nothing parseable: first candidate
-        ("Solution 1 says \\boxed{3}; I pick \\boxed{1}", 0),  # the last box in range
+        ("robust", "\\boxed{3}", 2),
+        ("robust", "Solution 2 looks best.", 1),  # no box: first digit
+        ("robust", "\\boxed{9}, I mean solution 3", 2),  # box out of range: first digit in range
+        ("robust", "They all look fine.", 0),  # nothing parseable: first candidate
+        ("robust", "Solution 1 says \\boxed{3}; I pick \\boxed{1}", 0),  # the last box in range
+        ("reference", "\\boxed{3}", 2),
+        ("reference", "Solution 2 looks best.", 1),  # no box: first digit
+        ("reference", "\\boxed{9}, I mean solution 3", 0),  # box out of range, first digit (9) too: first candidate
+        ("reference", "They all look fine.", 0),
+        ("reference", "Solution 1 says \\boxed{3}; I pick \\boxed{1}", 2),  # the first box
     ],
 )
-def test_voting_selection_fallbacks(aggregator_reply, chosen_voter):
+def test_voting_selection_fallbacks(parsing, aggregator_reply, chosen_voter):
     fake = FakeGenerate({"generator": lambda i, _: f"voter {i}", "aggregator": [aggregator_reply]})
-    assert run(Voting(), fake) == f"voter {chosen_voter}"
+    assert run(Voting(parsing=parsing), fake) == f"voter {chosen_voter}"
 
 
 def test_voting_n_voters():
@@ -653,6 +652,9 @@ def test_code_prompts_defer_to_the_form_the_problem_asks_for(build, script, prom
         (lambda: OrchWorkers(task="coding"), "'math', 'code'"),
         (lambda: SingleAgent(task="coding"), "'math', 'code'"),
         (lambda: EvalOpt(history="private"), "'shared', 'fresh'"),
+        (lambda: EvalOpt(parsing="first"), "'reference', 'robust'"),
+        (lambda: Voting(parsing="last"), "'reference', 'robust'"),
+        (lambda: OrchWorkers(parsing="strict"), "'reference', 'robust'"),
         (lambda: OrchWorkers(workers="three"), "'per_strategy', 'fixed'"),
         (lambda: SingleAgent(template="chat"), "'generator', 'raw'"),
         (lambda: Voting(prompts="polite"), "'guarded', 'paper'"),
@@ -669,14 +671,22 @@ def test_config_dict_rebuilds_the_workflow(tmp_path):
         "max_iterations": 2,
         "task": "code",
         "history": "shared",
+        "parsing": "reference",
         "prompts": "paper",
     }
-    assert Voting().config_dict() == {"workflow": "Voting", "n_voters": 3, "task": "math", "prompts": "paper"}
-    assert OrchWorkers(n_workers=2, workers="fixed", prompts="guarded").config_dict() == {
+    assert Voting().config_dict() == {
+        "workflow": "Voting",
+        "n_voters": 3,
+        "task": "math",
+        "parsing": "reference",
+        "prompts": "paper",
+    }
+    assert OrchWorkers(n_workers=2, workers="fixed", prompts="guarded", parsing="robust").config_dict() == {
         "workflow": "OrchWorkers",
         "n_workers": 2,
         "task": "math",
         "workers": "fixed",
+        "parsing": "robust",
         "prompts": "guarded",
     }
     assert SingleAgent(template="raw").config_dict() == {

@@ -52,10 +52,13 @@ PAPER_EVAL_DEFAULTS = dict(
 
 # What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).
 # "paper": the research's reference workflows (also the workflows' defaults): the paper prompt set, one shared Eval-Opt
-# conversation, one worker per strategy, the SA-RL baseline on the generator's request.
+# conversation, one worker per strategy, the SA-RL baseline on the generator's request, the reference's readers of
+# verdicts, selections and strategy lines.
 # "toy": the requests the shipped toy model was trained on (recipes/configs/toy.yaml): the guarded prompt set, a fresh
-# evaluator chat, always n_workers workers, the single agent on the raw dataset prompt.
+# evaluator chat, always n_workers workers, the single agent on the raw dataset prompt, the robust readers (last box).
 WORKFLOW_PRESETS = {
-    "paper": dict(prompts="paper", history="shared", workers="per_strategy", template="generator"),
-    "toy": dict(prompts="guarded", history="fresh", workers="fixed", template="raw"),
+    "paper": dict(
+        prompts="paper", history="shared", workers="per_strategy", template="generator", parsing="reference"
+    ),
+    "toy": dict(prompts="guarded", history="fresh", workers="fixed", template="raw", parsing="robust"),
 }

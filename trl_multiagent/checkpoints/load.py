@@ -92,6 +92,8 @@ def workflow_from_config(config: dict[str, Any]) -> Workflow:
         )
     if "prompts" not in params:  # saved before prompt sets existed: the workflows as they ran then
         params = {**_BEFORE_PROMPT_SETS[name], **params}
+    if "parsing" not in params and name in _BEFORE_PARSING_RULES:  # saved when the judges were read by the last box
+        params["parsing"] = "robust"
     return BUILT_IN_WORKFLOWS[name](**params)
 
 
@@ -101,6 +103,7 @@ _BEFORE_PROMPT_SETS = {
     "OrchWorkers": {"workers": "fixed", "prompts": "guarded"},
     "SingleAgent": {"template": "raw", "prompts": "guarded"},
 }
+_BEFORE_PARSING_RULES = ("EvalOpt", "Voting", "OrchWorkers")  # the workflows with judges' readers
 
 
 def load_trained_workflow(

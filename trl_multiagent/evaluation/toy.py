@@ -41,11 +41,17 @@ TOY = WORKFLOW_PRESETS["toy"]
 WORKFLOWS = {
     "single_agent": lambda task="math": SingleAgent(template=TOY["template"], prompts=TOY["prompts"], task=task),
     "eval_opt": lambda task="math": EvalOpt(
-        max_iterations=3 if task == "math" else 2, history=TOY["history"], prompts=TOY["prompts"], task=task
+        max_iterations=3 if task == "math" else 2,
+        history=TOY["history"],
+        prompts=TOY["prompts"],
+        task=task,
+        parsing=TOY["parsing"],
     ),
-    "voting": lambda task="math": Voting(n_voters=N_CANDIDATES, prompts=TOY["prompts"], task=task),
+    "voting": lambda task="math": Voting(
+        n_voters=N_CANDIDATES, prompts=TOY["prompts"], task=task, parsing=TOY["parsing"]
+    ),
     "orch_workers": lambda task="math": OrchWorkers(
-        n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"], task=task
+        n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"], task=task, parsing=TOY["parsing"]
     ),
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..workflows.parsing import parse_verdict
+from ..workflows.parsing import check_rule, parse_verdict
 from .code import extract_code
 from .sandbox import Outcome, SandboxPool, TestSuite, run_tests
 
@@ -29,15 +29,21 @@ class VerdictCheck:
 
 
 def check_verdicts(
-    verdicts: Sequence[str], solutions: Sequence[str], tests: str, pool: SandboxPool | None = None
+    verdicts: Sequence[str],
+    solutions: Sequence[str],
+    tests: str,
+    pool: SandboxPool | None = None,
+    rule: str = "robust",
 ) -> list[VerdictCheck]:
     """Judge an Eval-Opt episode's evaluator verdicts against the tests of the row.
 
     ``verdicts[i]`` is the evaluator's output on the generator output ``solutions[i]``; ``tests`` is the row's
     ``tests`` column (``TestSuite`` JSON). Each program is graded like ``CodeReward(mode="all_pass")``: its last
     ```python block, stopping at the first failing test. Give a ``pool`` to grade in parallel (and reuse its
-    workers); without one the programs run one after another.
+    workers); without one the programs run one after another. ``rule`` reads the verdicts as the workflow did
+    (``EvalOpt(parsing=...)``; see ``parsing.parse_verdict``).
     """
+    check_rule(rule)
     if len(verdicts) != len(solutions):
         raise ValueError(
             f"Got {len(verdicts)} verdicts for {len(solutions)} solutions; pass the generator output each evaluator "
@@ -51,4 +57,4 @@ def check_verdicts(
     passed = [False] * len(sources)
     for i, report in zip(graded, reports, strict=True):
         passed[i] = report.outcome is Outcome.PASSED
-    return [VerdictCheck(parse_verdict(text), ok) for text, ok in zip(verdicts, passed, strict=True)]
+    return [VerdictCheck(parse_verdict(text, rule), ok) for text, ok in zip(verdicts, passed, strict=True)]

@@ -7,6 +7,7 @@ from typing import Any
 from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Verdict, answer_format
+from .parsing import check_rule
 from .prompt_set import PromptSet, uses
 
 HISTORIES = ("shared", "fresh")
@@ -20,14 +21,16 @@ class EvalOpt(Workflow):
     ``2 * max_iterations`` calls, all with instance 0. An unparseable verdict counts as not satisfied. The final
     answer is the last generator output (the evaluator's last verdict does not veto it).
 
-    ``history="shared"`` (the research's): one conversation that every call sees whole. The generator's attempt is
-    an assistant turn; the evaluator is asked in a user turn appended to it and its critique is appended as an
-    assistant turn; the refinement request is appended as a user turn, and so on::
+    ``history="shared"`` (the research's): one conversation holding the first request and then every output,
+    attempts and critiques alike, as assistant turns (so two assistant turns in a row). Each call sees it whole with
+    its own request as a last user turn; the evaluate and refine requests are shown only to the call they ask, and
+    not kept::
 
         generator:  [U solve]
         evaluator:  [U solve, A attempt 1, U evaluate]
-        generator:  [U solve, A attempt 1, U evaluate, A critique 1, U refine]
-        evaluator:  [..., U refine, A attempt 2, U evaluate]
+        generator:  [U solve, A attempt 1, A critique 1, U refine]
+        evaluator:  [U solve, A attempt 1, A critique 1, A attempt 2, U evaluate]
+        generator:  [U solve, A attempt 1, A critique 1, A attempt 2, A critique 2, U refine]
 
     ``history="fresh"``: the evaluator gets a new single-message chat holding the problem and the attempt
     (``{solution}`` in its template), and the generator sees its first request, its latest attempt and a
@@ -37,6 +40,8 @@ class EvalOpt(Workflow):
         max_iterations: most generator attempts per episode; the paper uses 3 for math and 2 for code.
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
         history: ``"shared"`` or ``"fresh"``, as above.
+        parsing: how the verdict is read (``parsing.parse_verdict``): ``"reference"``, the first verdict box written
+            exactly ``\boxed{Correct}`` or ``\boxed{Incorrect}``; ``"robust"``, the last, LaTeX wrappers allowed.
         prompts: a prompt set: ``"paper"``, ``"guarded"``, a JSON file in the reference's ``prompt.json`` layout, or a
             ``PromptSet`` (see ``prompt_set.py``). Uses ``solve``, ``evaluate`` and ``refine``.
     """
@@ -49,6 +54,7 @@ class EvalOpt(Workflow):
         task: str = "math",
         history: str = "shared",
         prompts: str | dict[str, Any] | PromptSet = "paper",
+        parsing: str = "reference",
     ) -> None:
         if max_iterations < 1:
             raise ValueError(
@@ -59,6 +65,7 @@ class EvalOpt(Workflow):
         self.max_iterations = max_iterations
         self.task = prompt_sets.check_task(task)
         self.history = history
+        self.parsing = check_rule(parsing)
         self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
         if history == "fresh":
             for name, variable in (("evaluate", "solution"), ("refine", "feedback")):
@@ -72,7 +79,7 @@ class EvalOpt(Workflow):
 
     @property
     def formats(self):
-        return {"generator": answer_format(self.task), "evaluator": Verdict()}
+        return {"generator": answer_format(self.task), "evaluator": Verdict(self.parsing)}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         values = {"problem": problem_text(prompt), "request": request_text(prompt)}
@@ -83,25 +90,28 @@ class EvalOpt(Workflow):
 
     async def _run_shared(self, request: dict, values: dict[str, str], generate: Generate) -> str:
         # Every call gets a new list, so each recorded call keeps exactly the messages it was given.
+        verdict = self.formats["evaluator"]
         conversation = [request]
+        solution = await generate("generator", conversation)
         for iteration in range(self.max_iterations):
-            solution = await generate("generator", conversation)
+            conversation = [*conversation, {"role": "assistant", "content": solution}]
             ask = {"role": "user", "content": self._prompts.render("evaluate", **values, solution=solution)}
-            conversation = [*conversation, {"role": "assistant", "content": solution}, ask]
-            review = await generate("evaluator", conversation)
-            if Verdict().read(review) or iteration == self.max_iterations - 1:
+            review = await generate("evaluator", [*conversation, ask])
+            conversation = [*conversation, {"role": "assistant", "content": review}]
+            if verdict.read(review) or iteration == self.max_iterations - 1:
                 break
             refine = {"role": "user", "content": self._prompts.render("refine", feedback=review)}
-            conversation = [*conversation, {"role": "assistant", "content": review}, refine]
+            solution = await generate("generator", [*conversation, refine])
         return solution
 
     async def _run_fresh(self, request: dict, values: dict[str, str], generate: Generate) -> str:
+        verdict = self.formats["evaluator"]
         messages = [request]
         for _ in range(self.max_iterations):
             solution = await generate("generator", messages)
             ask = self._prompts.render("evaluate", **values, solution=solution)
             review = await generate("evaluator", [{"role": "user", "content": ask}])
-            if Verdict().read(review):
+            if verdict.read(review):
                 break
             messages = [
                 request,

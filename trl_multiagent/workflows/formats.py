@@ -19,7 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from .parsing import last_boxed, last_code_block, parse_selection, parse_strategies, parse_verdict, read_strategies
+from .parsing import (
+    check_rule,
+    last_boxed,
+    last_code_block,
+    parse_selection,
+    parse_strategies,
+    parse_verdict,
+    read_strategies,
+)
 
 KINDS = ("answer", "verdict", "selection", "plan")
 
@@ -64,34 +72,44 @@ class CodeAnswer:
 
 @dataclass(frozen=True)
 class Verdict:
-    r"""``\boxed{Correct}`` / ``\boxed{Incorrect}`` (``parsing.parse_verdict``); no verdict reads as not satisfied."""
+    r"""``\boxed{Correct}`` / ``\boxed{Incorrect}`` (``parsing.parse_verdict`` under ``rule``, ``"robust"``: the last
+    verdict box, or ``"reference"``: the first); no verdict reads as not satisfied."""
 
+    rule: str = "robust"
     kind: ClassVar[str] = "verdict"
 
+    def __post_init__(self) -> None:
+        check_rule(self.rule)
+
     def parse(self, text: str) -> bool | None:
-        return parse_verdict(text)
+        return parse_verdict(text, self.rule)
 
     def read(self, text: str) -> bool:
-        return parse_verdict(text) is True
+        return parse_verdict(text, self.rule) is True
 
 
 @dataclass(frozen=True)
 class Selection:
     r"""The number of the chosen candidate among ``n_candidates``, as ``\boxed{i}`` (``parsing.parse_selection``).
 
-    ``parse`` gives the 0-based index when a box holds a number in range; ``read`` falls back to the first digit in
-    range, then to candidate 0.
+    ``parse`` gives the 0-based index when a box holds a number in range; ``read`` falls back to the first digit
+    (in range), then to candidate 0. ``rule``: which box and digit count (``"robust"``: the last box in range;
+    ``"reference"``: the first box and the first digit, each tried once).
     """
 
     n_candidates: int
+    rule: str = "robust"
     kind: ClassVar[str] = "selection"
 
+    def __post_init__(self) -> None:
+        check_rule(self.rule)
+
     def parse(self, text: str) -> int | None:
-        index, parsed = parse_selection(text, self.n_candidates)
+        index, parsed = parse_selection(text, self.n_candidates, self.rule)
         return index if parsed else None
 
     def read(self, text: str) -> int:
-        return parse_selection(text, self.n_candidates)[0]
+        return parse_selection(text, self.n_candidates, self.rule)[0]
 
 
 @dataclass(frozen=True)
@@ -101,12 +119,17 @@ class Strategies:
     ``require_all=False`` (Orch-Workers with one worker per strategy): the output follows the format when it has at
     least one ``STRATEGY k:`` header, and ``read`` falls back to a numbered list, the lines, then the whole text
     (``parsing.read_strategies``). ``require_all=True`` (a fixed worker count): it follows the format only with ``n``
-    headers, and ``read`` returns the parsed headers alone (the workflow fills the rest).
+    headers, and ``read`` returns the parsed headers alone (the workflow fills the rest). ``rule``: which lines the
+    line fallback keeps (``"robust"``: every non-empty one; ``"reference"``: those over 10 characters).
     """
 
     n: int
     require_all: bool = False
+    rule: str = "robust"
     kind: ClassVar[str] = "plan"
+
+    def __post_init__(self) -> None:
+        check_rule(self.rule)
 
     def parse(self, text: str) -> list[str] | None:
         strategies = parse_strategies(text, self.n)
@@ -114,7 +137,7 @@ class Strategies:
         return strategies if enough else None
 
     def read(self, text: str) -> list[str]:
-        return parse_strategies(text, self.n) if self.require_all else read_strategies(text, self.n)
+        return parse_strategies(text, self.n) if self.require_all else read_strategies(text, self.n, self.rule)
 
 
 def answer_format(task: str) -> BoxedAnswer | CodeAnswer:

@@ -8,6 +8,7 @@ from typing import Any
 from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Strategies, answer_format
+from .parsing import check_rule
 from .prompt_set import PromptSet
 
 WORKER_COUNTS = ("per_strategy", "fixed")
@@ -33,6 +34,8 @@ class OrchWorkers(Workflow):
         workers: ``"per_strategy"`` or ``"fixed"``, as above.
         prompts: a prompt set (see ``EvalOpt``); uses ``propose``, ``work``, ``synthesize``,
             ``strategy_solution_block`` and ``fallback_strategy``.
+        parsing: which lines the line fallback keeps as strategies (``parsing.read_strategies``): ``"reference"``,
+            those longer than 10 characters; ``"robust"``, every non-empty one.
     """
 
     roles = ("orchestrator", "worker", "synthesizer")
@@ -43,6 +46,7 @@ class OrchWorkers(Workflow):
         task: str = "math",
         workers: str = "per_strategy",
         prompts: str | dict[str, Any] | PromptSet = "paper",
+        parsing: str = "reference",
     ) -> None:
         if n_workers < 1:
             raise ValueError(f"OrchWorkers needs n_workers >= 1 (got {n_workers}); the paper uses 3.")
@@ -51,12 +55,13 @@ class OrchWorkers(Workflow):
         self.n_workers = n_workers
         self.task = prompt_sets.check_task(task)
         self.workers = workers
+        self.parsing = check_rule(parsing)
         self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
 
     @property
     def formats(self):
         return {
-            "orchestrator": Strategies(self.n_workers, require_all=self.workers == "fixed"),
+            "orchestrator": Strategies(self.n_workers, require_all=self.workers == "fixed", rule=self.parsing),
             "worker": answer_format(self.task),
             "synthesizer": answer_format(self.task),
         }

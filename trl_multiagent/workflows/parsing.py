@@ -9,10 +9,19 @@ Shared conventions:
 
 - Only the text after the last ``</think>`` is read (a reasoning model's answer follows its thinking).
 - Boxes are ``\boxed{...}`` or ``\fbox{...}`` with nested braces matched, or ``\boxed 5`` (the next token).
-- When several candidates appear, the **last** one counts: the last box for an answer, the last verdict box, the
-  last in-range selection box, the last code block. A judge that changes its mind ends with its final word, and a
-  judge that restates a candidate's answer (``Solution 1 says \boxed{3}``) before choosing is read by its choice.
-  (The reference implementation reads the first verdict and selection box; see the README's preset list.)
+- When several candidates appear, the **last** one counts: the last box for an answer, the last code block.
+
+The judges' readers (verdict, selection, strategies) have two rules, named by ``rule``:
+
+- ``"reference"`` (the paper preset, and the workflows' default): the research's reference workflows' readers. The
+  first ``\boxed{Correct}`` / ``\boxed{Incorrect}`` written exactly so (any case); the first ``\boxed{N}`` of
+  digits, else the first standalone digit 1-9, else candidate 1, each tried once; strategy lines longer than 10
+  characters.
+- ``"robust"`` (the toy preset, which the shipped toy model was trained and measured with): LaTeX-tolerant boxes
+  (``\fbox``, ``\boxed{\text{Correct.}}``, ``\boxed{Solution 2}``) and the **last** verdict or in-range selection
+  box, so a judge that changes its mind is read by its final word and a judge that restates a candidate's answer
+  (``Solution 1 says \boxed{3}``) before choosing is read by its choice; the first digit in range; every non-empty
+  strategy line, without markdown bullets.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ _BARE_ARGUMENT = re.compile(r"[^\s$]+")
 _LATEX_COMMAND = re.compile(r"\\[a-zA-Z]+")
 _SELECTION = re.compile(r"(?:solution|candidate)?\s*#?\s*(\d+)\s*\.?", re.IGNORECASE)
 _BARE_DIGIT = re.compile(r"\b([1-9])\b")
+# The reference's readers: a verdict or selection box is its literal form, nothing inside but the word or the digits.
+_REFERENCE_VERDICT = re.compile(r"\\boxed\{(correct|incorrect)\}", re.IGNORECASE)
+_REFERENCE_SELECTION = re.compile(r"\\boxed\{(\d+)\}", re.IGNORECASE)
+_REFERENCE_LINE_FLOOR = 10  # a fallback strategy line must be longer than this, once stripped of blanks
+RULES = ("reference", "robust")
 _STRATEGY_HEADER = re.compile(r"STRATEGY\s*\d+\s*\**\s*:", re.IGNORECASE)
 _NUMBERED_ITEM = re.compile(r"^[ \t]*\**\d+[.)]\**[ \t]+", re.MULTILINE)
 _MARKDOWN_DECORATION = " \t\r\n*#->"  # bold markers, headings and bullets around a strategy
@@ -75,14 +89,27 @@ def last_boxed(text: str) -> str | None:
     return boxes[-1] if boxes else None
 
 
-def parse_verdict(text: str) -> bool | None:
+def check_rule(rule: str) -> str:
+    """Return ``rule`` if it names a judges' reading rule, else raise a ``ValueError`` naming them."""
+    if rule not in RULES:
+        raise ValueError(f"Unknown parsing rule {rule!r}; use one of {RULES} (see trl_multiagent.workflows.parsing).")
+    return rule
+
+
+def parse_verdict(text: str, rule: str = "robust") -> bool | None:
     r"""An evaluator's verdict: ``True`` for ``\boxed{Correct}``, ``False`` for ``\boxed{Incorrect}``.
 
-    Case-insensitive; LaTeX wrappers and punctuation inside the box are ignored (``\boxed{\text{correct.}}``).
-    The last verdict box wins; boxes holding anything else, such as a restated answer ``\boxed{42}``, are skipped.
+    ``rule="robust"``: case-insensitive; LaTeX wrappers and punctuation inside the box are ignored
+    (``\boxed{\text{correct.}}``). The last verdict box wins; boxes holding anything else, such as a restated answer
+    ``\boxed{42}``, are skipped. ``rule="reference"``: the first ``\boxed{Correct}`` or ``\boxed{Incorrect}``
+    written exactly so, in any case; any other box is no verdict.
     ``None`` when no box holds a verdict; Eval-Opt treats that as "not satisfied" and retries.
     """
-    for content in reversed(_boxes(answer_part(text))):
+    text = answer_part(text)
+    if check_rule(rule) == "reference":
+        match = _REFERENCE_VERDICT.search(text)
+        return match.group(1).lower() == "correct" if match else None
+    for content in reversed(_boxes(text)):
         if content is not None:
             word = _plain(content).strip(".!").lower()
             if word in ("correct", "incorrect"):
@@ -90,16 +117,24 @@ def parse_verdict(text: str) -> bool | None:
     return None
 
 
-def parse_selection(text: str, n_candidates: int) -> tuple[int, bool]:
+def parse_selection(text: str, n_candidates: int, rule: str = "robust") -> tuple[int, bool]:
     r"""The 0-based index of the candidate an aggregator picked, and whether the primary rule read it.
 
-    Primary: the last box holding a number ``1 <= i <= n_candidates`` (``\boxed{Solution 2}`` too), giving
-    ``(i - 1, True)``. Fallbacks, with ``False``: the first standalone digit 1-9 that is at most ``n_candidates``;
-    otherwise candidate 0.
+    ``rule="robust"``: primary, the last box holding a number ``1 <= i <= n_candidates`` (``\boxed{Solution 2}``
+    too), giving ``(i - 1, True)``; fallbacks, with ``False``: the first standalone digit 1-9 that is at most
+    ``n_candidates``; otherwise candidate 0. ``rule="reference"``: the first ``\boxed{N}`` of digits, if ``N`` is in
+    range; else the first standalone digit 1-9, if in range; else candidate 0. Each is tried once: an out-of-range
+    first box or digit is not followed by a later one.
     """
     if n_candidates < 1:
         raise ValueError(f"parse_selection needs at least one candidate, got n_candidates={n_candidates}.")
     text = answer_part(text)
+    if check_rule(rule) == "reference":
+        box = _REFERENCE_SELECTION.search(text)
+        if box and 1 <= int(box.group(1)) <= n_candidates:
+            return int(box.group(1)) - 1, True
+        digit = _BARE_DIGIT.search(text)
+        return (int(digit.group(1)) - 1 if digit and int(digit.group(1)) <= n_candidates else 0), False
     for content in reversed(_boxes(text)):
         match = _SELECTION.fullmatch(_plain(content)) if content is not None else None
         if match and 1 <= int(match.group(1)) <= n_candidates:
@@ -126,19 +161,20 @@ def parse_strategies(text: str, n: int) -> list[str]:
     return _split_at(list(_STRATEGY_HEADER.finditer(answer_part(text))), answer_part(text))[:n]
 
 
-def read_strategies(text: str, n: int) -> list[str]:
+def read_strategies(text: str, n: int, rule: str = "robust") -> list[str]:
     """Between 1 and ``n`` strategies from an orchestrator's output, with the reference workflow's fallbacks.
 
     In order, the first rule that finds any: ``STRATEGY k:`` headers (``parse_strategies``); a numbered list
-    (``1.`` or ``1)`` at a line start, each item up to the next); the non-empty lines; the whole text (possibly
-    empty). At most ``n`` are kept.
+    (``1.`` or ``1)`` at a line start, each item up to the next); the lines; the whole text (possibly empty). At
+    most ``n`` are kept. The lines: ``rule="robust"`` keeps every non-empty line without markdown bullets;
+    ``rule="reference"`` keeps the lines longer than 10 characters once stripped of blanks, as written.
     """
     text = answer_part(text)
-    for strategies in (
-        parse_strategies(text, n),
-        _split_at(list(_NUMBERED_ITEM.finditer(text)), text),
-        [line.strip(_MARKDOWN_DECORATION) for line in text.splitlines() if line.strip(_MARKDOWN_DECORATION)],
-    ):
+    if check_rule(rule) == "reference":
+        lines = [line.strip() for line in text.split("\n") if len(line.strip()) > _REFERENCE_LINE_FLOOR]
+    else:
+        lines = [line.strip(_MARKDOWN_DECORATION) for line in text.splitlines() if line.strip(_MARKDOWN_DECORATION)]
+    for strategies in (parse_strategies(text, n), _split_at(list(_NUMBERED_ITEM.finditer(text)), text), lines):
         if strategies:
             return strategies[:n]
     return [text.strip()]

@@ -8,6 +8,7 @@ from typing import Any
 from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Selection, answer_format
+from .parsing import check_rule
 from .prompt_set import PromptSet
 
 
@@ -23,12 +24,18 @@ class Voting(Workflow):
         n_voters: number of independent answers; the paper uses 3.
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
         prompts: a prompt set (see ``EvalOpt``); uses ``vote``, ``aggregate`` and ``solution_block``.
+        parsing: how the choice is read (``parsing.parse_selection``): ``"reference"``, the first ``\boxed{N}``, else
+            the first digit 1-9, else candidate 1; ``"robust"``, the last box in range, else the first digit in range.
     """
 
     roles = ("generator", "aggregator")
 
     def __init__(
-        self, n_voters: int = 3, task: str = "math", prompts: str | dict[str, Any] | PromptSet = "paper"
+        self,
+        n_voters: int = 3,
+        task: str = "math",
+        prompts: str | dict[str, Any] | PromptSet = "paper",
+        parsing: str = "reference",
     ) -> None:
         if n_voters < 2:
             raise ValueError(
@@ -36,11 +43,12 @@ class Voting(Workflow):
             )
         self.n_voters = n_voters
         self.task = prompt_sets.check_task(task)
+        self.parsing = check_rule(parsing)
         self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
 
     @property
     def formats(self):
-        return {"generator": answer_format(self.task), "aggregator": Selection(self.n_voters)}
+        return {"generator": answer_format(self.task), "aggregator": Selection(self.n_voters, self.parsing)}
 
     @property
     def parallel(self):
