@@ -23,6 +23,7 @@ PAPER_DEFAULTS = dict(
     epsilon_high=0.28,
     temperature=0.7,
     chat_template_kwargs={"enable_thinking": False},
+    chat_rendering="reference_qwen",  # the reference's prompts: Qwen's default system prompt, empty think blocks
     update_schedule="mini_batches",
     mini_batch_prompts=64,
     clip_grad_norm_per_adapter=True,
@@ -40,8 +41,11 @@ PAPER_DEFAULTS = dict(
 MATH_MAX_COMPLETION_LENGTH = 5120
 CODE_MAX_COMPLETION_LENGTH = 2048
 
-# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, held-out split.
-PAPER_EVAL_DEFAULTS = dict(temperature=0.7, chat_template_kwargs={"enable_thinking": False})
+# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, prompts rendered
+# as the reference renders them, held-out split.
+PAPER_EVAL_DEFAULTS = dict(
+    temperature=0.7, chat_template_kwargs={"enable_thinking": False}, chat_rendering="reference_qwen"
+)
 
 # What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).
 # "paper": the research's reference workflows (also the workflows' defaults): the paper prompt set, one shared Eval-Opt
