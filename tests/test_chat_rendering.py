@@ -14,9 +14,9 @@ import types
 from pathlib import Path
 
 import pytest
-import yaml
 from tokenizers import Tokenizer, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from trl import ScriptArguments, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig, SingleAgent
 from trl_multiagent.checkpoints import load_base_workflow, make_generation_config, run_episodes
@@ -112,10 +112,22 @@ def test_tokenizer_rendering_is_the_chat_template_unchanged(tokenizer):
     assert ChatRenderer(tokenizer, "reference_qwen").prompt_ids("plain text") == renderer.prompt_ids("plain text")
 
 
-def test_the_paper_presets_render_as_the_reference_and_the_toy_presets_as_the_tokenizer():
-    assert PAPER_DEFAULTS["chat_rendering"] == PAPER_EVAL_DEFAULTS["chat_rendering"] == "reference_qwen"
-    for name in ("toy.yaml", "toy_code.yaml", "toy_two_models.yaml"):
-        assert yaml.safe_load((RECIPES / "configs" / name).read_text())["chat_rendering"] == "tokenizer", name
+def recipe_args(*argv: str) -> MultiAgentGRPOConfig:
+    """A training recipe's config: the paper defaults under whatever ``argv`` gives."""
+    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
+    parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["recipe", *argv])
+        return parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
+
+
+def test_the_paper_presets_render_as_the_reference_and_the_toy_presets_as_the_tokenizer(tmp_path):
+    assert (
+        recipe_args("--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false").chat_rendering == "reference_qwen"
+    )
+    assert PAPER_EVAL_DEFAULTS["chat_rendering"] == "reference_qwen"
+    for name in ("toy", "toy_code", "toy_two_models"):
+        assert recipe_args("--config", str(RECIPES / "configs" / f"{name}.yaml")).chat_rendering == "tokenizer", name
     assert MultiAgentGRPOConfig.__dataclass_fields__["chat_rendering"].default == "tokenizer"
     assert EvalSettings.__dataclass_fields__["chat_rendering"].default == "tokenizer"
 
