@@ -34,6 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from tqdm.auto import tqdm
 from trl import TrlParser
 
@@ -111,13 +112,26 @@ def train_command(args: GridArguments, cell: Cell) -> list[str]:
     ]  # fmt: skip
 
 
+def trained_renderings(args: GridArguments) -> dict[str, str]:
+    """task -> the `chat_rendering` its recipe config trains with, so that its runs are evaluated on prompts rendered
+    the same way (the toy presets: the tokenizer's template; evaluate.py's own default is the reference's)."""
+    renderings = {}
+    for task, config in per_task(args.recipe_config, "recipe_config").items():
+        rendering = (yaml.safe_load(Path(config).read_text()) or {}).get("chat_rendering")
+        if rendering is not None:
+            renderings[task] = rendering
+    return renderings
+
+
 def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
     """Each cell's checkpoints; per model and task the base model in each workflow, SA-RL alone and transferred."""
     datasets = per_task(args.eval_dataset, "eval_dataset")
+    renderings = trained_renderings(args)
 
     def command(cell: Cell, *extra: str) -> list[str]:
         dataset = ["--dataset_name", datasets[cell.task]] if cell.task in datasets else []
-        common = ["--task", cell.task, *dataset, "--seed", str(args.seed), *shlex.split(args.eval_args)]
+        rendering = ["--chat_rendering", renderings[cell.task]] if cell.task in renderings else []
+        common = ["--task", cell.task, *dataset, *rendering, "--seed", str(args.seed), *shlex.split(args.eval_args)]
         return ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
 
     commands = [command(cell) for cell in cells]

@@ -7,7 +7,7 @@ import random
 from datasets import Dataset
 
 from trl_multiagent.rollout.backends.base import GenerationRequest, GenerationResult
-from trl_multiagent.rollout.backends.transformers_backend import prompt_ids as prompt_ids_of
+from trl_multiagent.rollout.chat_rendering import ChatRenderer
 
 
 class ScriptedBackend:
@@ -30,7 +30,7 @@ class ScriptedBackend:
         self.batch_sizes.append(len(requests))
         results = []
         for request, text in zip(requests, self.respond(requests, self.rng)):
-            prompt_ids = prompt_ids_of(self.tokenizer, request.messages, {})
+            prompt_ids = ChatRenderer(self.tokenizer).prompt_ids(request.messages)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
             results.append(GenerationResult(prompt_ids=prompt_ids, completion_ids=ids, text=text, truncated=False))
         return results

@@ -171,6 +171,7 @@ def test_base_mode_through_the_script(tiny_model_dir, tmp_path):
     (base,) = read_results(tmp_path)
     assert (base["mode"], base["step"], base["workflow"], base["policy_sharing"]) == ("base", 0, "EvalOpt", None)
     assert base["temperature"] == 0.7  # the script's defaults are the paper's: sampled, thinking off
+    assert base["chat_rendering"] == "reference_qwen"  # and prompts rendered as the reference renders them
     assert base["role_to_adapter"] == {"generator": "__base__", "evaluator": "__base__"}
     assert 2 <= base["mean_calls"] <= 6  # EvalOpt: 2 .. 2 x max_iterations calls
     assert "| EvalOpt | - | base |" in result.stdout

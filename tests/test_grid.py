@@ -41,6 +41,7 @@ def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     assert sum("--mode base" in line for line in evaluations) == 2 * 2 * 3
     transfer = f"--run_dir {tmp_path}/m1/math/single_agent --mode transfer --workflow {tmp_path}/m1/math/voting-shared"
     assert any(transfer in line for line in evaluations)
+    assert not any("--chat_rendering" in line for line in evaluations)  # cpu.yaml keeps the paper's rendering
 
 
 def test_report_from_existing_runs(tmp_path):
@@ -101,4 +102,5 @@ def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
     assert all("--config recipes/configs/toy_code.yaml" in line for line in code)
     evaluations = [line for line in out.splitlines() if line.startswith("python recipes/evaluate.py ")]
     assert all("--dataset_name toy_code" in line for line in evaluations if "--task code" in line)
+    assert all("--chat_rendering tokenizer" in line for line in evaluations)  # as the toy presets train
     assert sum("--task code" in line for line in evaluations) == len(evaluations) // 2

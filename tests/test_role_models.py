@@ -25,7 +25,7 @@ from trl_multiagent.adapters.role_models import adapters_on_bases, role_models_f
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.from_config import TrainerContext, build_backend
-from trl_multiagent.rollout.backends.transformers_backend import prompt_ids
+from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
 
 TESTS = Path(__file__).parent
@@ -89,7 +89,7 @@ def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny
     for call in calls:
         tokenizer, base = (judge.tokenizer, tiny_judge_dir) if call.role == "evaluator" else (main_tokenizer, None)
         assert call.base == (base or trainer.adapters.role_models.main)
-        assert call.prompt_ids == prompt_ids(tokenizer, call.messages, {})
+        assert call.prompt_ids == ChatRenderer(tokenizer).prompt_ids(call.messages)
 
     assert all(p.grad is None for p in judge.model.parameters())  # cleared after each step, as the Trainer's model's
     moved_main, moved_judge = changed(main_before, trainer.model), changed(judge_before, judge.model)
@@ -219,7 +219,7 @@ def test_untrained_bases_per_role_run_through_their_own_tokenizers(tiny_model_di
     for call in (c for e in episodes for c in e.calls):
         tokenizer = judge_tokenizer if call.role == "evaluator" else base.tokenizer
         assert call.base == (tiny_judge_dir if call.role == "evaluator" else None)
-        assert call.prompt_ids == prompt_ids(tokenizer, call.messages, {})
+        assert call.prompt_ids == ChatRenderer(tokenizer).prompt_ids(call.messages)
     with pytest.raises(ValueError, match=r"names role\(s\) \['judge'\]"):
         load_base_workflow(tiny_model_dir, EvalOpt(), role_models={"judge": tiny_judge_dir})
 

@@ -219,3 +219,16 @@ def test_several_urls_parse_from_the_command_line(tmp_path):
     config = tiny_config(tmp_path, rollout_backend="vllm", vllm_mode="server",
                          vllm_server_base_urls="http://node0:8000, http://node1:8000")  # fmt: skip
     assert config.vllm_server_base_urls == ["http://node0:8000", "http://node1:8000"]
+
+
+def test_server_backend_sends_the_reference_prompt(fakes, tiny_model_dir):
+    from test_chat_rendering import REFERENCE_PROMPT, SECOND_EVALUATOR_CALL
+
+    server, url = fakes()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    backend = synced(
+        VLLMServerBackend(url, tokenizer, ["generator", "evaluator"], {}, [0], chat_rendering="reference_qwen")
+    )
+    (result,) = backend.generate([GenerationRequest("evaluator", SECOND_EVALUATOR_CALL)])
+    expected = tokenizer.encode(REFERENCE_PROMPT, add_special_tokens=False)  # as the reference tokenizes it
+    assert [body["prompt"] for body in server.bodies] == [expected] and result.prompt_ids == expected

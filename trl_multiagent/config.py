@@ -8,6 +8,8 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+
 logger = logging.getLogger(__name__)
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
@@ -161,6 +163,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             (`0` is greedy), `top_p`, `top_k`, `min_p`, `repetition_penalty`, `max_tokens`, `stop` (a completion
             ending on a stop string keeps it). Honoured by both rollout backends. A JSON string is accepted on the
             command line.
+        chat_rendering (`str`, *optional*, defaults to `"tokenizer"`):
+            How a call's messages become its prompt, in every rollout backend. `"tokenizer"`: the tokenizer's chat
+            template with `chat_template_kwargs`. `"reference_qwen"` (the paper preset): the reference stack's Qwen
+            rendering (rLLM's parser with thinking disabled): Qwen's default system prompt ("You are Qwen, created by
+            Alibaba Cloud. You are a helpful assistant.") before every call that does not start with a system message,
+            and an empty think block opening every assistant turn, the earlier ones as well as the generation prompt
+            (Qwen3's own template with `enable_thinking=False` adds neither to earlier turns, nor the system prompt).
+            Needs a tokenizer with Qwen's `<|im_start|>`/`<|im_end|>` tokens.
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + [
@@ -293,6 +303,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             '\'{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}\'.'
         },
     )
+    chat_rendering: str = field(
+        default="tokenizer",
+        metadata={
+            "help": "'tokenizer': the chat template with chat_template_kwargs; 'reference_qwen': the reference "
+            "stack's Qwen rendering (default system prompt, empty think blocks).",
+            "choices": list(CHAT_RENDERINGS),
+        },
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -333,6 +351,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
         self._check_rollout_fields()
+        check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
         if self.rollout_backend == "vllm" and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size != 1:
             raise ValueError(
                 "A colocated vLLM rollout engine runs one copy per process (`vllm_tensor_parallel_size=1`); for "

@@ -23,6 +23,7 @@ PAPER_DEFAULTS = dict(
     epsilon_high=0.28,
     temperature=0.7,
     chat_template_kwargs={"enable_thinking": False},
+    chat_rendering="reference_qwen",  # the reference's prompts: Qwen's default system prompt, empty think blocks
     update_schedule="mini_batches",
     mini_batch_prompts=64,
     clip_grad_norm_per_adapter=True,
@@ -44,10 +45,13 @@ CODE_MAX_COMPLETION_LENGTH = 2048
 MATH_EVAL_MAX_COMPLETION_LENGTH = 8192
 CODE_EVAL_MAX_COMPLETION_LENGTH = 5120
 
-# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, held-out split,
-# the evaluation lengths above.
+# Checkpoint evaluation as the paper reports it: sampled at the training temperature, thinking off, prompts rendered
+# as the reference renders them, held-out split, the evaluation lengths above.
 PAPER_EVAL_DEFAULTS = dict(
-    temperature=0.7, chat_template_kwargs={"enable_thinking": False}, use_training_lengths=False
+    temperature=0.7,
+    chat_template_kwargs={"enable_thinking": False},
+    chat_rendering="reference_qwen",
+    use_training_lengths=False,
 )
 
 # What the roles see, per preset: keyword arguments of the built-in workflows (each takes the ones it has).

@@ -235,14 +235,17 @@ def run_episodes(
     rollout_batch_size: int | None = None,
     chat_template_kwargs: dict[str, Any] | None = None,
     role_generation_kwargs: dict[str, dict[str, Any]] | None = None,
+    chat_rendering: str = "tokenizer",
 ) -> list[Episode]:
     """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing
-    (``role_generation_kwargs``: a role's own sampling settings, as in training)."""
+    (``role_generation_kwargs``: a role's own sampling settings, ``chat_rendering``: how prompts are rendered, as in
+    training)."""
 
     def backend(model, tokenizer, router, eos, config=generation_config) -> TransformersBackend:
         return TransformersBackend(
             unwrapped_model=lambda: _as_context(model), tokenizer=tokenizer, router=router, generation_config=config,
             eos_token_ids=eos, chat_template_kwargs=chat_template_kwargs, max_batch_size=rollout_batch_size,
+            chat_rendering=chat_rendering,
         )  # fmt: skip
 
     main = backend(trained.model, trained.tokenizer, trained.router, eos_token_ids(trained))

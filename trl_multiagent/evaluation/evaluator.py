@@ -30,6 +30,7 @@ from ..paper import (
     MATH_EVAL_MAX_COMPLETION_LENGTH,
     MATH_MAX_COMPLETION_LENGTH,
 )
+from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from ..rollout.engine import RolloutEngine
 from ..toy import resolve_model_name
 from ..workflows import Workflow
@@ -76,6 +77,14 @@ class EvalSettings:
     role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
         default=None, metadata={"help": "JSON: a role's own sampling settings, as the run trained with them."}
     )
+    chat_rendering: str = field(
+        default="tokenizer",
+        metadata={
+            "help": "'tokenizer': the chat template with chat_template_kwargs; 'reference_qwen': the reference "
+            "stack's Qwen rendering (the paper's evaluation; render as the run was trained).",
+            "choices": list(CHAT_RENDERINGS),
+        },
+    )
     rollout_backend: str = field(
         default="transformers",
         metadata={
@@ -111,6 +120,7 @@ class EvalSettings:
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
         if isinstance(self.role_generation_kwargs, str):
             self.role_generation_kwargs = json.loads(self.role_generation_kwargs)
+        check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
         if isinstance(self.vllm_engine_kwargs, str):
             self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
         if self.rollout_backend not in ("transformers", "vllm"):
@@ -204,6 +214,7 @@ def describe(
         **{name: getattr(settings, name) for name in ("k", "temperature", "top_p", "max_completion_length", "seed")},
         # only when not the default, so rows recorded before this field existed keep their identity
         **({"rollout_backend": settings.rollout_backend} if settings.rollout_backend != "transformers" else {}),
+        **({"chat_rendering": settings.chat_rendering} if settings.chat_rendering != "tokenizer" else {}),
     }
 
 
@@ -225,6 +236,7 @@ def vllm_backend(trained: TrainedWorkflow, base_model: str, settings: EvalSettin
         sampling=sampling,
         eos_token_ids=eos_token_ids(trained),
         chat_template_kwargs=settings.chat_template_kwargs,
+        chat_rendering=settings.chat_rendering,
         **{**engine_kwargs, **(settings.vllm_engine_kwargs or {})},
     )
 
@@ -274,6 +286,7 @@ def score(
                 settings.rollout_batch_size,
                 settings.chat_template_kwargs,
                 settings.role_generation_kwargs,
+                chat_rendering=settings.chat_rendering,
             )
         chunk_rewards = _rewards(reward_func, episodes, chunk_rows)
         for (problem, sample), episode, row, reward in zip(chunk, episodes, chunk_rows, chunk_rewards):

@@ -24,6 +24,7 @@ KEY_FIELDS = (
     "top_p",
     "max_completion_length",
     "seed",
+    "chat_rendering",  # absent (None) for the tokenizer's template, so rows recorded before it keep their key
 )
 
 

@@ -32,6 +32,7 @@ class TrainerContext:
     generation_config: Any  # TRL's transformers GenerationConfig for rollouts
     eos_token_ids: Sequence[int]
     chat_template_kwargs: dict[str, Any] | None
+    chat_rendering: str  # "tokenizer" | "reference_qwen" (rollout.chat_rendering)
     process_index: int
     num_processes: int
     base: str | None = None  # the name of this base model when roles sit on several (`role_models`)
@@ -49,6 +50,7 @@ class TrainerContext:
             generation_config=trainer.generation_config,
             eos_token_ids=trainer.eos_token_ids,
             chat_template_kwargs=trainer.chat_template_kwargs,
+            chat_rendering=trainer.args.chat_rendering,
             process_index=trainer.accelerator.process_index,
             num_processes=trainer.accelerator.num_processes,
         )
@@ -102,7 +104,7 @@ def _backend(args, context: TrainerContext, memory_share: float):
     c = context
     return TransformersBackend(
         c.unwrapped_model, c.tokenizer, c.router, c.generation_config, c.eos_token_ids, c.chat_template_kwargs,
-        max_batch_size=args.rollout_batch_size,
+        max_batch_size=args.rollout_batch_size, chat_rendering=c.chat_rendering,
     )  # fmt: skip
 
 
@@ -125,6 +127,7 @@ def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
         sampling=sampling,
         eos_token_ids=context.eos_token_ids,
         chat_template_kwargs=context.chat_template_kwargs,
+        chat_rendering=context.chat_rendering,
     )
     if args.vllm_mode == "server":
         urls = args.vllm_server_base_urls or [

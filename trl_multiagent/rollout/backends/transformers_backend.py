@@ -10,20 +10,11 @@ from typing import Any
 import torch
 
 from ...adapters.routing import AdapterRouter
+from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult, settings_key
 
 # GenerationRequest.generation_kwargs names (vLLM's) -> GenerationConfig fields
 _CONFIG_FIELDS = {"max_tokens": "max_new_tokens", "stop": "stop_strings"}
-
-
-def prompt_ids(tokenizer, messages, chat_template_kwargs: dict[str, Any]) -> list[int]:
-    """The prompt tokens of one call as TRL makes them: chat messages through the chat template (with the generation
-    prompt), a plain-text prompt (TRL's standard format) tokenized as it is."""
-    if isinstance(messages, str):
-        return tokenizer(text=messages)["input_ids"]
-    return tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False, **chat_template_kwargs
-    )
 
 
 class TransformersBackend:
@@ -31,7 +22,9 @@ class TransformersBackend:
 
     The trainer passes TRL's ``unwrap_model_for_generation`` here, so DeepSpeed ZeRO-3 parameters are gathered
     once per batch rather than once per token. Requests carrying ``generation_kwargs`` (a role's own sampling
-    settings) are generated in batches of their own, with ``generation_config`` updated by them.
+    settings) are generated in batches of their own, with ``generation_config`` updated by them. Prompts are rendered
+    by ``chat_rendering`` (``"tokenizer"``: the chat template with ``chat_template_kwargs``; ``"reference_qwen"``:
+    the reference stack's Qwen rendering; see ``rollout.chat_rendering``).
     """
 
     def __init__(
@@ -43,17 +36,18 @@ class TransformersBackend:
         eos_token_ids: Sequence[int],
         chat_template_kwargs: dict[str, Any] | None = None,
         max_batch_size: int | None = None,
+        chat_rendering: str = "tokenizer",
     ):
         self.unwrapped_model = unwrapped_model
         self.tokenizer = tokenizer
         self.router = router
         self.generation_config = generation_config
         self.eos_token_ids = set(eos_token_ids)
-        self.chat_template_kwargs = chat_template_kwargs or {}
+        self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
         self.max_batch_size = max_batch_size
 
     def tokenize(self, messages) -> list[int]:
-        return prompt_ids(self.tokenizer, messages, self.chat_template_kwargs)
+        return self.renderer.prompt_ids(messages)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         prompts = [self.tokenize(request.messages) for request in requests]

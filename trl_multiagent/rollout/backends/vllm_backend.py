@@ -40,9 +40,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...adapters.routing import BASE_MODEL
+from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
 from .event_loop import BackgroundLoop
-from .transformers_backend import prompt_ids, settings_key
+from .transformers_backend import settings_key
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
 
@@ -111,11 +112,6 @@ def max_lora_rank(rank: int) -> int:
     return fitting[0]
 
 
-def chat_prompt_ids(tokenizer, messages, chat_template_kwargs: dict[str, Any]) -> list[int]:
-    """The prompt tokens of one call, exactly as ``TransformersBackend`` makes them."""
-    return prompt_ids(tokenizer, messages, chat_template_kwargs)
-
-
 def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The sampling arguments of one request: the backend's, overridden by the request's own settings."""
     merged = {**sampling, **generation_kwargs}
@@ -148,7 +144,8 @@ class VLLMBackend:
 
     Args:
         model: base model name or folder, loaded by vLLM (the same weights the trainer's LoRAs sit on).
-        tokenizer: chat-templates the prompts, exactly as ``TransformersBackend`` does.
+        tokenizer: renders the prompts (with ``chat_rendering`` and ``chat_template_kwargs``), exactly as
+            ``TransformersBackend`` does.
         adapter_names: the role adapters to serve.
         lora_rank: LoRA rank ``r`` of the adapters.
         sampling: ``vllm.SamplingParams`` arguments (``max_tokens``, ``temperature``, ``top_p``, ...).
@@ -167,11 +164,12 @@ class VLLMBackend:
         eos_token_ids: Sequence[int],
         chat_template_kwargs: dict[str, Any] | None = None,
         adapter_dir: str | None = None,
+        chat_rendering: str = "tokenizer",
         **engine_kwargs,
     ):
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
-        self.chat_template_kwargs = chat_template_kwargs or {}
+        self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
         self.folders = AdapterFolders(adapter_names, adapter_dir)
         self.sampling = {**sampling, "detokenize": False}
         self._params_of: dict[tuple, Any] = {}  # one SamplingParams per distinct settings, made once
@@ -217,13 +215,16 @@ class VLLMBackend:
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [chat_prompt_ids(self.tokenizer, r.messages, self.chat_template_kwargs) for r in requests]
+        prompts = [self._prompt(r) for r in requests]
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         per_request = [self._sampling_params(r.generation_kwargs) for r in requests]
         outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
         return [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
+
+    def _prompt(self, request: GenerationRequest) -> list[int]:
+        return self.renderer.prompt_ids(request.messages)
 
     def _result(self, prompt: list[int], sample) -> GenerationResult:
         """A ``GenerationResult`` from vLLM's ``CompletionOutput`` (the sampled token's log-prob at each step)."""
@@ -272,9 +273,6 @@ class AsyncVLLMBackend(VLLMBackend):
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
         return self._result(prompt, final.outputs[0])
-
-    def _prompt(self, request: GenerationRequest) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         self.folders.check_synced([request.adapter])

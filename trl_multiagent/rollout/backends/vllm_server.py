@@ -31,9 +31,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
 from .event_loop import BackgroundLoop
-from .vllm_backend import AdapterFolders, chat_prompt_ids, request_result, request_sampling
+from .vllm_backend import AdapterFolders, request_result, request_sampling
 
 _RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)  # seconds between the tries of a request a starting server refused
 _STICKY_SESSIONS = 65536  # episodes whose server is remembered (least recently used forgotten first)
@@ -51,6 +52,7 @@ class VLLMServerBackend:
         timeout: seconds to wait for every server's ``/health`` at start.
         request_timeout: seconds one request may take.
         max_concurrency: most requests in flight per server.
+        chat_rendering: how prompts are rendered (``rollout.chat_rendering``), exactly as ``TransformersBackend`` does.
     """
 
     shared_across_processes = True  # the servers serve every training process: synced from the main one
@@ -67,6 +69,7 @@ class VLLMServerBackend:
         timeout: float = 600.0,
         request_timeout: float = 600.0,
         max_concurrency: int = 256,
+        chat_rendering: str = "tokenizer",
     ):
         import httpx
 
@@ -76,7 +79,7 @@ class VLLMServerBackend:
         self.base_urls = [url.rstrip("/") for url in urls]
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
-        self.chat_template_kwargs = chat_template_kwargs or {}
+        self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
         self.folders = AdapterFolders(adapter_names, adapter_dir)
         self.sampling = {**sampling, "n": 1, "logprobs": 0, "stop_token_ids": sorted(self.eos_token_ids)}
         self.timeout, self.request_timeout = timeout, request_timeout
@@ -211,7 +214,7 @@ class VLLMServerBackend:
         return request_result(self.tokenizer, prompt, choice["token_ids"], logprobs, self.eos_token_ids, stopped)
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
-        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
+        return self.renderer.prompt_ids(request.messages)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         self.folders.check_synced([request.adapter])

@@ -1,0 +1,108 @@
+"""How one model call's chat messages become prompt text and tokens, the same for every backend and for evaluation.
+
+``"tokenizer"``: the tokenizer's own chat template with ``chat_template_kwargs`` (TRL's way). ``"reference_qwen"``:
+the rendering of the research's reference stack (rLLM's Qwen chat parser with thinking disabled), which differs from
+Qwen3's own template with ``enable_thinking=False`` in two ways that change what the model is trained on: every call
+starts with Qwen's default system prompt unless its first message is a system message, and every assistant turn
+(the earlier ones in the history as well as the generation prompt) opens with an empty think block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CHAT_RENDERINGS = ("tokenizer", "reference_qwen")
+
+# Qwen's default system prompt, which the reference puts before every call that does not start with its own.
+QWEN_DEFAULT_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+_START, _END = "<|im_start|>", "<|im_end|>"
+_EMPTY_THINK = "<think>\n\n</think>\n\n"  # thinking off: the think block is there, and empty
+
+
+def check_chat_rendering(chat_rendering: str, chat_template_kwargs: Mapping[str, Any] | None) -> None:
+    """Fail on an unknown rendering, or on chat-template arguments the reference rendering would silently drop."""
+    if chat_rendering not in CHAT_RENDERINGS:
+        raise ValueError(f"`chat_rendering` must be one of {CHAT_RENDERINGS}, got {chat_rendering!r}.")
+    if chat_rendering == "reference_qwen" and dict(chat_template_kwargs or {}) not in ({}, {"enable_thinking": False}):
+        raise ValueError(
+            "chat_rendering='reference_qwen' renders without the tokenizer's chat template, always with thinking off, "
+            f"so `chat_template_kwargs={dict(chat_template_kwargs)!r}` would be ignored: drop them (or keep only "
+            "{'enable_thinking': False}), or set chat_rendering='tokenizer' to render with the chat template."
+        )
+
+
+class ChatRenderer:
+    """Renders the messages of one call with the generation prompt; ``prompt_ids`` are what the model is given.
+
+    A plain-text prompt (TRL's standard format) is not a chat: it is tokenized as it is, in either mode.
+    """
+
+    def __init__(
+        self, tokenizer, chat_rendering: str = "tokenizer", chat_template_kwargs: Mapping[str, Any] | None = None
+    ):
+        check_chat_rendering(chat_rendering, chat_template_kwargs)
+        if chat_rendering == "reference_qwen":
+            vocabulary = tokenizer.get_vocab()
+            missing = [token for token in (_START, _END) if token not in vocabulary]
+            if missing:
+                raise ValueError(
+                    f"chat_rendering='reference_qwen' writes Qwen's chat markup, but the tokenizer of "
+                    f"{getattr(tokenizer, 'name_or_path', None) or type(tokenizer).__name__!r} has no token "
+                    f"{' or '.join(missing)}: it is not a Qwen chat tokenizer. Set chat_rendering='tokenizer' to "
+                    "render with its own chat template."
+                )
+        self.tokenizer = tokenizer
+        self.chat_rendering = chat_rendering
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def text(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt as text, ending with the generation prompt."""
+        if self.chat_rendering == "tokenizer":
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False, **self.chat_template_kwargs
+            )
+        return _reference_qwen_text(messages)
+
+    def prompt_ids(self, messages: list[dict[str, Any]] | str) -> list[int]:
+        if isinstance(messages, str):
+            return self.tokenizer(text=messages)["input_ids"]
+        if self.chat_rendering == "tokenizer":
+            return self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **self.chat_template_kwargs
+            )
+        # The reference tokenizes its rendered text with no special tokens added around it.
+        return self.tokenizer.encode(self.text(messages), add_special_tokens=False)
+
+
+def _reference_qwen_text(messages: list[dict[str, Any]]) -> str:
+    if not messages:
+        raise ValueError("A model call needs at least one message to render.")
+    parts = []
+    if messages[0].get("role") != "system":
+        parts.append(_turn("system", QWEN_DEFAULT_SYSTEM_PROMPT))
+    for message in messages:
+        role = message.get("role")
+        if message.get("tool_calls"):
+            raise ValueError("chat_rendering='reference_qwen' renders no tool calls; use chat_rendering='tokenizer'.")
+        if role in ("system", "user"):
+            if not isinstance(message.get("content"), str):
+                raise ValueError(
+                    f"chat_rendering='reference_qwen' renders text content, got a {role} message {message!r}."
+                )
+            parts.append(_turn(role, message["content"]))
+        elif role == "assistant":
+            # Earlier answers are rendered from their content alone, stripped, behind an empty think block (any
+            # separate reasoning is left out: the reference does not carry reasoning over from turn to turn).
+            parts.append(_turn("assistant", _EMPTY_THINK + (message.get("content") or "").strip()))
+        else:
+            raise ValueError(
+                f"chat_rendering='reference_qwen' renders system, user and assistant messages, got role {role!r}; "
+                "use chat_rendering='tokenizer' for other roles."
+            )
+    parts.append(f"{_START}assistant\n{_EMPTY_THINK}")
+    return "".join(parts)
+
+
+def _turn(role: str, content: str) -> str:
+    return f"{_START}{role}\n{content}{_END}\n"
