@@ -16,7 +16,7 @@ from scripted import ScriptedBackend
 from transformers import AutoTokenizer
 
 from trl_multiagent.paper import WORKFLOW_PRESETS
-from trl_multiagent.rollout.backends.transformers_backend import prompt_ids
+from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.toy import TOY_MODEL_DIR
 from trl_multiagent.workflows import EvalOpt, problem_text, request_text
@@ -125,7 +125,7 @@ def test_shared_history_is_the_references(case, tokenizer):
     assert sent == expected
     # The engine records each call with exactly the messages it was given, rendered as given.
     assert [(call.role, call.messages) for call in episode.calls] == expected
-    assert [call.prompt_ids for call in episode.calls] == [prompt_ids(tokenizer, m, {}) for _, m in expected]
+    assert [call.prompt_ids for call in episode.calls] == [ChatRenderer(tokenizer).prompt_ids(m) for _, m in expected]
     assert episode.final_answer == spec["attempts"][sum(role == "generator" for role, _ in expected) - 1]
 
 
