@@ -34,4 +34,6 @@ class UpdateCallScheduler:
         self.adapter = None
 
     def __getattr__(self, name: str):  # get_last_lr, state_dict, load_state_dict, last_epoch, optimizer, ...
+        if name == "scheduler":  # not set yet (a copy being built): no recursion through this method
+            raise AttributeError(name)
         return getattr(self.scheduler, name)
