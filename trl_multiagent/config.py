@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
+LR_SCHEDULER_STEPS = ("per_training_step", "per_update")
 ADVANTAGE_GROUPS = ("episodes", "roles")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
@@ -67,6 +68,15 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Prompts per mini-batch under `update_schedule="mini_batches"` (the reference: 64). Defaults to the
             prompts of one generation batch, so that a role with one call per episode takes one step per training
             step, as in the reference, where the two are equal.
+        lr_scheduler_steps (`str`, *optional*, defaults to `"per_training_step"`):
+            When the learning-rate scheduler steps. `"per_training_step"`: the Trainer's own, once per optimizer step
+            of the Trainer (the schedule spans `max_steps` training steps). `"per_update"`: once per adapter update
+            call, as upstream verl's actor steps its scheduler at the end of every update call, which the reference
+            makes once per role adapter: with k adapters the schedule advances k times per training step (1 under
+            shared policy) over the same `max_steps` horizon, and the cosine is not clamped past its end, so a
+            500-step cosine reaches 0 at step 250 with k = 2 and rises back to the peak by step 500. Under
+            `update_schedule="mini_batches"` each adapter's run of mini-batches is one call (the next adapter trains
+            at the next rate); under `"merged"` the one optimizer step counts as k calls. Not with DeepSpeed.
         max_tokens_per_micro_batch (`int`, *optional*):
             Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples and
             at most this many (padded) tokens, with exact gradient accumulation, whatever the number of calls per
@@ -102,10 +112,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
         role_coherence_lambda (`dict[str, float]` or `str`, *optional*):
             Gradient coherence damping per role: its adapter's gradient is scaled by
-            `1 - lambda * max(0, cos(g, EMA(g)))` before clipping (lambda <= 0.3 recommended). Roles sharing an
-            adapter must share lambda.
+            `1 - lambda * clamp(cos(g, EMA), 0, 1)` before clipping, at every optimizer step (lambda <= 0.3
+            recommended). As in the reference: the EMA starts as the first gradient (the first step is damped by
+            `1 - lambda`) and follows the damped gradients. Roles sharing an adapter must share lambda.
         role_coherence_window (`int`, *optional*, defaults to `10`):
-            Number of steps the gradient EMA of coherence damping averages over.
+            Window of the coherence EMA: it decays by `1 - 1/window` per optimizer step.
         monitor_role_grad_norms (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/grad_norm` and its share also for roles that share an adapter (under shared policy):
             each such role trains a shadow copy of the adapter whose gradient is summed back before the step, so the
@@ -223,6 +234,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "Prompts per mini-batch under update_schedule='mini_batches' (default: a generation batch)."
         },
     )
+    lr_scheduler_steps: str = field(
+        default="per_training_step",
+        metadata={
+            "help": "'per_training_step': the scheduler steps once per training step; 'per_update': once per "
+            "adapter update call (upstream verl's: k times per training step with k adapters).",
+            "choices": list(LR_SCHEDULER_STEPS),
+        },
+    )
     max_tokens_per_micro_batch: int | None = field(
         default=None, metadata={"help": "Padded tokens per forward/backward micro-batch (None: no bound)."}
     )
@@ -322,6 +341,15 @@ class MultiAgentGRPOConfig(GRPOConfig):
             )
         if self.update_schedule not in UPDATE_SCHEDULES:
             raise ValueError(f"`update_schedule` must be one of {UPDATE_SCHEDULES}, got {self.update_schedule!r}.")
+        if self.lr_scheduler_steps not in LR_SCHEDULER_STEPS:
+            raise ValueError(
+                f"`lr_scheduler_steps` must be one of {LR_SCHEDULER_STEPS}, got {self.lr_scheduler_steps!r}."
+            )
+        if self.lr_scheduler_steps == "per_update" and self.lr_scheduler_type == "reduce_lr_on_plateau":
+            raise ValueError(
+                "lr_scheduler_steps='per_update' counts steps of a schedule; 'reduce_lr_on_plateau' steps on a "
+                "metric. Set lr_scheduler_steps='per_training_step' or another lr_scheduler_type."
+            )
         if self.advantage_groups not in ADVANTAGE_GROUPS:
             raise ValueError(f"`advantage_groups` must be one of {ADVANTAGE_GROUPS}, got {self.advantage_groups!r}.")
         if self.role_rewards not in (None, "reference"):
@@ -449,8 +477,9 @@ def check_rollout_ahead(args: MultiAgentGRPOConfig, trainer) -> bool:
         )
     if not args.vllm_importance_sampling_correction:
         raise ValueError(
-            "rollout_ahead=1 trains on episodes sampled one optimizer step earlier; keep "
-            "vllm_importance_sampling_correction=True so that TRL reweighs them."
+            "rollout_ahead=1 trains on episodes sampled one optimizer step earlier; set "
+            "vllm_importance_sampling_correction=True so that TRL reweighs them (the paper preset turns it off, as "
+            "the reference does: add --vllm_importance_sampling_correction true, or set rollout_ahead=0)."
         )
     return True
 

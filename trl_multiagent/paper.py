@@ -31,6 +31,10 @@ PAPER_DEFAULTS = dict(
     advantage_groups="roles",
     max_tokens_per_micro_batch=51_200,
     role_coherence_window=128,
+    # The reference applies no correction for the rollout engine's sampling policy (its rollout log-probs are only
+    # logged), and its scheduler steps once per adapter update call (upstream verl's update_actor): docs/fidelity.md.
+    vllm_importance_sampling_correction=False,
+    lr_scheduler_steps="per_update",
     loss_type="grpo",
     beta=0.0,
     max_steps=500,

@@ -39,7 +39,7 @@ from .rollout.probe import check_prompt_column, probe_first_row
 from .training.advantages import call_advantages, outcome_advantages
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completions
-from .training.importance_sampling import importance_sampling_ratio
+from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
 from .training.role_rewards import custom_role_rewards, outcome_scorer, reference_role_rewards
@@ -187,12 +187,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
                 batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
             if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
                 batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
-        if correct_sampling:
-            clip = (self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
-            batch.importance_sampling_ratio = importance_sampling_ratio(
-                batch.old_per_token_logps, batch.sampling_per_token_logps, batch.completion_mask,
-                self.vllm_importance_sampling_mode, *clip,
-            )  # fmt: skip
+        if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
+            batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
         return batch
 
     def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
@@ -355,6 +351,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
             self.adapters.extend_optimizer(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
         self.adapters.attach(optimizer)
         return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
+        self.lr_scheduler = self.adapters.scheduled(super().create_scheduler(num_training_steps, optimizer))
+        return self.lr_scheduler
 
     def _clip_grad_norm(self, model):
         self._before_optimizer_step()

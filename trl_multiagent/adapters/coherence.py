@@ -1,37 +1,43 @@
 """Gradient coherence damping per role: shrink an update that keeps pointing where the recent ones pointed.
 
-scale = 1 - lambda * max(0, cos(g, EMA(g))), applied to the role adapter's gradient before clipping and the optimizer
-step. Same-role instances pushing one adapter in one direction step after step is the isolated policy's gradient
-amplification; damping the coherent part slows it without touching updates that change direction.
+scale = 1 - lambda * clamp(cos(g, EMA), 0, 1), applied to the role adapter's gradient before clipping and the
+optimizer step. Same-role instances pushing one adapter in one direction step after step is the isolated policy's
+gradient amplification; damping the coherent part slows it without touching updates that change direction.
+
+As the reference stack does it: the EMA starts as a copy of the first gradient (so the first step has cosine 1 and is
+damped by 1 - lambda), decays by 1 - 1/window per step, and moves toward the *damped* gradient (toward the undamped
+one it would reinforce itself); the cosine is g.EMA / (|g| |EMA| + 1e-8), one scalar over the adapter's parameters.
 """
 
 from __future__ import annotations
 
 import torch
 
+COSINE_EPS = 1e-8
+
 
 class CoherenceDamping:
-    """Per-adapter EMA of the gradient and the damping of the next one."""
+    """Per-adapter EMA of the damped gradient and the damping of the next one."""
 
     def __init__(self, lambdas: dict[str, float], windows: dict[str, int]):
         for adapter, value in lambdas.items():
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"Coherence lambda of {adapter!r} must be in [0, 1] (<= 0.3 advised), got {value}.")
         self.lambdas = dict(lambdas)
-        self.decay = {a: 1.0 - 2.0 / (windows[a] + 1) for a in lambdas}  # EMA over about `window` steps
+        self.decay = {a: 1.0 - 1.0 / windows[a] for a in lambdas}
         self.ema: dict[str, torch.Tensor] = {}
 
     @torch.no_grad()
     def apply(self, adapter: str, grads: list[torch.Tensor]) -> tuple[float, float]:
         """Scale ``grads`` in place; returns (cosine to the EMA before this step, scale applied)."""
         flat = torch.cat([g.detach().float().flatten() for g in grads])
-        ema = self.ema.get(adapter)
-        cosine = 0.0 if ema is None else float(torch.nn.functional.cosine_similarity(flat, ema, dim=0))
-        scale = 1.0 - self.lambdas[adapter] * max(0.0, cosine)
-        decay = self.decay[adapter]
-        self.ema[adapter] = flat.clone() if ema is None else decay * ema + (1.0 - decay) * flat
+        ema = self.ema.setdefault(adapter, flat.clone()).to(flat.device)  # first step: the gradient itself
+        cosine = float(flat @ ema / (flat.norm() * ema.norm() + COSINE_EPS))
+        scale = 1.0 - self.lambdas[adapter] * min(max(cosine, 0.0), 1.0)
         for g in grads:
             g.mul_(scale)
+        decay = self.decay[adapter]
+        self.ema[adapter] = decay * ema + (1.0 - decay) * scale * flat  # toward the damped gradient
         return cosine, scale
 
     def state_dict(self) -> dict:

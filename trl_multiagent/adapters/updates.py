@@ -23,6 +23,7 @@ import torch
 
 from ..monitoring.role_metrics import grad_norm_metrics
 from .coherence import CoherenceDamping
+from .lr_steps import UpdateCallScheduler
 from .role_gradients import RoleGradientSplit
 from .role_models import RoleModels
 from .routing import AdapterRouter, adapter_parameters, install_role_adapters, set_adapters_trainable, unique_adapters
@@ -39,6 +40,7 @@ class AdapterUpdates:
         measure_gradients: False where the gradients are not in ``.grad`` (DeepSpeed partitions them).
         role_models: the bases of a run whose roles sit on several base models (``role_models``): each extra base's
             adapters are installed on its own PEFT model and routed by its own router.
+        lr_per_update: step the learning-rate scheduler once per adapter update call (``lr_scheduler_steps``).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class AdapterUpdates:
         measure_gradients: bool = True,
         role_models: RoleModels | None = None,
         mix_adapters_in_forward: bool = False,
+        lr_per_update: bool = False,
     ):
         self.model = peft_model
         self.role_adapters = dict(role_adapters)
@@ -84,6 +87,7 @@ class AdapterUpdates:
         self.model_of.update({s: split.model for split in self.role_splits for s in split.shadows})
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
         self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
+        self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
 
     @classmethod
     def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool, role_models=None, accelerator=None):
@@ -98,6 +102,7 @@ class AdapterUpdates:
             measure_gradients=measure_gradients,
             role_models=role_models,
             mix_adapters_in_forward=args.mix_adapters_in_forward,
+            lr_per_update=args.lr_scheduler_steps == "per_update",
         )
         if accelerator is not None and accelerator.num_processes > 1 and len(updates.models) > 1:
             updates.average = lambda tensor: accelerator.reduce(tensor, reduction="mean")
@@ -237,6 +242,8 @@ class AdapterUpdates:
     def keep_only(self, adapter: str) -> None:
         """3. Drop every gradient but ``adapter``'s, so the next optimizer step moves that adapter alone (an optimizer
         skips parameters without gradient; a zero gradient would still move them through its momentum)."""
+        if self.lr_calls is not None:
+            self.lr_calls.starts(adapter)
         keep = set(self.adapter_params(adapter).values())
         for model in self.models.values():
             for param in model.parameters():
@@ -250,6 +257,14 @@ class AdapterUpdates:
             split.sync_weights()
         for param in self.extra_parameters():
             param.grad = None
+
+    def scheduled(self, scheduler):
+        """The Trainer's learning-rate scheduler as this run steps it: under ``lr_scheduler_steps="per_update"``
+        once per adapter update call (``UpdateCallScheduler``), else as it is."""
+        if not self.lr_per_update or isinstance(scheduler, UpdateCallScheduler):
+            return scheduler
+        self.lr_calls = UpdateCallScheduler(scheduler, len(self.adapter_names))
+        return self.lr_calls
 
     def attach(self, optimizer) -> None:
         """Make ``optimizer.step`` run call 4 (the Trainer calls ``optimizer.step()`` itself)."""

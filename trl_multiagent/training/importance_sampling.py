@@ -24,6 +24,19 @@ def importance_sampling_ratio(old_logps, sampling_logps, mask, mode: str, clip_m
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
 
 
+def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
+    """`importance_sampling_ratio` of a `TrainingBatch` whose old and sampling log-probs are filled, with the
+    `vllm_importance_sampling_*` settings of ``args``."""
+    return importance_sampling_ratio(
+        batch.old_per_token_logps,
+        batch.sampling_per_token_logps,
+        batch.completion_mask,
+        args.vllm_importance_sampling_mode,
+        args.vllm_importance_sampling_clip_min,
+        args.vllm_importance_sampling_clip_max,
+    )
+
+
 def fold_into_advantages(advantages: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
     """`[N, C]` (or `[N, 1]`) advantages that apply the correction inside TRL's policy loss.
 

@@ -175,12 +175,14 @@ def check_schedule(args, deepspeed: bool) -> None:
             ("update_schedule='mini_batches'", args.update_schedule == "mini_batches"),
             ("max_tokens_per_micro_batch", args.max_tokens_per_micro_batch is not None),
             ("clip_grad_norm_per_adapter", args.clip_grad_norm_per_adapter),
+            ("lr_scheduler_steps='per_update'", args.lr_scheduler_steps == "per_update"),
         )
         if on
     ]
     if asked:
         raise ValueError(
-            f"{', '.join(asked)} need(s) several backward passes or optimizer steps per micro-step, which the "
-            "DeepSpeed engine does not allow. Train without DeepSpeed (DDP through accelerate), or use "
-            "update_schedule='merged' with per_device_train_batch_size as the memory bound."
+            f"{', '.join(asked)} need(s) several backward passes, optimizer or scheduler steps per micro-step, which "
+            "the DeepSpeed engine does not allow. Train without DeepSpeed (DDP through accelerate), or use "
+            "update_schedule='merged' and lr_scheduler_steps='per_training_step' with per_device_train_batch_size as "
+            "the memory bound."
         )

@@ -1,0 +1,63 @@
+"""vLLM importance-sampling correction: the reference applies none (its rollout log-probs are only logged), so the
+paper preset turns TRL's on-by-default correction off; the toy presets keep it as their figures were measured."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from scripted import ScriptedBackend
+from tiny import half_right_answers, tiny_trainer
+from transformers import AutoTokenizer
+from trl import ScriptArguments, TrlParser
+
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig
+from trl_multiagent.paper import PAPER_DEFAULTS
+
+
+def recipe_args(*argv: str) -> MultiAgentGRPOConfig:
+    """The config a recipe builds: the paper defaults under the command line (as recipes/voting_math.py does)."""
+    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
+    parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["recipe", "--output_dir", "unused", *argv])
+        return parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
+
+
+def test_the_paper_preset_turns_the_correction_off_and_the_toy_presets_keep_it():
+    paper = recipe_args("--use_cpu", "true", "--bf16", "false")  # this machine's only; the rest as the recipes'
+    assert paper.vllm_importance_sampling_correction is False
+    library = MultiAgentGRPOConfig(output_dir="unused", use_cpu=True, bf16=False)
+    assert library.vllm_importance_sampling_correction is True  # TRL's default, kept as the library default
+    for preset in ("toy", "toy_code", "toy_two_models"):
+        toy = recipe_args("--config", f"recipes/configs/{preset}.yaml")
+        assert toy.vllm_importance_sampling_correction is True, preset
+
+
+class ReportsSamplingLogprobs(ScriptedBackend):
+    """The scripted backend, reporting a sampling log-prob per completion token as vLLM does."""
+
+    def generate(self, requests):
+        results = super().generate(requests)
+        for result in results:
+            result.sampling_logprobs = [-1.0] * len(result.completion_ids)
+        return results
+
+
+@pytest.mark.parametrize("correction", [PAPER_DEFAULTS["vllm_importance_sampling_correction"], True])
+def test_no_importance_sampling_ratio_under_the_paper_preset(tiny_model_dir, tmp_path, correction):
+    backend = ReportsSamplingLogprobs(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers)
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, rollout_backend="vllm",
+        vllm_importance_sampling_correction=correction, update_schedule=PAPER_DEFAULTS["update_schedule"],
+        max_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
+    )  # fmt: skip
+    batches, score = [], trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    trainer.train()
+    (batch,) = batches
+    assert batch.sampling_per_token_logps is not None  # the rollout's log-probs are there either way
+    if correction:
+        assert batch.importance_sampling_ratio is not None
+    else:
+        assert batch.importance_sampling_ratio is None
