@@ -42,6 +42,9 @@ REFERENCE_SETTINGS = [
     ("mini_batch_prompts", 64, "rllm/trainer/config/multi_agent_ppo_trainer.yaml:23"),
     ("update_schedule", "mini_batches", "verl's actor: one optimizer step per ppo mini-batch (docs/fidelity.md)"),
     ("clip_grad_norm_per_adapter", True, "rllm/trainer/verl/agent_workflow_trainer.py: one update_actor per role"),
+    ("chat_rendering", "reference_qwen", "rllm/engine/rollout/verl_engine.py:24,69-70 (rLLM's Qwen parser)"),
+    ("vllm_importance_sampling_correction", False, "rllm/trainer/verl/agent_workflow_trainer.py:419-423 (logged only)"),
+    ("lr_scheduler_steps", "per_update", "verl 0.6.1 fsdp_workers.py:888-890 (a scheduler step per update_actor)"),
 ]
 
 
