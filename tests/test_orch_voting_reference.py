@@ -24,6 +24,7 @@ from transformers import AutoTokenizer
 from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.workflows import OrchWorkers, Voting
+from trl_multiagent.workflows.prompt_set import PromptSet
 from trl_multiagent.workflows.prompts import PROMPT_SETS
 
 PAPER = WORKFLOW_PRESETS["paper"]
@@ -271,3 +272,15 @@ def test_voting_calls_are_the_references(task, tokenizer):
     assert [(call.role, call.instance, call.messages) for call in episode.calls] == expected
     assert [request.messages for request in backend.requests] == [messages for *_, messages in expected]
     assert episode.final_answer == responses[2]  # the selected voter's answer is graded (voting_workflow.py:281-287)
+
+
+def test_a_prompt_record_from_before_the_separator_renders_as_it_did():
+    """A checkpoint's recorded prompt set without ``solutions_separator`` joins its blocks by a blank line, as the
+    workflows did when it was saved; a current record round-trips."""
+    record = PROMPT_SETS["paper"]["math"].to_dict()
+    old = {**record, "solution_block": "--- Solution {index} ---\n{solution}"}
+    del old["solutions_separator"]
+    assert PromptSet.from_dict(old).solutions(["a", "b"]) == "--- Solution 1 ---\na\n\n--- Solution 2 ---\nb"
+    assert PromptSet.from_dict(record) == PROMPT_SETS["paper"]["math"]
+    assert PROMPT_SETS["paper"]["math"].solutions(["a", "b"]) == reference_solutions(["a", "b"])
+    assert PROMPT_SETS["paper"]["code"].solutions(["a"], ["s"]) == reference_solutions(["a"], ["s"])

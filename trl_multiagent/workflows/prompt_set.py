@@ -181,6 +181,10 @@ class PromptSet:
         missing = [f.name for f in fields(cls) if f.name in FILE_KEYS and f.name not in templates]
         if missing:
             raise ValueError(f"The prompt set has no {missing[0]!r} template; it needs {list(FILE_KEYS)}.")
+        if "solution_block" in templates and "solutions_separator" not in templates:
+            # A record (``to_dict``, saved with checkpoints) from before the separator existed: its blocks were
+            # joined by a blank line, so it rebuilds the requests it was trained on.
+            templates = {**templates, "solutions_separator": "\n\n"}
         return cls(**templates)
 
     @classmethod
