@@ -342,7 +342,7 @@ def test_orch_workers_assigns_one_strategy_per_worker():
     for request, strategy in zip(worker_requests, ["direct addition", "count on fingers", "use a number line"]):
         assert strategy in request and "What is 2 + 3?" in request
     (synthesizer_request,) = fake.texts("synthesizer")
-    assert "--- Solution 3 (strategy: use a number line) ---\nworker 2 \\boxed{5}" in synthesizer_request
+    assert "\n--- Solution 3 (Strategy: use a number line) ---\nworker 2 \\boxed{5}\n" in synthesizer_request
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def test_orch_workers_runs_one_worker_per_strategy(plan, strategies):
         assert f"Strategy:\n{strategy}" in request
     (synthesizer_request,) = fake.texts("synthesizer")
     for i, strategy in enumerate(strategies):
-        assert f"--- Solution {i + 1} (strategy: {strategy}) ---\nworker {i}" in synthesizer_request
+        assert f"\n--- Solution {i + 1} (Strategy: {strategy}) ---\nworker {i}\n" in synthesizer_request
 
 
 @pytest.mark.parametrize(("plan", "n_parsed"), [("STRATEGY 1: direct addition", 1), ("I would just add them: 5.", 0)])
@@ -526,13 +526,13 @@ def test_a_prompt_file_sets_every_roles_request(tmp_path):
     assert run(Voting(n_voters=2, prompts=path), fake) == "v1"
     assert fake.texts("generator") == ["VOTE What is 2 + 3?"] * 2
     assert fake.texts("aggregator") == [
-        "AGGREGATE What is 2 + 3?\n--- Solution 1 ---\nv0\n\n--- Solution 2 ---\nv1\nof 2"
+        "AGGREGATE What is 2 + 3?\n\n--- Solution 1 ---\nv0\n\n--- Solution 2 ---\nv1\n\nof 2"
     ]
     fake = FakeGenerate({"orchestrator": ["STRATEGY 1: add"], "worker": lambda i, _: "w", "synthesizer": ["s"]})
     run(OrchWorkers(prompts=path), fake)
     assert fake.texts("orchestrator") == ["PROPOSE 3 for What is 2 + 3?"]
     assert fake.texts("worker") == ["WORK What is 2 + 3? with add"]
-    assert fake.texts("synthesizer") == ["SYNTHESIZE What is 2 + 3?\n--- Solution 1 (strategy: add) ---\nw"]
+    assert fake.texts("synthesizer") == ["SYNTHESIZE What is 2 + 3?\n\n--- Solution 1 (Strategy: add) ---\nw\n"]
     fake = FakeGenerate({"generator": ["g"]})
     run(SingleAgent(prompts=path), fake)
     assert fake.texts("generator") == ["SOLVE What is 2 + 3?"]

@@ -119,8 +119,9 @@ class Strategies:
     ``require_all=False`` (Orch-Workers with one worker per strategy): the output follows the format when it has at
     least one ``STRATEGY k:`` header, and ``read`` falls back to a numbered list, the lines, then the whole text
     (``parsing.read_strategies``). ``require_all=True`` (a fixed worker count): it follows the format only with ``n``
-    headers, and ``read`` returns the parsed headers alone (the workflow fills the rest). ``rule``: which lines the
-    line fallback keeps (``"robust"``: every non-empty one; ``"reference"``: those over 10 characters).
+    headers, and ``read`` returns the parsed headers alone (the workflow fills the rest). ``rule``: the reader
+    (``parsing.read_strategies``; ``"robust"``: order of appearance, markdown stripped, every non-empty line;
+    ``"reference"``: the reference's, ordered by number, as written, lines over 10 characters).
     """
 
     n: int
@@ -132,12 +133,14 @@ class Strategies:
         check_rule(self.rule)
 
     def parse(self, text: str) -> list[str] | None:
-        strategies = parse_strategies(text, self.n)
+        strategies = parse_strategies(text, self.n, self.rule)
         enough = len(strategies) == self.n if self.require_all else bool(strategies)
         return strategies if enough else None
 
     def read(self, text: str) -> list[str]:
-        return parse_strategies(text, self.n) if self.require_all else read_strategies(text, self.n, self.rule)
+        if self.require_all:
+            return parse_strategies(text, self.n, self.rule)
+        return read_strategies(text, self.n, self.rule)
 
 
 def answer_format(task: str) -> BoxedAnswer | CodeAnswer:

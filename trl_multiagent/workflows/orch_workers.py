@@ -33,9 +33,10 @@ class OrchWorkers(Workflow):
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
         workers: ``"per_strategy"`` or ``"fixed"``, as above.
         prompts: a prompt set (see ``EvalOpt``); uses ``propose``, ``work``, ``synthesize``,
-            ``strategy_solution_block`` and ``fallback_strategy``.
-        parsing: which lines the line fallback keeps as strategies (``parsing.read_strategies``): ``"reference"``,
-            those longer than 10 characters; ``"robust"``, every non-empty one.
+            ``strategy_solution_block``, ``solutions_separator`` and ``fallback_strategy``.
+        parsing: how the plan is read (``parsing.read_strategies``): ``"reference"``, the reference's reader
+            (``STRATEGY k:`` headers and numbered items ordered by ``k`` and kept as written, the lines longer than
+            10 characters); ``"robust"``, in order of appearance without markdown decoration, every non-empty line.
     """
 
     roles = ("orchestrator", "worker", "synthesizer")

@@ -15,13 +15,14 @@ The judges' readers (verdict, selection, strategies) have two rules, named by ``
 
 - ``"reference"`` (the paper preset, and the workflows' default): the research's reference workflows' readers. The
   first ``\boxed{Correct}`` / ``\boxed{Incorrect}`` written exactly so (any case); the first ``\boxed{N}`` of
-  digits, else the first standalone digit 1-9, else candidate 1, each tried once; strategy lines longer than 10
+  digits, else the first standalone digit 1-9, else candidate 1, each tried once; ``STRATEGY k:`` headers and
+  numbered items in the order of their numbers, kept as written (markdown included); strategy lines longer than 10
   characters.
 - ``"robust"`` (the toy preset, which the shipped toy model was trained and measured with): LaTeX-tolerant boxes
   (``\fbox``, ``\boxed{\text{Correct.}}``, ``\boxed{Solution 2}``) and the **last** verdict or in-range selection
   box, so a judge that changes its mind is read by its final word and a judge that restates a candidate's answer
   (``Solution 1 says \boxed{3}``) before choosing is read by its choice; the first digit in range; every non-empty
-  strategy line, without markdown bullets.
+  strategy line; strategies in order of appearance, without markdown bullets.
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ RULES = ("reference", "robust")
 _STRATEGY_HEADER = re.compile(r"STRATEGY\s*\d+\s*\**\s*:", re.IGNORECASE)
 _NUMBERED_ITEM = re.compile(r"^[ \t]*\**\d+[.)]\**[ \t]+", re.MULTILINE)
 _MARKDOWN_DECORATION = " \t\r\n*#->"  # bold markers, headings and bullets around a strategy
+# The reference's orchestrator reader. A strategy runs from its ``STRATEGY k:`` header (no markdown inside it) to the
+# next such header or the end of the text; a numbered item from a line starting ``k.`` or ``k)`` to the next line that
+# starts so or the end. Neither strips markdown, and each list is put in the order of its numbers.
+_REFERENCE_HEADER = r"STRATEGY\s*\d+\s*:"
+_REFERENCE_STRATEGY = re.compile(
+    rf"STRATEGY\s*(?P<number>\d+)\s*:\s*(?P<text>.+?)(?={_REFERENCE_HEADER}|$)", re.IGNORECASE | re.DOTALL
+)
+_REFERENCE_ITEM = re.compile(r"^\s*(?P<number>\d+)[.)]\s*(?P<text>.+?)(?=^\s*\d+[.)]|\Z)", re.MULTILINE | re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 _PYTHON_TAGS = {"python", "python3", "py", ""}
 
@@ -151,14 +160,27 @@ def _split_at(headers: list[re.Match], text: str) -> list[str]:
     return [item for item in items if item]
 
 
-def parse_strategies(text: str, n: int) -> list[str]:
-    """The strategies an orchestrator proposed as ``STRATEGY k: ...``, in order of appearance, at most ``n``.
+def _by_number(pattern: re.Pattern, text: str) -> list[str]:
+    """The ``text`` group of every match, stripped of blanks, ordered by the ``number`` group (ties: as written)."""
+    found = [(int(match["number"]), match["text"].strip()) for match in pattern.finditer(text)]
+    return [strategy for _, strategy in sorted(found, key=lambda item: item[0])]
 
-    A strategy runs from its header to the next header (or the end), so it may span lines. Headers are
-    case-insensitive and may carry markdown (``**Strategy 2:**``, ``- STRATEGY 2:``); empty strategies are
-    dropped. An empty list when there is no header: see ``read_strategies`` for the fallbacks.
+
+def parse_strategies(text: str, n: int, rule: str = "robust") -> list[str]:
+    """The strategies an orchestrator proposed as ``STRATEGY k: ...``, at most ``n``.
+
+    A strategy runs from its header to the next header (or the end), so it may span lines; headers are
+    case-insensitive. ``rule="robust"``: in order of appearance; headers may carry markdown (``**Strategy 2:**``,
+    ``- STRATEGY 2:``), which is stripped from the strategy, and empty strategies are dropped. ``rule="reference"``:
+    the reference's reader, ordered by ``k`` and kept as written (markdown included, ``**STRATEGY 1:** x`` gives
+    ``** x``); the header is ``STRATEGY k:`` exactly (``**Strategy 1**:`` is none), and a strategy holds at least one
+    character, so a header with nothing after it swallows the next header (``STRATEGY 1:\nSTRATEGY 2: x`` gives
+    ``STRATEGY 2: x``). An empty list when there is no header: see ``read_strategies`` for the fallbacks.
     """
-    return _split_at(list(_STRATEGY_HEADER.finditer(answer_part(text))), answer_part(text))[:n]
+    text = answer_part(text)
+    if check_rule(rule) == "reference":
+        return _by_number(_REFERENCE_STRATEGY, text)[:n]
+    return _split_at(list(_STRATEGY_HEADER.finditer(text)), text)[:n]
 
 
 def read_strategies(text: str, n: int, rule: str = "robust") -> list[str]:
@@ -166,15 +188,20 @@ def read_strategies(text: str, n: int, rule: str = "robust") -> list[str]:
 
     In order, the first rule that finds any: ``STRATEGY k:`` headers (``parse_strategies``); a numbered list
     (``1.`` or ``1)`` at a line start, each item up to the next); the lines; the whole text (possibly empty). At
-    most ``n`` are kept. The lines: ``rule="robust"`` keeps every non-empty line without markdown bullets;
-    ``rule="reference"`` keeps the lines longer than 10 characters once stripped of blanks, as written.
+    most ``n`` are kept. ``rule="robust"``: strategies in order of appearance without markdown decoration; numbered
+    items need a blank after the number; every non-empty line counts. ``rule="reference"``: the reference's reader
+    (examples/math_reasoning/orchestrator_workers_math_workflow.py, ``parse_proposals``): headers and numbered
+    items ordered by their numbers and kept as written, markdown included; the lines longer than 10 characters once
+    stripped of blanks; the first ``n`` of the list found.
     """
     text = answer_part(text)
     if check_rule(rule) == "reference":
         lines = [line.strip() for line in text.split("\n") if len(line.strip()) > _REFERENCE_LINE_FLOOR]
+        found = (parse_strategies(text, n, rule), _by_number(_REFERENCE_ITEM, text), lines)
     else:
         lines = [line.strip(_MARKDOWN_DECORATION) for line in text.splitlines() if line.strip(_MARKDOWN_DECORATION)]
-    for strategies in (parse_strategies(text, n), _split_at(list(_NUMBERED_ITEM.finditer(text)), text), lines):
+        found = (parse_strategies(text, n), _split_at(list(_NUMBERED_ITEM.finditer(text)), text), lines)
+    for strategies in found:
         if strategies:
             return strategies[:n]
     return [text.strip()]

@@ -19,7 +19,8 @@ implementation's ``prompt.json``, so a user can point a workflow at that file or
         "orchestrator_compare": {"template": "... {problem} ... {solutions} ..."}      # PromptSet.synthesize
       },
       "trl_multiagent": {                                                # optional, defaults below
-        "solution_block": "...", "strategy_solution_block": "...", "fallback_strategy": "..."
+        "solution_block": "...", "strategy_solution_block": "...", "solutions_separator": "...",
+        "fallback_strategy": "..."
       }
     }
 
@@ -37,7 +38,10 @@ variables (below), ``{{`` and ``}}`` are literal braces, and any other ``{...}``
   history the attempt is the assistant turn just above);
 - ``refine``: ``{feedback}``, the evaluator's output (needed with ``history="fresh"``);
 - ``aggregate``, ``synthesize``: ``{solutions}`` (the candidates, each rendered with ``solution_block`` /
-  ``strategy_solution_block``, separated by a blank line) and ``{n}`` (their number);
+  ``strategy_solution_block``, joined by ``solutions_separator``) and ``{n}`` (their number). By default the
+  reference's layout: each block is ``\n--- Solution i ---\n<solution>\n`` (``--- Solution i (Strategy: <strategy>)
+  ---`` under Orch-Workers), joined with nothing, so ``{solutions}`` starts on a new line and ends with one, as the
+  reference's templates (``Solutions to review:{solutions}``) expect;
 - ``propose``: ``{max_subtasks}`` (the most strategies wanted) and ``{strategy_format}`` (``STRATEGY 1: <strategy>``
   lines, one per strategy);
 - ``work``: ``{strategy}``;
@@ -76,6 +80,7 @@ VARIABLES = {
     "synthesize": (*_PROBLEM, "solutions", "n"),
     "solution_block": ("index", "solution"),
     "strategy_solution_block": ("index", "strategy", "solution"),
+    "solutions_separator": (),
     "fallback_strategy": (),
 }
 # Variables a template must use, or the role never sees what it works on.
@@ -124,6 +129,8 @@ class PromptSet:
         synthesize: the synthesizer's request.
         solution_block: one candidate in an aggregator's ``{solutions}``.
         strategy_solution_block: one worker's solution, under a header naming its strategy, in ``{solutions}``.
+        solutions_separator: the text between two blocks in ``{solutions}`` (the blocks carry their own newlines in
+            the default, reference layout; the guarded set puts a blank line between blocks without them).
         fallback_strategy: the strategy given to a worker left without one under ``OrchWorkers(workers="fixed")``.
     """
 
@@ -135,8 +142,9 @@ class PromptSet:
     propose: str
     work: str
     synthesize: str
-    solution_block: str = "--- Solution {index} ---\n{solution}"
-    strategy_solution_block: str = "--- Solution {index} (strategy: {strategy}) ---\n{solution}"
+    solution_block: str = "\n--- Solution {index} ---\n{solution}\n"
+    strategy_solution_block: str = "\n--- Solution {index} (Strategy: {strategy}) ---\n{solution}\n"
+    solutions_separator: str = ""
     fallback_strategy: str = "No strategy was assigned; use the approach you find most reliable."
 
     def __post_init__(self) -> None:
@@ -154,7 +162,8 @@ class PromptSet:
         return fill(getattr(self, name), VARIABLES[name], values)
 
     def solutions(self, solutions: list[str], strategies: list[str] | None = None) -> str:
-        """The ``{solutions}`` text: one block per candidate (with its strategy when given), blank lines between."""
+        """The ``{solutions}`` text: one block per candidate (with its strategy when given), joined by
+        ``solutions_separator``."""
         if strategies is None:
             blocks = [self.render("solution_block", index=i + 1, solution=s) for i, s in enumerate(solutions)]
         else:
@@ -162,7 +171,7 @@ class PromptSet:
                 self.render("strategy_solution_block", index=i + 1, strategy=strategy, solution=solution)
                 for i, (strategy, solution) in enumerate(zip(strategies, solutions, strict=True))
             ]
-        return "\n\n".join(blocks)
+        return self.solutions_separator.join(blocks)
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -172,6 +181,10 @@ class PromptSet:
         missing = [f.name for f in fields(cls) if f.name in FILE_KEYS and f.name not in templates]
         if missing:
             raise ValueError(f"The prompt set has no {missing[0]!r} template; it needs {list(FILE_KEYS)}.")
+        if "solution_block" in templates and "solutions_separator" not in templates:
+            # A record (``to_dict``, saved with checkpoints) from before the separator existed: its blocks were
+            # joined by a blank line, so it rebuilds the requests it was trained on.
+            templates = {**templates, "solutions_separator": "\n\n"}
         return cls(**templates)
 
     @classmethod
@@ -194,7 +207,7 @@ class PromptSet:
             templates[name] = _template(found[key], f"{path}: {section}.{key}")
         for name, value in (data.get(OPTIONAL_SECTION) or {}).items():
             if name not in VARIABLES or name in FILE_KEYS:
-                optional = ("solution_block", "strategy_solution_block", "fallback_strategy")
+                optional = ("solution_block", "strategy_solution_block", "solutions_separator", "fallback_strategy")
                 raise ValueError(f"{path}: unknown key {OPTIONAL_SECTION}.{name}; it may hold {optional}.")
             templates[name] = _template(value, f"{path}: {OPTIONAL_SECTION}.{name}")
         return cls(**templates)

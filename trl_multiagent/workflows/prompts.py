@@ -79,9 +79,9 @@ def _paper(task: str) -> PromptSet:
         vote=solve,
         aggregate=(
             f"Below are several solutions to the same {subject}. Choose the one most likely to be correct.\n\n"
-            "Problem:\n{problem}\n\nSolutions:\n\n{solutions}\n\n"
+            "Problem:\n{problem}\n\nSolutions:{solutions}\n\n"
             f"Examine each solution for correctness and completeness. {_PAPER_CHECK[task]} Give the number of the "
-            "solution you choose as \\boxed{{N}}, with N between 1 and {n}."
+            "solution you choose as \\boxed{{N}}."
         ),
         propose=(
             f"Propose at most {{max_subtasks}} different strategies for solving the {subject} below, each a "
@@ -95,7 +95,7 @@ def _paper(task: str) -> PromptSet:
         ),
         synthesize=(
             f"Several solvers each solved the same {subject} with a different strategy. Compare their complete "
-            "solutions and decide the correct answer.\n\nProblem:\n{problem}\n\nSolutions:\n\n{solutions}\n\n"
+            "solutions and decide the correct answer.\n\nProblem:\n{problem}\n\nSolutions:{solutions}\n\n"
             f"{_PAPER_CHECK[task]} Solutions that agree give more confidence; where they disagree, decide which one "
             f"is right. {_PAPER_SYNTHESIS[task]}"
         ),
@@ -175,6 +175,7 @@ def _guarded(task: str) -> PromptSet:
         ),
         solution_block="--- Solution {index} ---\n{solution}",
         strategy_solution_block="--- Solution {index} ---\nStrategy: {strategy}\n\n{solution}",
+        solutions_separator="\n\n",
         fallback_strategy=_FALLBACK_STRATEGY,
     )
 

@@ -23,7 +23,8 @@ class Voting(Workflow):
     Args:
         n_voters: number of independent answers; the paper uses 3.
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
-        prompts: a prompt set (see ``EvalOpt``); uses ``vote``, ``aggregate`` and ``solution_block``.
+        prompts: a prompt set (see ``EvalOpt``); uses ``vote``, ``aggregate``, ``solution_block`` and
+            ``solutions_separator``.
         parsing: how the choice is read (``parsing.parse_selection``): ``"reference"``, the first ``\boxed{N}``, else
             the first digit 1-9, else candidate 1; ``"robust"``, the last box in range, else the first digit in range.
     """
