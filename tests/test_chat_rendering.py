@@ -199,6 +199,46 @@ def test_transformers_backend_generates_from_the_reference_prompt(base):
     assert input_ids[1, -len(short.prompt_ids) :].tolist() == short.prompt_ids
 
 
+def reference_content(decoded: str) -> str:
+    """The reference parser's completion content with thinking off (rllm/parser/chat_template_parser.py:509-537):
+    after the one ``</think>`` if there is exactly one, else the whole text; EOS removed; stripped."""
+    if decoded.count("</think>") == 1:
+        return decoded.partition("</think>")[2].strip()
+    return decoded.strip()
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "\n\n3 + 4 = 7, so \\boxed{7}  \n",
+        "<think>\nadd them\n</think>\n\n\\boxed{7}\n",
+        "a</think>b</think> c ",
+        "plain answer",
+        "",
+    ],
+)
+def test_completions_reach_the_workflow_as_the_references_content(tokenizer, completion):
+    ids = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    assert ChatRenderer(tokenizer, "reference_qwen").completion_text(ids) == reference_content(decoded)
+    assert ChatRenderer(tokenizer).completion_text(ids) == decoded  # the library default: the text as decoded
+
+
+def test_the_backend_hands_the_workflow_the_references_content(base):
+    backend = TransformersBackend(
+        lambda: contextlib.nullcontext(base.model),
+        base.tokenizer,
+        base.router,
+        make_generation_config(base, max_new_tokens=12),
+        eos_token_ids(base),
+        {"enable_thinking": False},
+        chat_rendering="reference_qwen",
+    )
+    (result,) = backend.generate([GenerationRequest("__base__", QUESTION)])
+    decoded = base.tokenizer.decode(result.completion_ids, skip_special_tokens=True)
+    assert result.text == reference_content(decoded)
+
+
 def test_evaluation_episodes_render_as_asked(base):
     config = make_generation_config(base, max_new_tokens=2)
     (reference,) = run_episodes(base, [QUESTION], config, chat_rendering="reference_qwen")

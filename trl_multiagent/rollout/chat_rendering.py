@@ -18,6 +18,7 @@ CHAT_RENDERINGS = ("tokenizer", "reference_qwen")
 QWEN_DEFAULT_SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 _START, _END = "<|im_start|>", "<|im_end|>"
 _EMPTY_THINK = "<think>\n\n</think>\n\n"  # thinking off: the think block is there, and empty
+_THINK_END = "</think>"
 
 
 def check_chat_rendering(chat_rendering: str, chat_template_kwargs: Mapping[str, Any] | None) -> None:
@@ -73,6 +74,20 @@ class ChatRenderer:
             )
         # The reference tokenizes its rendered text with no special tokens added around it.
         return self.tokenizer.encode(self.text(messages), add_special_tokens=False)
+
+    def completion_text(self, token_ids: list[int]) -> str:
+        """What the workflow is handed for a completion (and what is graded and passed on to other roles).
+
+        "tokenizer": the decoded text as it is. "reference_qwen": the reference parser's content with thinking off:
+        the text after the ``</think>`` when there is exactly one, else the whole text, stripped of surrounding
+        whitespace (so an answer starting with newlines reaches the next role's prompt without them).
+        """
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if self.chat_rendering == "tokenizer":
+            return text
+        if text.count(_THINK_END) == 1:
+            text = text.partition(_THINK_END)[2]
+        return text.strip()
 
 
 def _reference_qwen_text(messages: list[dict[str, Any]]) -> str:

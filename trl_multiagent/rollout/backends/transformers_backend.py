@@ -113,7 +113,7 @@ class TransformersBackend:
                 GenerationResult(
                     prompt_ids=prompt,
                     completion_ids=completion,
-                    text=self.tokenizer.decode(completion, skip_special_tokens=True),
+                    text=self.renderer.completion_text(completion),
                     truncated=end is None,
                 )
             )

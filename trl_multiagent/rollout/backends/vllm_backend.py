@@ -121,9 +121,10 @@ def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]
 
 
 def request_result(
-    tokenizer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False
+    renderer: ChatRenderer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False
 ) -> GenerationResult:
-    """``stopped``: vLLM finished the request on a stop condition (an EOS id or a stop string), not on length."""
+    """``stopped``: vLLM finished the request on a stop condition (an EOS id or a stop string), not on length.
+    ``renderer`` turns the completion into the text the workflow is handed."""
     # A log-prob the server could not serialise (-inf) arrives as None: NaN, which TRL's correction treats as 1.
     completion = list(token_ids)
     logprobs = [float("nan") if lp is None else float(lp) for lp in logprobs]
@@ -133,7 +134,7 @@ def request_result(
     return GenerationResult(
         prompt_ids=list(prompt_ids),
         completion_ids=completion,
-        text=tokenizer.decode(completion, skip_special_tokens=True),
+        text=renderer.completion_text(completion),
         truncated=end is None and not stopped,
         sampling_logprobs=logprobs,
     )
@@ -230,7 +231,7 @@ class VLLMBackend:
         """A ``GenerationResult`` from vLLM's ``CompletionOutput`` (the sampled token's log-prob at each step)."""
         logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
         stopped = sample.finish_reason == "stop"
-        return request_result(self.tokenizer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
+        return request_result(self.renderer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
 
 
 class AsyncVLLMBackend(VLLMBackend):

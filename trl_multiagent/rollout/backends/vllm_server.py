@@ -211,7 +211,7 @@ class VLLMServerBackend:
             self.in_flight[url] -= 1
         stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
-        return request_result(self.tokenizer, prompt, choice["token_ids"], logprobs, self.eos_token_ids, stopped)
+        return request_result(self.renderer, prompt, choice["token_ids"], logprobs, self.eos_token_ids, stopped)
 
     def _prompt(self, request: GenerationRequest) -> list[int]:
         return self.renderer.prompt_ids(request.messages)
