@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from trl_multiagent import OrchWorkers
 from trl_multiagent.rollout.records import Episode, ModelCall
 from trl_multiagent.training.advantages import call_advantages, group_advantages, trajectory_advantages
 
@@ -33,8 +34,7 @@ def test_a_role_missing_from_some_episodes_differs_between_groupings():
     ]
     rewards = torch.tensor([1.0, 0.0])
     per_episode = group_advantages(rewards, 2)
-    roles = ("orchestrator", "worker")
-    args = (rewards, roles, 2, "group")
+    args = (rewards, OrchWorkers().trajectory_name, 2, "group")
     by_episode = call_advantages(episodes, 0, per_episode, *args, "episodes", lambda x: x)
     by_role = call_advantages(episodes, 0, per_episode, *args, "roles", lambda x: x)
     assert by_episode == pytest.approx([per_episode[0].item()] * 4 + [per_episode[1].item()] * 3)

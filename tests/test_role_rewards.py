@@ -12,7 +12,7 @@ from tiny import tiny_trainer
 
 from trl_multiagent import EvalOpt, OrchWorkers, Voting
 from trl_multiagent.rollout.records import Episode, ModelCall
-from trl_multiagent.training.role_rewards import outcome_scorer, reference_role_rewards
+from trl_multiagent.training.role_rewards import builtin_role_rewards, outcome_scorer
 
 
 def call(role: str, text: str, instance: int = 0) -> ModelCall:
@@ -29,7 +29,7 @@ def test_evaluator_is_rewarded_when_its_verdict_matches_the_attempt_it_judged():
         call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Incorrect}"),  # right attempt rejected: 0
         call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Correct}"),    # right attempt praised: 1
     ], "\\boxed{4}")  # fmt: skip
-    rewards = reference_role_rewards(EvalOpt().formats, [episode], ROWS, [1.0], SCORE)
+    rewards = builtin_role_rewards("reference", EvalOpt(), [episode], ROWS, [1.0], SCORE)
     assert rewards == [[0.0, 0.0, 1.0, 0.0, 1.0, 1.0]]  # generator: its own answer; evaluator: its verdict
 
 
@@ -38,11 +38,11 @@ def test_aggregator_is_rewarded_for_the_answer_it_picked_and_a_plan_for_the_outc
         call("generator", "\\boxed{5}", 0), call("generator", "\\boxed{4}", 1), call("generator", "\\boxed{3}", 2),
         call("aggregator", "\\boxed{2}"),
     ], "\\boxed{4}")  # fmt: skip
-    assert reference_role_rewards(Voting().formats, [voting], ROWS, [1.0], SCORE) == [[0.0, 1.0, 0.0, 1.0]]
+    assert builtin_role_rewards("reference", Voting(), [voting], ROWS, [1.0], SCORE) == [[0.0, 1.0, 0.0, 1.0]]
     orch = Episode(0, [
         call("orchestrator", "STRATEGY 1: add"), call("worker", "\\boxed{4}", 0), call("synthesizer", "\\boxed{5}"),
     ], "\\boxed{5}")  # fmt: skip
-    assert reference_role_rewards(OrchWorkers().formats, [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
+    assert builtin_role_rewards("own_answers", OrchWorkers(), [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
 
 
 def scripted_eval_opt(requests, rng):
