@@ -104,16 +104,16 @@ def _normalise_in_groups(
         raise ValueError(f"`scale_rewards` must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
     values = torch.tensor([float(r) for r in rewards], dtype=torch.float64)
     advantages = torch.zeros_like(values)
-    batch_std = nanstd(values) if scale_rewards == "batch" else None
+    batch_std = _unbiased_std(values) if scale_rewards == "batch" else None
     groups: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     for rows in groups.values():
         group = values[rows]
         if lone_keeps_score and int((~torch.isnan(group)).sum()) == 1:
-            mean, std = torch.zeros(()), torch.ones(())
+            mean, std = torch.zeros((), dtype=values.dtype), torch.ones((), dtype=values.dtype)
         else:
-            mean, std = torch.nanmean(group), torch.nan_to_num(nanstd(group), nan=0.0)
+            mean, std = torch.nanmean(group), _unbiased_std(group)
         centred = group - mean
         if scale_rewards == "group":
             centred = centred / (std + 1e-6)
@@ -121,6 +121,13 @@ def _normalise_in_groups(
             centred = centred / (batch_std + 1e-6)
         advantages[rows] = centred
     return torch.nan_to_num(advantages, nan=0.0).tolist()
+
+
+def _unbiased_std(values: torch.Tensor) -> torch.Tensor:
+    """The unbiased std of the non-NaN ``values`` in float64 (TRL's ``nanstd`` rounds Bessel's correction to float32);
+    0 with fewer than two."""
+    scored = values[~torch.isnan(values)]
+    return scored.std() if scored.numel() > 1 else torch.zeros((), dtype=values.dtype)
 
 
 def call_advantages(
