@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import torch
+from reference_rules import reference_advantages, verl_grpo
 
 from trl_multiagent import EvalOpt, OrchWorkers, Voting
 from trl_multiagent.rollout.records import Episode, ModelCall
@@ -47,41 +48,6 @@ def test_a_role_missing_from_some_episodes_differs_between_groupings():
     assert by_episode == pytest.approx([per_episode[0].item()] * 4 + [per_episode[1].item()] * 3)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert by_role == pytest.approx([a, a, a, 0.0, -a, -a, -a])  # worker 2 has no group to compare with
-
-
-# The reference's GRPO groups (advantage_groups="calls"), computed here the reference's way: rLLM makes every model
-# call a one-step trajectory with its own reward and gives it the uid `{task}_{trajectory name}_step0`
-# (rllm/engine/agent_workflow_engine.py:316,389; agent_workflow_trainer.py:473; stepwise per_step in
-# rllm/trainer/config/multi_agent_ppo_trainer.yaml:111-113), the task id shared by a prompt's episodes
-# (agent_workflow_trainer.py:253-254); verl normalises per uid (verl/trainer/ppo/core_algos.py:311-325).
-
-
-def verl_grpo(uids: list[str], scores: list[float]) -> list[float]:
-    """verl's GRPO advantage (norm_adv_by_std_in_grpo): per uid the mean and unbiased std, eps 1e-6; a uid with one
-    sample gets mean 0 and std 1."""
-    by_uid: dict[str, list[float]] = {}
-    for uid, score in zip(uids, scores):
-        by_uid.setdefault(uid, []).append(score)
-    stats = {}
-    for uid, xs in by_uid.items():
-        mean = sum(xs) / len(xs) if len(xs) > 1 else 0.0
-        std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 1.0
-        stats[uid] = (mean, std)
-    return [(score - stats[uid][0]) / (stats[uid][1] + 1e-6) for uid, score in zip(uids, scores)]
-
-
-def reference_name(task: str, c: ModelCall) -> str:
-    """The reference's trajectory name of a call: math voters generator0/1/2 (rllm/workflows/voting_workflow.py:214),
-    code voters all generator (examples/deepcoder/deepcoder_voting_workflow.py:245), every Orch-Workers worker
-    worker (rllm/workflows/orchestrator_workers_workflow.py:379), each Eval-Opt call its role
-    (rllm/workflows/evaluator_optimizer_workflow.py:302,358,410)."""
-    return f"generator{c.instance}" if (task, c.role) == ("voting_math", "generator") else c.role
-
-
-def reference_advantages(episodes, num_generations: int, task: str, scores: list[float]) -> list[float]:
-    """verl's advantages of every call (in call order) over the reference's uids; ``scores`` per call."""
-    uids = [f"task{e.index // num_generations}_{reference_name(task, c)}_step0" for e in episodes for c in e.calls]
-    return verl_grpo(uids, scores)
 
 
 def outcome_per_call(episodes, rewards) -> list[float]:
