@@ -1,4 +1,6 @@
-"""GRPO advantages over whole-workflow outcomes: the episodes of one prompt form a group."""
+"""GRPO advantages. ``advantage_groups``: "episodes", the episodes of one prompt form a group (TRL's); "calls", every
+model call a sample, grouped per prompt and trajectory name (the reference's); "roles", per prompt, role and instance
+with a role instance's calls in an episode pooled."""
 
 from __future__ import annotations
 
