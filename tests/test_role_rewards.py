@@ -4,15 +4,19 @@ normalised per prompt, role and instance."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
-from scripted import addition_dataset, boxed_answer_reward
-from tiny import tiny_trainer
+from reference_rules import reference_advantages, reference_role_rewards, right
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from tiny import tiny_config, tiny_trainer
+from transformers import AutoTokenizer
 
-from trl_multiagent import EvalOpt, OrchWorkers, Voting
+from trl_multiagent import EvalOpt, OrchWorkers, SingleAgent, Voting
+from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.rollout.records import Episode, ModelCall
-from trl_multiagent.training.role_rewards import outcome_scorer, reference_role_rewards
+from trl_multiagent.training.role_rewards import builtin_role_rewards, outcome_scorer
 
 
 def call(role: str, text: str, instance: int = 0) -> ModelCall:
@@ -29,7 +33,7 @@ def test_evaluator_is_rewarded_when_its_verdict_matches_the_attempt_it_judged():
         call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Incorrect}"),  # right attempt rejected: 0
         call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Correct}"),    # right attempt praised: 1
     ], "\\boxed{4}")  # fmt: skip
-    rewards = reference_role_rewards(EvalOpt().formats, [episode], ROWS, [1.0], SCORE)
+    rewards = builtin_role_rewards("reference", EvalOpt(), [episode], ROWS, [1.0], SCORE)
     assert rewards == [[0.0, 0.0, 1.0, 0.0, 1.0, 1.0]]  # generator: its own answer; evaluator: its verdict
 
 
@@ -38,11 +42,11 @@ def test_aggregator_is_rewarded_for_the_answer_it_picked_and_a_plan_for_the_outc
         call("generator", "\\boxed{5}", 0), call("generator", "\\boxed{4}", 1), call("generator", "\\boxed{3}", 2),
         call("aggregator", "\\boxed{2}"),
     ], "\\boxed{4}")  # fmt: skip
-    assert reference_role_rewards(Voting().formats, [voting], ROWS, [1.0], SCORE) == [[0.0, 1.0, 0.0, 1.0]]
+    assert builtin_role_rewards("reference", Voting(), [voting], ROWS, [1.0], SCORE) == [[0.0, 1.0, 0.0, 1.0]]
     orch = Episode(0, [
         call("orchestrator", "STRATEGY 1: add"), call("worker", "\\boxed{4}", 0), call("synthesizer", "\\boxed{5}"),
     ], "\\boxed{5}")  # fmt: skip
-    assert reference_role_rewards(OrchWorkers().formats, [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
+    assert builtin_role_rewards("own_answers", OrchWorkers(), [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
 
 
 def scripted_eval_opt(requests, rng):
@@ -90,3 +94,90 @@ def test_evaluator_advantages_are_its_verdict_rewards_normalised_per_prompt(tiny
     assert len({round(a, 6) for _, a in got}) > 1  # verdicts differ in quality, so advantages differ
     logs = trainer.state.log_history[0]
     assert math.isclose(logs["role/evaluator/role_reward"], sum(every_verdict) / len(every_verdict), abs_tol=1e-9)
+
+
+def scripted_roles(requests, rng) -> list[str]:
+    """Every role of the built-in math workflows, at random: answers right or wrong, verdicts Correct, Incorrect or
+    none, a pick among three, one to three strategies."""
+    outputs = []
+    for request in requests:
+        i = int(re.search(r"What is (\d+) \+ 2", " ".join(m["content"] for m in request.messages)).group(1))
+        if request.adapter == "evaluator":
+            outputs.append(rng.choice(["\\boxed{Correct}", "\\boxed{Incorrect}", "Looks fine to me."]))
+        elif request.adapter == "aggregator":
+            outputs.append(f"\\boxed{{{rng.randint(1, 3)}}}")
+        elif request.adapter == "orchestrator":
+            outputs.append("\n".join(f"STRATEGY {k}: solve it by method {k}" for k in range(1, rng.randint(1, 3) + 1)))
+        else:
+            outputs.append(f"\\boxed{{{i + 2 if rng.random() < 0.5 else i + 3}}}")
+    return outputs
+
+
+def own_answers_role_rewards(episode, answer: str) -> list[float]:
+    """Our variant, written out: the reference's except workers by their own answers, the orchestrator by the
+    episode's outcome, and an unreadable verdict read as Incorrect."""
+    reference = reference_role_rewards(episode, answer)
+    rewards, attempt = [], None
+    for call, value in zip(episode.calls, reference):
+        if call.role == "worker":
+            value = float(right(call.text, answer))
+        elif call.role == "orchestrator":
+            value = float(right(episode.final_answer, answer))
+        elif call.role == "evaluator":
+            value = float(("\\boxed{Correct}" in call.text) == right(attempt, answer))
+        attempt = call.text if call.role == "generator" else attempt
+        rewards.append(value)
+    return rewards
+
+
+@pytest.mark.parametrize(
+    "workflow", [SingleAgent(), Voting(), EvalOpt(max_iterations=3), OrchWorkers()], ids=lambda w: type(w).__name__
+)
+def test_builtin_role_rewards_are_the_references_and_own_answers_ours(tiny_model_dir, workflow):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    routes = {role: role for role in workflow.roles}
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2?"}], "answer": str(i + 2)} for i in range(4)] * 6
+    episodes = RolloutEngine(workflow, ScriptedBackend(tokenizer, scripted_roles, seed=3), routes).run(
+        [row["prompt"] for row in rows]
+    )
+    outcome = [float(right(e.final_answer, row["answer"])) for e, row in zip(episodes, rows)]
+    reference = builtin_role_rewards("reference", workflow, episodes, rows, outcome, SCORE)
+    assert reference == [reference_role_rewards(e, row["answer"]) for e, row in zip(episodes, rows)]
+    own = builtin_role_rewards("own_answers", workflow, episodes, rows, outcome, SCORE)
+    assert own == [own_answers_role_rewards(e, row["answer"]) for e, row in zip(episodes, rows)]
+    if isinstance(workflow, (EvalOpt, OrchWorkers)):  # where the variants part: zeroed roles, unreadable verdicts
+        assert own != reference
+    assert {0.0, 1.0} <= {r for per_episode in reference for r in per_episode}
+
+
+def test_role_rewards_choices_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="own_answers"):
+        tiny_config(tmp_path, role_rewards="per_role")
+    with pytest.raises(ValueError, match="own_answers"):
+        builtin_role_rewards("per_role", EvalOpt(), [], [], [], SCORE)
+
+
+@pytest.mark.parametrize("role_rewards", [None, "reference"])
+def test_trainer_advantages_under_the_paper_groups_are_the_references(tiny_model_dir, tmp_path, role_rewards):
+    # The paper preset's grouping (advantage_groups="calls") through the trainer, with outcome rewards (the
+    # reference's use_final_outcome_reward=True) or the reference's per-role ones: every call's advantage is verl's
+    # over the reference's uids.
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=3), dataset=addition_dataset(4), respond=scripted_roles,
+        policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
+        role_rewards=role_rewards,
+    )  # fmt: skip
+    batches, episodes = [], []
+    score, run = trainer._generate_and_score_completions, trainer.engine.run
+    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
+    trainer.train()
+    answers = [re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1) for e in episodes]
+    answers = [str(int(a) + 2) for a in answers]
+    if role_rewards is None:
+        scores = [float(right(e.final_answer, a)) for e, a in zip(episodes, answers) for _ in e.calls]
+    else:
+        scores = [r for e, a in zip(episodes, answers) for r in reference_role_rewards(e, a)]
+    expected = reference_advantages(episodes, trainer.num_generations, "eval_opt", scores)
+    assert batches[0].advantages.tolist() == pytest.approx(expected, abs=1e-5)
+    assert max(len(e.calls) for e in episodes) > 2 and len({round(a, 4) for a in expected}) > 1

@@ -15,7 +15,8 @@ logger = logging.getLogger(__name__)
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
 LR_SCHEDULER_STEPS = ("per_training_step", "per_update")
-ADVANTAGE_GROUPS = ("episodes", "roles")
+ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
+ROLE_REWARDS = (None, "reference", "own_answers")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
 
@@ -87,22 +88,28 @@ class MultiAgentGRPOConfig(GRPOConfig):
             forward routes each sample to its adapter (PEFT's mixed-batch path, fewer forwards, more gather/scatter).
             Gradients are the same either way.
         advantage_groups (`str`, *optional*, defaults to `"episodes"`):
-            GRPO groups. `"episodes"`: the episodes of one prompt form a group and every call carries its episode's
-            advantage (TRL's statistics: std with eps 1e-4). `"roles"`: the reference's, one group per prompt, role
-            and instance (voter 0, 1, 2 apart), a role instance's calls in an episode pooled into one trajectory;
-            mean and unbiased std with eps 1e-6. With outcome rewards alone the two differ only where a role is
-            missing from some episodes (Orch-Workers with fewer strategies) and in the eps; with per-role rewards
-            they differ in what is compared.
+            GRPO groups. `"episodes"` (library default): the episodes of one prompt form a group and every call
+            carries its episode's advantage (TRL's statistics: std with eps 1e-4). `"calls"` (the reference's, its
+            uid `{prompt}_{trajectory name}_step0`; the paper preset): every call is one sample with its own reward,
+            grouped per prompt and `Workflow.trajectory_name` (the role; Voting's math voters apart): all of a role's
+            calls over a prompt's episodes, Eval-Opt's repeated attempts and Orch-Workers' workers included, form one
+            group; mean and unbiased std with eps 1e-6, a group of one keeps its raw score (verl's). `"roles"`: one
+            group per prompt, role and instance, a role instance's calls in an episode pooled into one value first
+            (their mean), a group of one gets 0; it weighs episodes, not calls, where roles repeat.
         role_rewards (`str`, *optional*):
-            `"reference"`: the reference stack's per-role rewards, read from the workflow's declared role formats: an
-            answer (generator, voter, worker, synthesizer) is rewarded when it is right by `reward_funcs`, a verdict
-            when it matches whether the attempt it judged is right, a selection when the answer it chose is right, a
-            plan with the episode's outcome. Normalised in role groups and mixed with the outcome advantage by
-            `role_reward_weight`; logged as `role/<role>/role_reward`. Custom ones: the trainer's
+            Built-in per-role rewards, read from the workflow's declared role formats and graded by `reward_funcs`
+            (`trl_multiagent/training/role_rewards.py`). `"reference"`: the reference stack's per-role variant: an
+            answer (generator, voter, synthesizer) rewarded when it is right, a verdict when it matches whether the
+            attempt it judged is right (an unreadable verdict 0), a selection when the answer it chose is right, and
+            the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator and workers, as in the reference).
+            `"own_answers"`: the same but nothing zeroed: workers by their own answers, a plan by the episode's
+            outcome, an unreadable verdict read as Incorrect. Per call under `advantage_groups="calls"`, pooled per
+            role trajectory otherwise; logged as `role/<role>/role_reward`. Custom ones: the trainer's
             `role_reward_funcs`.
         role_reward_weight (`float`, *optional*, defaults to `1.0`):
-            Share of the per-role reward's advantage in a call's advantage (1: the reference's per-role variant, the
-            outcome left out for those roles; 0: outcome only).
+            A call with a per-role reward gets `(1 - w) * outcome advantage + w * role advantage`, both in the groups
+            of `advantage_groups`. 1: the reference's per-role variant (the role reward replaces the outcome; the
+            reference mixes nothing); 0: outcome only.
         clip_grad_norm_per_adapter (`bool`, *optional*, defaults to `False`):
             Clip each adapter's gradient to `max_grad_norm` on its own (the reference under isolated policy) instead
             of the norm over all adapters. Always the case under `update_schedule="mini_batches"`, where every step
@@ -251,16 +258,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
     )
     advantage_groups: str = field(
         default="episodes",
-        metadata={"help": "'episodes': one GRPO group per prompt; 'roles': per prompt, role and instance.",
+        metadata={"help": "'episodes': one GRPO group per prompt; 'calls' (the reference's): per prompt and "
+                          "trajectory name, each call a sample; 'roles': per prompt, role and instance, calls pooled.",
                   "choices": list(ADVANTAGE_GROUPS)},
     )  # fmt: skip
     role_rewards: str | None = field(
         default=None,
-        metadata={"help": "'reference': the reference stack's per-role rewards (see the docstring).",
-                  "choices": [None, "reference"]},
+        metadata={"help": "'reference': the reference stack's per-role rewards; 'own_answers': ours, no role zeroed "
+                          "(see the docstring).",
+                  "choices": list(ROLE_REWARDS)},
     )  # fmt: skip
     role_reward_weight: float = field(
-        default=1.0, metadata={"help": "Weight of the per-role reward's advantage against the outcome's (0 to 1)."}
+        default=1.0, metadata={"help": "Share of the per-role reward's advantage in a call's (0-1; 1: the reference)."}
     )
     clip_grad_norm_per_adapter: bool = field(
         default=False, metadata={"help": "Clip each adapter's gradient norm on its own (max_grad_norm)."}
@@ -352,8 +361,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
             )
         if self.advantage_groups not in ADVANTAGE_GROUPS:
             raise ValueError(f"`advantage_groups` must be one of {ADVANTAGE_GROUPS}, got {self.advantage_groups!r}.")
-        if self.role_rewards not in (None, "reference"):
-            raise ValueError(f"`role_rewards` must be None or 'reference', got {self.role_rewards!r}.")
+        if self.role_rewards not in ROLE_REWARDS:
+            raise ValueError(f"`role_rewards` must be one of {ROLE_REWARDS}, got {self.role_rewards!r}.")
         if not 0.0 <= self.role_reward_weight <= 1.0:
             raise ValueError(f"`role_reward_weight` must be in [0, 1], got {self.role_reward_weight}.")
         if self.update_schedule == "mini_batches" and self.num_iterations != 1:
@@ -527,9 +536,10 @@ def check_trainer_arguments(
         raise ValueError(
             f"`role_reward_funcs` names role(s) {unknown}; the workflow's roles are {list(workflow.roles)}."
         )
-    if args.role_rewards == "reference" and not getattr(workflow, "formats", None):
+    if args.role_rewards is not None and not workflow.formats:
         raise ValueError(
-            f"role_rewards='reference' reads the roles' declared output formats, and {type(workflow).__name__} "
-            "declares none (`formats = {role: BoxedAnswer(), ...}`); declare them or pass `role_reward_funcs`."
+            f"role_rewards={args.role_rewards!r} reads the roles' declared output formats, and "
+            f"{type(workflow).__name__} declares none (`formats = {{role: BoxedAnswer(), ...}}`); declare them or "
+            "pass `role_reward_funcs`."
         )
     return args

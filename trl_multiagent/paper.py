@@ -4,8 +4,8 @@
 # layers, 8 workflow episodes per problem, 64 problems per step, lr 2e-5 with 15 warm-up steps and cosine decay, weight
 # decay 0.01, clip-high 0.28, temperature 0.7, sequence-mean token-mean loss, no KL, 500 steps, a checkpoint every 5;
 # the reference's update: sequential mini-batches of 64 problems per adapter, each adapter clipped at 1.0 on its own,
-# GRPO groups per problem and role, at most 51,200 tokens per forward; coherence damping (when asked for) over 128
-# steps. docs/fidelity.md lists every setting against the reference stack.
+# GRPO groups per problem and trajectory name (every call a sample), at most 51,200 tokens per forward; coherence
+# damping (when asked for) over 128 steps. docs/fidelity.md lists every setting against the reference stack.
 PAPER_DEFAULTS = dict(
     model_name_or_path="Qwen/Qwen3-1.7B",
     use_peft=True,
@@ -28,7 +28,7 @@ PAPER_DEFAULTS = dict(
     mini_batch_prompts=64,
     clip_grad_norm_per_adapter=True,
     max_grad_norm=1.0,
-    advantage_groups="roles",
+    advantage_groups="calls",
     max_tokens_per_micro_batch=51_200,
     role_coherence_window=128,
     # The reference applies no correction for the rollout engine's sampling policy (its rollout log-probs are only

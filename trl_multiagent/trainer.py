@@ -42,7 +42,7 @@ from .training.early_rewards import EarlyRewards, final_completions
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
-from .training.role_rewards import custom_role_rewards, outcome_scorer, reference_role_rewards
+from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .workflows.base import Workflow
 
 
@@ -116,8 +116,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         more_steps = lambda: self.state.global_step + 1 < self.state.max_steps  # noqa: E731
         self.rollouts = RolloutsAhead(run, self._sync_backend_adapters, more_steps, ahead)
         self.answer_checker, self.role_reward_funcs = answer_checker, role_reward_funcs
-        if args.role_rewards == "reference":
-            self._score_own_answer = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())
+        if args.role_rewards is not None:
+            self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
         first, last = monitoring_callbacks(args)
         # First in line, so the report_to integrations that log after them see the alarm metrics.
         self.callback_handler.callbacks[:0] = first
@@ -164,8 +164,8 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
         role_rewards = self._role_rewards(episodes, inputs, rewards[start : start + len(prompts)].tolist(), mode)
         advantages = call_advantages(
-            episodes, start, all_advantages, rewards, self.workflow.roles, num_generations, self.scale_rewards,
-            self.args.advantage_groups, gather_object, role_rewards, self.args.role_reward_weight,
+            episodes, start, all_advantages, rewards, self.workflow.trajectory_name, num_generations,
+            self.scale_rewards, self.args.advantage_groups, gather_object, role_rewards, self.args.role_reward_weight,
         )  # fmt: skip
         calls = [c for e in episodes for c in e.calls]
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
@@ -192,11 +192,10 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return batch
 
     def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
-        formats = getattr(self.workflow, "formats", {})
         if self.role_reward_funcs:
-            values = custom_role_rewards(self.role_reward_funcs, formats, episodes, rows)
-        elif self.args.role_rewards == "reference":
-            values = reference_role_rewards(formats, episodes, rows, outcome, self._score_own_answer)
+            values = custom_role_rewards(self.role_reward_funcs, self.workflow.formats, episodes, rows)
+        elif self.args.role_rewards is not None:
+            values = builtin_role_rewards(self.args.role_rewards, self.workflow, episodes, rows, outcome, self._score)
         else:
             return None
         sums = role_metrics.role_reward_sums(self.workflow.roles, episodes, values, self.accelerator.device)

@@ -1,8 +1,11 @@
-"""GRPO advantages over whole-workflow outcomes: the episodes of one prompt form a group."""
+"""GRPO advantages. ``advantage_groups``: "episodes", the episodes of one prompt form a group (TRL's); "calls", every
+model call a sample, grouped per prompt and trajectory name (the reference's); "roles", per prompt, role and instance
+with a role instance's calls in an episode pooled."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 
 import torch
 from trl.trainer.utils import nanstd
@@ -68,36 +71,65 @@ def outcome_advantages(
 
 
 def trajectory_advantages(
-    trajectories: Sequence[tuple[int, int, int]],
+    trajectories: Sequence[tuple[int, Hashable, int]],
     rewards: Sequence[float],
     num_generations: int,
     scale_rewards: str = "group",
 ) -> list[float]:
-    """Advantages of role trajectories grouped the reference's way: one group per prompt, role and instance.
+    """Advantages of role trajectories, one group per prompt, role and instance (``advantage_groups="roles"``).
 
     Args:
         trajectories: `(episode, role, instance)` of every trajectory (a role instance's calls in one episode,
             pooled), over all processes; ``episode // num_generations`` is its prompt.
         rewards: one reward per trajectory (NaN: unscorable, left out of its group's statistics, advantage 0).
         scale_rewards: "group" divides by the group's (unbiased) std, "batch" by the std over all trajectories,
-            "none" by nothing. The std carries eps 1e-6, the reference's.
+            "none" by nothing. The std carries eps 1e-6. A group of one gets advantage 0.
     """
-    values = torch.tensor([float(r) for r in rewards], dtype=torch.float64)
     keys = [(episode // num_generations, role, instance) for episode, role, instance in trajectories]
+    return _normalise_in_groups(keys, rewards, scale_rewards, lone_keeps_score=False)
+
+
+def call_group_advantages(
+    keys: Sequence[Hashable], rewards: Sequence[float], scale_rewards: str = "group"
+) -> list[float]:
+    """verl's GRPO advantage (``compute_grpo_outcome_advantage``) of samples grouped by ``keys`` (the reference's
+    uid): mean and unbiased std per group, eps 1e-6; a group of one keeps its raw score (verl's mean 0, std 1).
+    NaN rewards are unscorable: left out of their group's statistics (a group with one scorable sample is a group of
+    one) and given advantage 0. ``scale_rewards`` as in ``trajectory_advantages``."""
+    return _normalise_in_groups(keys, rewards, scale_rewards, lone_keeps_score=True)
+
+
+def _normalise_in_groups(
+    keys: Sequence[Hashable], rewards: Sequence[float], scale_rewards: str, lone_keeps_score: bool
+) -> list[float]:
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"`scale_rewards` must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
+    values = torch.tensor([float(r) for r in rewards], dtype=torch.float64)
     advantages = torch.zeros_like(values)
-    batch_std = nanstd(values) if scale_rewards == "batch" else None
-    for key in set(keys):
-        rows = torch.tensor([k == key for k in keys])
+    batch_std = _unbiased_std(values) if scale_rewards == "batch" else None
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    for rows in groups.values():
         group = values[rows]
-        centred = group - torch.nanmean(group)
+        if lone_keeps_score and int((~torch.isnan(group)).sum()) == 1:
+            mean, std = torch.zeros((), dtype=values.dtype), torch.ones((), dtype=values.dtype)
+        else:
+            mean, std = torch.nanmean(group), _unbiased_std(group)
+        centred = group - mean
         if scale_rewards == "group":
-            centred = centred / (torch.nan_to_num(nanstd(group), nan=0.0) + 1e-6)
+            centred = centred / (std + 1e-6)
         elif scale_rewards == "batch":
             centred = centred / (batch_std + 1e-6)
-        elif scale_rewards != "none":
-            raise ValueError(f"`scale_rewards` must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
         advantages[rows] = centred
     return torch.nan_to_num(advantages, nan=0.0).tolist()
+
+
+def _unbiased_std(values: torch.Tensor) -> torch.Tensor:
+    """The unbiased std of the non-NaN ``values`` in float64 (TRL's ``nanstd`` rounds Bessel's correction to float32);
+    0 with fewer than two."""
+    scored = values[~torch.isnan(values)]
+    return scored.std() if scored.numel() > 1 else torch.zeros((), dtype=values.dtype)
 
 
 def call_advantages(
@@ -105,7 +137,7 @@ def call_advantages(
     first_episode: int,
     episode_advantages: torch.Tensor,
     rewards: torch.Tensor,
-    roles: Sequence[str],
+    trajectory_name: Callable[[str, int], str],
     num_generations: int,
     scale_rewards: str,
     groups: str,
@@ -117,30 +149,56 @@ def call_advantages(
 
     ``groups="episodes"``: each call carries its episode's advantage (``episode_advantages``, `[E_all]`, GRPO over
     the episodes of a prompt). ``groups="roles"``: each call carries its role trajectory's advantage from
-    ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`). ``role_rewards`` (per episode, per
-    call; None where a role has none) are pooled per trajectory (their mean), normalised in role groups and mixed in:
-    ``(1 - role_reward_weight) * outcome advantage + role_reward_weight * role advantage``. ``gather_object``
-    collects every process's trajectories, so groups span processes.
+    ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`). ``groups="calls"`` (the
+    reference's): every call is a sample with its episode's outcome reward, grouped per prompt and
+    ``trajectory_name(role, instance)`` (``call_group_advantages``).
+
+    ``role_rewards`` (per episode, per call; None where a call has none) get advantages of their own in the same
+    groups: under "calls" each call's own, otherwise pooled per role trajectory (their mean) and normalised in role
+    groups. A call with a role reward gets ``(1 - role_reward_weight) * outcome advantage + role_reward_weight *
+    role advantage`` (weight 1, the reference's per-role variant: the role reward replaces the outcome), one without
+    its outcome advantage. ``gather_object`` collects every process's calls or trajectories, so groups span processes.
     """
-    keys = [(first_episode + i, roles.index(c.role), c.instance) for i, e in enumerate(episodes) for c in e.calls]
-    if groups == "episodes":
-        outcome = [float(episode_advantages[key[0]]) for key in keys]
+    calls = [c for e in episodes for c in e.calls]
+    episode_of = [first_episode + i for i, e in enumerate(episodes) for _ in e.calls]
+    by_role = [r for per_episode in role_rewards for r in per_episode] if role_rewards is not None else None
+    if groups == "calls":
+        keys = [(e, j, trajectory_name(c.role, c.instance)) for j, (e, c) in enumerate(zip(episode_of, calls))]
+        normalise = partial(_per_call_groups, keys, num_generations, scale_rewards, gather_object)
     else:
-        trajectories = [tuple(t) for t in gather_object(sorted(set(keys)))]
-        values = [float(rewards[episode]) for episode, _, _ in trajectories]
-        advantage = dict(
-            zip(trajectories, trajectory_advantages(trajectories, values, num_generations, scale_rewards))
-        )
-        outcome = [advantage[key] for key in keys]
-    if role_rewards is None:
+        keys = [(e, c.role, c.instance) for e, c in zip(episode_of, calls)]
+        normalise = partial(_per_trajectory_groups, keys, num_generations, scale_rewards, gather_object)
+    if groups == "episodes":
+        outcome = [float(episode_advantages[e]) for e in episode_of]
+    else:
+        by_key = normalise([float(rewards[e]) for e in episode_of])
+        outcome = [by_key[key] for key in keys]
+    if by_role is None:
         return outcome
+    role_advantage, w = normalise(by_role), role_reward_weight
+    return [(1 - w) * a + w * role_advantage[key] if key in role_advantage else a for key, a in zip(keys, outcome)]
+
+
+def _per_call_groups(keys, num_generations: int, scale_rewards: str, gather_object, values) -> dict:
+    """``call_group_advantages`` of every process's calls with a value (``keys``: (episode, call index within this
+    process, trajectory name)), grouped per prompt and trajectory name: {key: advantage}."""
+    local = [(key, value) for key, value in zip(keys, values) if value is not None]
+    gathered = [((episode, j, name), value) for (episode, j, name), value in gather_object(local)]
+    groups = [(episode // num_generations, name) for (episode, _, name), _ in gathered]
+    advantages = call_group_advantages(groups, [value for _, value in gathered], scale_rewards)
+    return {key: a for (key, _), a in zip(gathered, advantages)}
+
+
+def _per_trajectory_groups(keys, num_generations: int, scale_rewards: str, gather_object, values) -> dict:
+    """``trajectory_advantages`` of every process's role trajectories (``keys``: (episode, role, instance) of each
+    call), a trajectory's values pooled by their mean (None left out): {key: advantage}."""
     pooled: dict[tuple, list[float]] = {}
-    for key, value in zip(keys, (r for per_episode in role_rewards for r in per_episode)):
+    for key, value in zip(keys, values):
         if value is not None:
             pooled.setdefault(key, []).append(value)
     local = sorted((key, sum(v) / len(v)) for key, v in pooled.items())
     gathered = [(tuple(key), value) for key, value in gather_object(local)]
-    values = trajectory_advantages([k for k, _ in gathered], [v for _, v in gathered], num_generations, scale_rewards)
-    role_advantage = {key: value for (key, _), value in zip(gathered, values)}
-    w = role_reward_weight
-    return [(1 - w) * a + w * role_advantage[key] if key in role_advantage else a for key, a in zip(keys, outcome)]
+    advantages = trajectory_advantages(
+        [k for k, _ in gathered], [v for _, v in gathered], num_generations, scale_rewards
+    )
+    return {key: a for (key, _), a in zip(gathered, advantages)}

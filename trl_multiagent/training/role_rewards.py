@@ -1,15 +1,18 @@
 """Per-role rewards: a reward for every call of a role, from what that role's output means.
 
 The outcome reward says whether the episode's final answer is right; a judge that praises wrong attempts can still
-share in a right outcome. The reference stack has a per-role variant, built in here as ``role_rewards="reference"``
-from the roles' declared output formats (``Workflow.formats``):
+share in a right outcome. Two built-in variants (``role_rewards``) read the roles' declared output formats
+(``Workflow.formats``); "right" is the outcome reward (the trainer's ``reward_funcs``) scored on that call's own text:
+at least 1.
 
-- an answer (generator, voter, worker, synthesizer): its own answer is right;
-- a verdict (evaluator): the verdict matches whether the attempt it judged is right;
-- a selection (aggregator): the answer it selected is right;
-- a plan (orchestrator): the episode's outcome.
+- ``"reference"``, the reference stack's per-role variant (its ``use_final_outcome_reward=False``): an answer
+  (generator, voter, synthesizer) is rewarded when it is right; a verdict (evaluator) when it matches whether the
+  attempt it judged is right, an unreadable verdict 0; a selection (aggregator) when the answer it selected is right;
+  the roles the workflow lists in ``zero_role_reward`` get 0 (Orch-Workers' orchestrator and workers: no gradient).
+- ``"own_answers"``, this library's variant: the same, except that no role is zeroed (workers by their own answers, a
+  plan by the episode's outcome) and an unreadable verdict reads as Incorrect (as Eval-Opt reads it to go on).
 
-"Right" is the outcome reward (the trainer's ``reward_funcs``) scored on that call's own text: at least 1.
+A plan role that the workflow does not list in ``zero_role_reward`` gets the episode's outcome in both.
 
 Users pass their own as ``role_reward_funcs={"evaluator": fn}``: TRL's reward signature, called once per role with
 that role's calls of the batch: ``fn(prompts, completions, completion_ids, judged, candidates, final_answer,
@@ -25,12 +28,18 @@ from typing import Any
 from ..workflows.formats import references
 
 Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
+ROLE_REWARD_VARIANTS = ("reference", "own_answers")
 
 
-def reference_role_rewards(
-    formats: Mapping[str, Any], episodes: Sequence, rows: Sequence[dict], outcome: Sequence[float], score: Scorer
+def builtin_role_rewards(
+    variant: str, workflow, episodes: Sequence, rows: Sequence[dict], outcome: Sequence[float], score: Scorer
 ) -> list[list[float | None]]:
-    """The reference's per-role reward of every call of every episode (None for a role without a format)."""
+    """The ``variant`` per-role reward (see the module docstring) of every call of every episode of ``workflow``
+    (None for a role without a format); ``outcome``: each episode's outcome reward."""
+    if variant not in ROLE_REWARD_VARIANTS:
+        raise ValueError(f"`role_rewards` must be one of {ROLE_REWARD_VARIANTS}, got {variant!r}.")
+    formats, reference = workflow.formats, variant == "reference"
+    zero = set(workflow.zero_role_reward) if reference else set()
     answers = [
         (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if _kind(formats, c) == "answer"
     ]
@@ -41,11 +50,14 @@ def reference_role_rewards(
         per_call: list[float | None] = []
         for i, (call, context) in enumerate(zip(episode.calls, references(formats, episode.calls))):
             kind, fmt = _kind(formats, call), formats.get(call.role)
-            if kind == "answer":
+            if call.role in zero:
+                per_call.append(0.0)
+            elif kind == "answer":
                 per_call.append(float(right[e, i]))
             elif kind == "verdict":
                 judged = right.get((e, context.judged)) if context.judged is not None else None
-                per_call.append(None if judged is None else float(fmt.read(call.text) == judged))
+                verdict = fmt.parse(call.text) if reference else fmt.read(call.text)  # parse: None when unreadable
+                per_call.append(None if judged is None else float(verdict == judged))
             elif kind == "selection" and context.candidates:
                 pick = context.candidates[min(fmt.read(call.text), len(context.candidates) - 1)]
                 per_call.append(float(right[e, pick]))
@@ -101,7 +113,7 @@ def outcome_scorer(reward_funcs: Sequence[Callable], weights: Sequence[float]) -
     for func in reward_funcs:
         if not callable(func) or hasattr(func, "forward"):
             raise ValueError(
-                "role_rewards='reference' grades each role's own answer with `reward_funcs`, which must be functions "
+                "`role_rewards` grades each role's own answer with `reward_funcs`, which must be functions "
                 "(a reward model cannot grade role outputs here); pass `role_reward_funcs` instead."
             )
 

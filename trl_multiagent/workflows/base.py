@@ -41,14 +41,26 @@ class Workflow:
     ``parallel`` (optional) declares, per role type run as parallel instances, the most instances one episode can
     have (Orch-Workers runs between 1 and ``n_workers`` workers), for setups that must know it before any episode
     runs (one optimizer step per instance).
+
+    ``trajectory_name`` names the trajectory a call belongs to, as the reference stack names them: under
+    ``advantage_groups="calls"`` the calls of one prompt's episodes that share a name form one GRPO group.
+    ``zero_role_reward`` (optional) lists the roles that the reference's per-role reward variant
+    (``role_rewards="reference"``) rewards with 0 (its Orch-Workers: the orchestrator and the workers).
     """
 
     roles: tuple[str, ...] = ()
     formats: Mapping[str, OutputFormat] = {}
     parallel: Mapping[str, int] = {}
+    zero_role_reward: tuple[str, ...] = ()
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError
+
+    def trajectory_name(self, role: str, instance: int) -> str:
+        """The trajectory name of a call of ``role`` instance ``instance``. Default: the role type, its instances and
+        repeated calls together (the reference names every Orch-Workers worker ``worker`` and every Eval-Opt attempt
+        ``generator``)."""
+        return role
 
     def config_dict(self) -> dict[str, Any]:
         """The parameters that rebuild this workflow; saved next to checkpoints and in model cards."""

@@ -40,6 +40,7 @@ class OrchWorkers(Workflow):
     """
 
     roles = ("orchestrator", "worker", "synthesizer")
+    zero_role_reward = ("orchestrator", "worker")  # the reference's per-role variant: their rewards are 0
 
     def __init__(
         self,

@@ -55,6 +55,11 @@ class Voting(Workflow):
     def parallel(self):
         return {"generator": self.n_voters}
 
+    def trajectory_name(self, role: str, instance: int) -> str:
+        # The reference names its math voters generator0, 1, 2 (a GRPO group each); its code Voting names them all
+        # generator (one group of every voter's answers).
+        return f"{role}{instance}" if role == "generator" and self.task == "math" else role
+
     async def run(self, prompt: Messages, generate: Generate) -> str:
         values = {"problem": problem_text(prompt), "request": request_text(prompt)}
         request = self._prompts.render("vote", **values)
