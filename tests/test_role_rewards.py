@@ -49,6 +49,33 @@ def test_aggregator_is_rewarded_for_the_answer_it_picked_and_a_plan_for_the_outc
     assert builtin_role_rewards("own_answers", OrchWorkers(), [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
 
 
+CODE = "```python\nprint(input())\n```"
+
+
+@pytest.mark.parametrize("passed", [True, False])
+def test_reference_code_workflows_grade_every_role_by_the_final_program(passed):
+    """The reference's code Eval-Opt rewards every attempt with the final program's test result and compares every
+    verdict with it (deepcoder_evaluator_optimizer_workflow.py:423-442); its code Voting gives every role the selected
+    program's result (deepcoder_voting_workflow.py:323-355)."""
+    verdicts = ["\\boxed{Incorrect}", "no verdict", "\\boxed{Correct}"]
+    calls = [c for v in verdicts for c in (call("generator", CODE), call("evaluator", v))]
+    episode = Episode(0, calls, CODE)
+
+    def reference_reward(role: str, text: str) -> float:  # the reference's rule, restated
+        if role == "generator":
+            return float(passed)
+        verdict = re.search(r"\\boxed\{(Correct|Incorrect)\}", text, re.IGNORECASE)
+        verdict = verdict.group(1).lower() if verdict else "unknown"
+        return float((verdict == "correct" and passed) or (verdict == "incorrect" and not passed))
+
+    outcome = [1.0 if passed else 0.0]
+    expected = [[reference_reward(c.role, c.text) for c in calls]]
+    assert builtin_role_rewards("reference", EvalOpt(task="code"), [episode], ROWS, outcome, SCORE) == expected
+    voting = Episode(0, [*(call("generator", CODE, i) for i in range(3)), call("aggregator", "\\boxed{2}")], CODE)
+    rewards = builtin_role_rewards("reference", Voting(task="code"), [voting], ROWS, outcome, SCORE)
+    assert rewards == [[float(passed)] * 4]
+
+
 def scripted_eval_opt(requests, rng):
     """Generators answer right for even problems; the evaluator (adapter "evaluator") says Correct at random."""
     outputs = []

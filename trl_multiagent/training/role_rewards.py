@@ -8,7 +8,9 @@ at least 1.
 - ``"reference"``, the reference stack's per-role variant (its ``use_final_outcome_reward=False``): an answer
   (generator, voter, synthesizer) is rewarded when it is right; a verdict (evaluator) when it matches whether the
   attempt it judged is right, an unreadable verdict 0; a selection (aggregator) when the answer it selected is right;
-  the roles the workflow lists in ``zero_role_reward`` get 0 (Orch-Workers' orchestrator and workers: no gradient).
+  the roles the workflow lists in ``zero_role_reward`` get 0 (Orch-Workers' orchestrator and workers: no gradient);
+  the roles it lists in ``outcome_role_reward`` are graded by the episode's outcome instead of their own call (an
+  answer gets the outcome, a verdict is compared with it, a selection gets it: the reference's code workflows).
 - ``"own_answers"``, this library's variant: the same, except that no role is zeroed (workers by their own answers, a
   plan by the episode's outcome) and an unreadable verdict reads as Incorrect (as Eval-Opt reads it to go on).
 
@@ -40,6 +42,7 @@ def builtin_role_rewards(
         raise ValueError(f"`role_rewards` must be one of {ROLE_REWARD_VARIANTS}, got {variant!r}.")
     formats, reference = workflow.formats, variant == "reference"
     zero = set(workflow.zero_role_reward) if reference else set()
+    by_outcome = set(workflow.outcome_role_reward) if reference else set()
     answers = [
         (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if _kind(formats, c) == "answer"
     ]
@@ -52,6 +55,11 @@ def builtin_role_rewards(
             kind, fmt = _kind(formats, call), formats.get(call.role)
             if call.role in zero:
                 per_call.append(0.0)
+            elif call.role in by_outcome and kind in ("answer", "selection"):
+                per_call.append(float(outcome[e] >= 1.0))
+            elif call.role in by_outcome and kind == "verdict":
+                verdict = fmt.parse(call.text)  # None when unreadable: rewarded 0
+                per_call.append(float(verdict == (outcome[e] >= 1.0)))
             elif kind == "answer":
                 per_call.append(float(right[e, i]))
             elif kind == "verdict":

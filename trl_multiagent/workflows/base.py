@@ -46,12 +46,16 @@ class Workflow:
     ``advantage_groups="calls"`` the calls of one prompt's episodes that share a name form one GRPO group.
     ``zero_role_reward`` (optional) lists the roles that the reference's per-role reward variant
     (``role_rewards="reference"``) rewards with 0 (its Orch-Workers: the orchestrator and the workers).
+    ``outcome_role_reward`` (optional) lists the roles that variant grades against the episode's outcome instead of
+    their own call: an answer gets the outcome, a verdict is compared with it (the reference's code workflows test
+    only the final program).
     """
 
     roles: tuple[str, ...] = ()
     formats: Mapping[str, OutputFormat] = {}
     parallel: Mapping[str, int] = {}
     zero_role_reward: tuple[str, ...] = ()
+    outcome_role_reward: tuple[str, ...] = ()
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError

@@ -78,6 +78,12 @@ class EvalOpt(Workflow):
                     )
 
     @property
+    def outcome_role_reward(self) -> tuple[str, ...]:
+        # The reference's code Eval-Opt tests only the final program: every attempt is rewarded, and every verdict
+        # judged, by that program's result (examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:423-442).
+        return self.roles if self.task == "code" else ()
+
+    @property
     def formats(self):
         return {"generator": answer_format(self.task), "evaluator": Verdict(self.parsing)}
 

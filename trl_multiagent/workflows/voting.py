@@ -48,6 +48,12 @@ class Voting(Workflow):
         self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
 
     @property
+    def outcome_role_reward(self) -> tuple[str, ...]:
+        # The reference's code Voting tests only the selected program and gives every role its result
+        # (examples/deepcoder/deepcoder_voting_workflow.py:323-355).
+        return self.roles if self.task == "code" else ()
+
+    @property
     def formats(self):
         return {"generator": answer_format(self.task), "aggregator": Selection(self.n_voters, self.parsing)}
 
