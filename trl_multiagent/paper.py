@@ -36,6 +36,7 @@ PAPER_DEFAULTS = dict(
     vllm_importance_sampling_correction=False,
     lr_scheduler_steps="per_update",
     loss_type="grpo",
+    delta=3.0,  # caps the ratio at 3: with epsilon_high < 2, verl's dual clip (c = 3) on negative advantages
     beta=0.0,
     max_steps=500,
     save_steps=5,
