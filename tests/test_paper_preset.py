@@ -44,6 +44,7 @@ REFERENCE_SETTINGS = [
     ("clip_grad_norm_per_adapter", True, "rllm/trainer/verl/agent_workflow_trainer.py: one update_actor per role"),
     ("chat_rendering", "reference_qwen", "rllm/engine/rollout/verl_engine.py:24,69-70 (rLLM's Qwen parser)"),
     ("vllm_importance_sampling_correction", False, "rllm/trainer/verl/agent_workflow_trainer.py:419-423"),
+    ("delta", 3.0, "verl/trainer/config/actor/actor.yaml:69 (clip_ratio_c: the dual clip)"),
     ("advantage_groups", "calls", "rllm/trainer/verl/agent_workflow_trainer.py:473 (uid = step id)"),
     ("role_rewards", None, "dashboard/task_configs.py:46,50,54 (use_final_outcome_reward: the outcome)"),
     ("lr_scheduler_steps", "per_update", "verl 0.6.1 fsdp_workers.py:888-890 (a scheduler step per update_actor)"),
