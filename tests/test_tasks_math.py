@@ -142,6 +142,18 @@ def test_loader_returns_trl_rows_split_like_the_paper():
     assert len(load_dapo_math("train", FIXTURE, limit=3)) == 3
 
 
+def test_the_held_out_problems_are_the_references():
+    """The reference maps the published rows to its fields, then `train_test_split(test_size=0.1, seed=42)`
+    (examples/math_reasoning/prepare_dapo_math_data.py:36-55); the same rows are held out here."""
+    from datasets import Dataset
+
+    reference = Dataset.from_list(_rows()).train_test_split(test_size=0.1, seed=42)
+    for split in ("train", "test"):
+        ours = load_dapo_math(split, FIXTURE)
+        assert list(ours["answer"]) == list(reference[split]["solution"]), split
+        assert [row["prompt"][0]["problem"] for row in ours] == list(reference[split]["prompt"]), split
+
+
 @pytest.mark.parametrize("strip_answer_wrapper", [False, True])
 def test_the_workflow_gets_the_dapo_prompt_verbatim_as_the_paper_does(strip_answer_wrapper):
     # The reference copies the processed row's `prompt` into `question` (examples/math_reasoning/
