@@ -152,3 +152,26 @@ def test_a_paper_step_is_the_same_on_one_and_two_processes(tiny_model_dir, tmp_p
     assert one["optimizer_steps"] == {"generator": 6.0, "aggregator": 2.0}
     assert all(r["optimizer_steps"] == one["optimizer_steps"] for r in two)
     assert one["samples_trained"] == two[0]["samples_trained"] == 32.0
+
+
+DEEPSPEED_BATCH = """
+from trl_multiagent import MultiAgentGRPOConfig
+MultiAgentGRPOConfig.world_size = property(lambda self: 2)
+auto = {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto"}
+args = MultiAgentGRPOConfig(output_dir="out", use_cpu=True, bf16=False, deepspeed=auto, prompts_per_step=4,
+                            num_generations=2, gradient_accumulation_steps=2)
+config = args.hf_deepspeed_config.config
+print(args.per_device_train_batch_size, config["train_micro_batch_size_per_gpu"], config["train_batch_size"])
+"""
+
+
+def test_deepspeed_batch_sizes_follow_prompts_per_step(tmp_path):
+    """TrainingArguments fills DeepSpeed's "auto" sizes before the per-process batch is divided: they are filled
+    again from the divided one (in a fresh process: a DeepSpeed config sets up the process's distributed state)."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", DEEPSPEED_BATCH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split()[-3:] == ["2", "2", "8"]  # 4 prompts x 2 episodes = 2 processes x 2 micro-steps x 2

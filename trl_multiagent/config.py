@@ -432,6 +432,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
         self.per_device_train_batch_size = derived
         self.steps_per_generation = self.gradient_accumulation_steps
         self.generation_batch_size = self.prompts_per_step * self.num_generations
+        if self.deepspeed:  # TrainingArguments filled DeepSpeed's "auto" batch sizes from the undivided batch
+            from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+            self.hf_deepspeed_config = HfTrainerDeepSpeedConfig(self.deepspeed)
+            self.hf_deepspeed_config.trainer_config_process(self)
 
     def _check_rollout_fields(self) -> None:
         if self.rollout_mode not in ROLLOUT_MODES:
