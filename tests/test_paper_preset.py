@@ -47,6 +47,7 @@ REFERENCE_SETTINGS = [
     ("delta", 3.0, "verl/trainer/config/actor/actor.yaml:69 (clip_ratio_c: the dual clip)"),
     ("advantage_groups", "calls", "rllm/trainer/verl/agent_workflow_trainer.py:473 (uid = step id)"),
     ("role_rewards", None, "dashboard/task_configs.py:46,50,54 (use_final_outcome_reward: the outcome)"),
+    ("prompts_per_step", 64, "rllm/trainer/config/multi_agent_ppo_trainer.yaml:66 (train_batch_size, over all GPUs)"),
     ("lr_scheduler_steps", "per_update", "verl 0.6.1 fsdp_workers.py:888-890 (a scheduler step per update_actor)"),
 ]
 

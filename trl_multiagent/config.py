@@ -64,7 +64,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
             weights (log-probs recorded once, before the first), one adapter after the other, each clipped on its
             own; a short last mini-batch is scaled by its size over the full size. A parallel role then takes
             several steps per training step from its data volume (three voters: three steps). Needs
-            `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps once per training step.
+            `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as `lr_scheduler_steps` says.
         mini_batch_prompts (`int`, *optional*):
             Prompts per mini-batch under `update_schedule="mini_batches"` (the reference: 64). Defaults to the
             prompts of one generation batch, so that a role with one call per episode takes one step per training
@@ -78,6 +78,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             500-step cosine reaches 0 at step 250 with k = 2 and rises back to the peak by step 500. Under
             `update_schedule="mini_batches"` each adapter's run of mini-batches is one call (the next adapter trains
             at the next rate); under `"merged"` the one optimizer step counts as k calls. Not with DeepSpeed.
+        prompts_per_step (`int`, *optional*):
+            Prompts per training step over all processes (the reference's `train_batch_size`, 64 whatever the number
+            of GPUs). When set, `per_device_train_batch_size` is derived from it: `prompts_per_step *
+            num_generations / (num_processes * gradient_accumulation_steps)` episodes per process and micro-step, so
+            that a step trains the same episodes, and `update_schedule="mini_batches"` takes the same optimizer
+            steps, on any number of processes (an error names the process counts that divide it); leave
+            `generation_batch_size` and `steps_per_generation` unset. `None`: TRL's sizes, which grow with the number
+            of processes.
         max_tokens_per_micro_batch (`int`, *optional*):
             Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples and
             at most this many (padded) tokens, with exact gradient accumulation, whatever the number of calls per
@@ -175,6 +183,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             or a 502/503/504 is retried with backoff (0.5 to 4 s, 5 tries), a timeout is not.
         rollout_batch_size (`int`, *optional*):
             Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
+        rollout_max_batch_tokens (`int`, *optional*):
+            Memory bound of one `generate` call of the transformers backend: its prompts x (longest prompt + max new
+            tokens), the KV cache it can reach, stays within this many tokens (prompts are grouped shortest first;
+            a call longer than the budget on its own runs alone, with a warning). `None`: no token bound. The vLLM
+            backend manages its own cache (`vllm_gpu_memory_utilization`).
         role_generation_kwargs (`dict[str, dict]` or `str`, *optional*):
             Sampling settings per role type, overriding the run's for that role's calls, e.g.
             `{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}`. Keys: `temperature`
@@ -248,6 +261,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "adapter update call (upstream verl's: k times per training step with k adapters).",
             "choices": list(LR_SCHEDULER_STEPS),
         },
+    )
+    prompts_per_step: int | None = field(
+        default=None,
+        metadata={"help": "Prompts per training step over all processes; derives per_device_train_batch_size."},
     )
     max_tokens_per_micro_batch: int | None = field(
         default=None, metadata={"help": "Padded tokens per forward/backward micro-batch (None: no bound)."}
@@ -324,6 +341,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Largest batch of one generate call; None sends all pending calls of a tick at once."},
     )
+    rollout_max_batch_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Tokens (prompts x (longest prompt + max new tokens)) per transformers generate call."},
+    )
     role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
         default=None,
         metadata={
@@ -341,7 +362,16 @@ class MultiAgentGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        asked_batch_size = self._whole_step_batch()  # before TRL derives its sizes from the per-process batch
         super().__post_init__()
+        self._split_step_over_processes(asked_batch_size)
+        if self.rollout_max_batch_tokens is not None and self.rollout_max_batch_tokens <= (
+            self.max_completion_length or 0
+        ):
+            raise ValueError(
+                f"`rollout_max_batch_tokens` ({self.rollout_max_batch_tokens}) must exceed max_completion_length "
+                f"({self.max_completion_length}): a generate call holds at least one prompt plus its new tokens."
+            )
         if self.policy_sharing not in ("shared", "isolated"):
             raise ValueError(f"`policy_sharing` must be 'shared' or 'isolated', got {self.policy_sharing!r}.")
         if self.role_loss_balance not in ROLE_LOSS_BALANCES:
@@ -411,6 +441,58 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 "`use_vllm` drives TRL's single-completion generation, which multi-agent rollouts do not use. "
                 "Choose the rollout engine with `rollout_backend` instead."
             )
+
+    def _whole_step_batch(self) -> int | None:
+        """Under ``prompts_per_step``: the per-process batch for one process (divided once the number is known, after
+        TRL's checks, which then see whole prompt groups); returns the per-process batch asked for."""
+        if self.prompts_per_step is None:
+            return None
+        if self.prompts_per_step < 1:
+            raise ValueError(f"`prompts_per_step` must be >= 1 or None, got {self.prompts_per_step}.")
+        episodes, accumulation = self.prompts_per_step * self.num_generations, self.gradient_accumulation_steps
+        if (self.generation_batch_size, self.steps_per_generation) not in ((None, None), (episodes, accumulation)):
+            raise ValueError(
+                "`prompts_per_step` sets generation_batch_size (prompts_per_step x num_generations) and "
+                "steps_per_generation (gradient_accumulation_steps); leave both unset, or set prompts_per_step=None."
+            )
+        self.generation_batch_size = self.steps_per_generation = None  # a copy of a derived config derives again
+        if episodes % accumulation:
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} x num_generations={self.num_generations} = {episodes} "
+                f"episodes per step do not split into gradient_accumulation_steps={accumulation} micro-steps; use a "
+                f"divisor of {episodes}."
+            )
+        asked, self.per_device_train_batch_size = self.per_device_train_batch_size, episodes // accumulation
+        return asked
+
+    def _split_step_over_processes(self, asked_batch_size: int | None) -> None:
+        if self.prompts_per_step is None:
+            return
+        one_process, processes = self.per_device_train_batch_size, self.world_size
+        if one_process % processes:
+            works = [n for n in range(1, one_process + 1) if one_process % n == 0]
+            raise ValueError(
+                f"prompts_per_step={self.prompts_per_step} x num_generations={self.num_generations} episodes per step "
+                f"over {processes} processes x gradient_accumulation_steps={self.gradient_accumulation_steps} is "
+                f"not a whole number per process and micro-step. Run on one of {works} processes, or change "
+                "prompts_per_step or gradient_accumulation_steps."
+            )
+        derived = one_process // processes
+        default = type(self).__dataclass_fields__["per_device_train_batch_size"].default
+        if asked_batch_size not in (default, derived):
+            raise ValueError(
+                f"per_device_train_batch_size={asked_batch_size} conflicts with prompts_per_step="
+                f"{self.prompts_per_step}, which makes it {derived} on {processes} process(es). Drop one: set "
+                "prompts_per_step=None (`--prompts_per_step None`) to size the per-process batch yourself."
+            )
+        self.per_device_train_batch_size = derived
+        self.steps_per_generation = self.gradient_accumulation_steps
+        self.generation_batch_size = self.prompts_per_step * self.num_generations
+        if self.deepspeed:  # TrainingArguments filled DeepSpeed's "auto" batch sizes from the undivided batch
+            from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+            self.hf_deepspeed_config = HfTrainerDeepSpeedConfig(self.deepspeed)
+            self.hf_deepspeed_config.trainer_config_process(self)
 
     def _check_rollout_fields(self) -> None:
         if self.rollout_mode not in ROLLOUT_MODES:

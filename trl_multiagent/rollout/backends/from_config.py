@@ -104,7 +104,8 @@ def _backend(args, context: TrainerContext, memory_share: float):
     c = context
     return TransformersBackend(
         c.unwrapped_model, c.tokenizer, c.router, c.generation_config, c.eos_token_ids, c.chat_template_kwargs,
-        max_batch_size=args.rollout_batch_size, chat_rendering=c.chat_rendering,
+        max_batch_size=args.rollout_batch_size, max_batch_tokens=args.rollout_max_batch_tokens,
+        chat_rendering=c.chat_rendering,
     )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -13,8 +14,28 @@ from ...adapters.routing import AdapterRouter
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult, settings_key
 
+logger = logging.getLogger(__name__)
+
 # GenerationRequest.generation_kwargs names (vLLM's) -> GenerationConfig fields
 _CONFIG_FIELDS = {"max_tokens": "max_new_tokens", "stop": "stop_strings"}
+
+
+def token_bounded_batches(
+    prompt_lengths: list[int], max_new_tokens: int, rows_per_prompt: int, *, max_rows: int, max_tokens: int
+) -> list[list[int]]:
+    """Positions in ``prompt_lengths`` grouped into generate calls, shortest prompts first: at most ``max_rows``
+    prompts each, and ``rows_per_prompt`` x prompts x (longest prompt + ``max_new_tokens``), the KV cache the call
+    can reach, at most ``max_tokens``. A prompt over the budget on its own is a call of its own."""
+    batches: list[list[int]] = []
+    for position in sorted(range(len(prompt_lengths)), key=prompt_lengths.__getitem__):
+        batch = batches[-1] if batches else []
+        width = prompt_lengths[position]  # the longest so far: positions come shortest first
+        fits = len(batch) < max_rows and rows_per_prompt * (len(batch) + 1) * (width + max_new_tokens) <= max_tokens
+        if batch and fits:
+            batch.append(position)
+        else:
+            batches.append([position])
+    return batches
 
 
 class TransformersBackend:
@@ -24,7 +45,10 @@ class TransformersBackend:
     once per batch rather than once per token. Requests carrying ``generation_kwargs`` (a role's own sampling
     settings) are generated in batches of their own, with ``generation_config`` updated by them. Prompts are rendered
     by ``chat_rendering`` (``"tokenizer"``: the chat template with ``chat_template_kwargs``; ``"reference_qwen"``:
-    the reference stack's Qwen rendering; see ``rollout.chat_rendering``).
+    the reference stack's Qwen rendering; see ``rollout.chat_rendering``). Each ``generate``
+    holds at most ``max_batch_size`` prompts and, with ``max_batch_tokens``, at most that many tokens of KV cache:
+    rows x (longest prompt + max new tokens); a group over the budget is cut with its prompts taken shortest first,
+    so that similar lengths pad together.
     """
 
     def __init__(
@@ -37,6 +61,7 @@ class TransformersBackend:
         chat_template_kwargs: dict[str, Any] | None = None,
         max_batch_size: int | None = None,
         chat_rendering: str = "tokenizer",
+        max_batch_tokens: int | None = None,
     ):
         self.unwrapped_model = unwrapped_model
         self.tokenizer = tokenizer
@@ -45,6 +70,7 @@ class TransformersBackend:
         self.eos_token_ids = set(eos_token_ids)
         self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
         self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
 
     def tokenize(self, messages) -> list[int]:
         return self.renderer.prompt_ids(messages)
@@ -63,9 +89,7 @@ class TransformersBackend:
             try:
                 for indices in groups.values():
                     config = self.config_for(requests[indices[0]].generation_kwargs)
-                    size = self.max_batch_size or len(indices)
-                    for start in range(0, len(indices), size):
-                        chunk = indices[start : start + size]
+                    for chunk in self._batches(indices, prompts, config):
                         adapters = [requests[i].adapter for i in chunk]
                         batch = self._generate_batch(model, [prompts[i] for i in chunk], adapters, config)
                         for i, result in zip(chunk, batch):
@@ -73,6 +97,39 @@ class TransformersBackend:
             finally:
                 model.train(was_training)
         return results
+
+    def _batches(self, indices: list[int], prompts: list[list[int]], config) -> list[list[int]]:
+        """``indices`` cut into the requests of each ``generate`` call (results go back by index, so order is kept)."""
+        size = self.max_batch_size or len(indices)
+        if self.max_batch_tokens is None:
+            return [indices[start : start + size] for start in range(0, len(indices), size)]
+        new_tokens = config.max_new_tokens
+        if new_tokens is None:
+            raise ValueError("A token budget per generate call (rollout_max_batch_tokens) needs max_new_tokens set.")
+        rows = getattr(config, "num_beams", None) or 1
+        widest = max(len(prompts[i]) for i in indices)
+        if len(indices) <= size and rows * len(indices) * (widest + new_tokens) <= self.max_batch_tokens:
+            return [indices]  # within the budget: one call in the tick's order, as without a budget
+        batches = token_bounded_batches(
+            [len(prompts[i]) for i in indices], new_tokens, rows, max_rows=size, max_tokens=self.max_batch_tokens
+        )
+        alone = [len(prompts[indices[b[0]]]) for b in batches if len(b) == 1]
+        alone = [n for n in alone if rows * (n + new_tokens) > self.max_batch_tokens]
+        if alone:
+            # The same rule as the training forwards' token bound: a call is never cut or dropped, so one longer than
+            # the budget runs alone and takes the memory it takes; an error would end a run at the first long
+            # conversation (an Eval-Opt history grows with every attempt) although one sequence may well fit.
+            logger.warning(
+                "%d call(s) need more than rollout_max_batch_tokens=%d on their own (the longest: %d prompt + %d new "
+                "tokens%s); each runs as a generate call of its own, above the budget. Raise the budget if memory "
+                "allows, or shorten the prompts.",
+                len(alone),
+                self.max_batch_tokens,
+                max(alone),
+                new_tokens,
+                f", x {rows} beams" if rows > 1 else "",
+            )
+        return [[indices[j] for j in batch] for batch in batches]
 
     def config_for(self, generation_kwargs: dict[str, Any]):
         """``generation_config`` with one request's settings applied (``temperature=0``: greedy)."""
