@@ -40,7 +40,7 @@ def test_push_to_hub_folder_rebuilds_the_trained_workflow(tiny_model_dir, tmp_pa
     for role in ("generator", "aggregator"):
         assert (uploaded / role / "adapter_model.safetensors").is_file()
     card = (uploaded / "README.md").read_text()
-    for fact in ("`Voting(n_voters=3, task='math', prompts='paper')`", "Policy sharing: `isolated`",
+    for fact in ("`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`", "Policy sharing: `isolated`",
                  "| `aggregator` | `aggregator/` |",
                  "workflow/success", 'snapshot_download("me/voting-toy")', tiny_model_dir):  # fmt: skip
         assert fact in card, fact
