@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -26,15 +26,6 @@ from .batch import TrainingBatch
 from .loss_weights import chunk_correction
 
 SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class MiniBatch:
-    """One optimizer step: the adapter it updates and its micro-batches, weighted for the loss."""
-
-    adapter: str
-    micro_batches: list[TrainingBatch]
-    samples: int  # real samples of this process (a zero-weight stand-in does not count)
 
 
 def padded_tokens(batch: TrainingBatch) -> int:
