@@ -42,9 +42,17 @@ def test_a_role_missing_from_some_episodes_differs_between_groupings():
     ]
     rewards = torch.tensor([1.0, 0.0])
     per_episode = group_advantages(rewards, 2)
-    args = (rewards, OrchWorkers().trajectory_name, 2, "group")
-    by_episode = call_advantages(episodes, 0, per_episode, *args, "episodes", lambda x: x)
-    by_role = call_advantages(episodes, 0, per_episode, *args, "roles", lambda x: x)
+    same = dict(
+        first_episode=0,
+        episode_advantages=per_episode,
+        rewards=rewards,
+        trajectory_name=OrchWorkers().trajectory_name,
+        num_generations=2,
+        scale_rewards="group",
+        gather_object=lambda x: x,
+    )
+    by_episode = call_advantages(episodes, groups="episodes", **same)
+    by_role = call_advantages(episodes, groups="roles", **same)
     assert by_episode == pytest.approx([per_episode[0].item()] * 4 + [per_episode[1].item()] * 3)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert by_role == pytest.approx([a, a, a, 0.0, -a, -a, -a])  # worker 2 has no group to compare with
@@ -62,9 +70,17 @@ def eval_opt_episode(index: int, attempts: int) -> Episode:
 def advantages(episodes, workflow, rewards, num_generations, groups, **kwargs):
     per_episode = group_advantages(rewards, num_generations)
     return call_advantages(
-        episodes, 0, per_episode, rewards, workflow.trajectory_name, num_generations, "group", groups,
-        lambda x: x, **kwargs,
-    )  # fmt: skip
+        episodes,
+        first_episode=0,
+        episode_advantages=per_episode,
+        rewards=rewards,
+        trajectory_name=workflow.trajectory_name,
+        num_generations=num_generations,
+        scale_rewards="group",
+        groups=groups,
+        gather_object=lambda x: x,
+        **kwargs,
+    )
 
 
 def test_calls_grouping_is_the_references_on_the_eval_opt_worked_example():
@@ -183,9 +199,18 @@ def test_groups_span_processes(groups):
     def process(rank: int):
         mine = [Episode(i, e.calls) for i, e in enumerate(episodes[4 * rank : 4 * rank + 4])]
         results[rank] = call_advantages(
-            mine, 4 * rank, group_advantages(rewards, 8), rewards, EvalOpt().trajectory_name, 8, "group", groups,
-            collective.gather_object(rank), role_rewards[4 * rank : 4 * rank + 4], 0.7,
-        )  # fmt: skip
+            mine,
+            first_episode=4 * rank,
+            episode_advantages=group_advantages(rewards, 8),
+            rewards=rewards,
+            trajectory_name=EvalOpt().trajectory_name,
+            num_generations=8,
+            scale_rewards="group",
+            groups=groups,
+            gather_object=collective.gather_object(rank),
+            role_rewards=role_rewards[4 * rank : 4 * rank + 4],
+            role_reward_weight=0.7,
+        )
 
     threads = [threading.Thread(target=process, args=(rank,)) for rank in range(2)]
     for t in threads:

@@ -8,6 +8,7 @@ The expected prompt below is written out by hand from the reference's parser (rL
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
 import types
@@ -260,8 +261,12 @@ def test_trainer_builds_its_backend_with_the_configs_rendering(tiny_model_dir, t
 
 @pytest.fixture
 def fake_vllm(monkeypatch):
-    """Just the names `VLLMBackend` imports from vLLM; `LLM.generate` records the token prompts it is given."""
+    """Just the names the colocated vLLM backends import from vLLM; `LLM.generate` and `AsyncLLM.generate` record the
+    token prompts they are given."""
     sent = []
+    sample = types.SimpleNamespace(
+        token_ids=[0], logprobs=[{0: types.SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
+    )
 
     class LLM:
         def __init__(self, **engine_args):
@@ -269,24 +274,40 @@ def fake_vllm(monkeypatch):
 
         def generate(self, prompts, params, lora_request, use_tqdm):
             sent.extend(prompt["prompt_token_ids"] for prompt in prompts)
-            sample = types.SimpleNamespace(
-                token_ids=[0], logprobs=[{0: types.SimpleNamespace(logprob=-0.5)}], finish_reason="stop"
-            )
             return [types.SimpleNamespace(outputs=[sample]) for _ in prompts]
 
-    modules = {name: types.ModuleType(name) for name in ("vllm", "vllm.inputs", "vllm.lora", "vllm.lora.request")}
+    class AsyncLLM:
+        output_handler = None
+
+        @classmethod
+        def from_engine_args(cls, args):
+            return cls()
+
+        async def generate(self, prompt, params, request_id, lora_request):
+            sent.append(prompt["prompt_token_ids"])
+            yield types.SimpleNamespace(outputs=[sample])
+
+        def shutdown(self):
+            pass
+
+    names = ("vllm", "vllm.inputs", "vllm.lora", "vllm.lora.request", "vllm.engine", "vllm.engine.arg_utils")
+    names += ("vllm.v1", "vllm.v1.engine", "vllm.v1.engine.async_llm")
+    modules = {name: types.ModuleType(name) for name in names}
     modules["vllm"].LLM, modules["vllm"].SamplingParams = LLM, dict
     modules["vllm.inputs"].TokensPrompt = dict
     modules["vllm.lora.request"].LoRARequest = lambda *args, **kwargs: args
+    modules["vllm.engine.arg_utils"].AsyncEngineArgs = dict
+    modules["vllm.v1.engine.async_llm"].AsyncLLM = AsyncLLM
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return sent
 
 
-def test_colocated_vllm_backends_send_the_reference_prompt(fake_vllm, tokenizer, tmp_path):
-    from trl_multiagent.rollout.backends.vllm_backend import AsyncVLLMBackend, VLLMBackend
+@pytest.mark.parametrize("engine", ["VLLMBackend", "AsyncVLLMBackend"])
+def test_colocated_vllm_backends_send_the_reference_prompt(engine, fake_vllm, tokenizer, tmp_path):
+    from trl_multiagent.rollout.backends import vllm_backend
 
-    backend = VLLMBackend(
+    backend = getattr(vllm_backend, engine)(
         "tiny",
         tokenizer,
         ["generator"],
@@ -298,6 +319,10 @@ def test_colocated_vllm_backends_send_the_reference_prompt(fake_vllm, tokenizer,
         chat_rendering="reference_qwen",
     )
     backend.folders.paths["generator"] = "/adapters/generator"  # what sync_adapters records
-    (result,) = backend.generate([GenerationRequest("generator", SECOND_EVALUATOR_CALL)])
-    assert fake_vllm == [reference_ids(tokenizer, REFERENCE_PROMPT)] and result.prompt_ids == fake_vllm[0]
-    assert AsyncVLLMBackend._prompt is VLLMBackend._prompt  # the async engine renders through the same method
+    request = GenerationRequest("generator", SECOND_EVALUATOR_CALL)
+    results = backend.generate([request])
+    if engine == "AsyncVLLMBackend":  # one call at a time as well (rollout_mode="async")
+        results.append(asyncio.run(backend.agenerate(request)))
+        backend.close()
+    expected = reference_ids(tokenizer, REFERENCE_PROMPT)
+    assert fake_vllm == [expected] * len(results) and [r.prompt_ids for r in results] == fake_vllm

@@ -40,10 +40,34 @@ def test_dependencies_leave_torch_unpinned_and_cap_only_what_we_override():
     assert "vllm>=0.27.0,<=0.31.0" in extras["vllm"]  # inside TRL 1.16's window, built on torch 2.13
 
 
+def test_setup_cfg_lists_every_package_of_the_tree():
+    """setup.cfg names the packages (``find:`` cannot add the mapped recipe folders): every folder of the package
+    that holds Python code is listed, and every mapped folder exists."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    listed = config["options"]["packages"].split()
+    mapped = dict(
+        (part.strip() for part in line.split("="))
+        for line in config["options"]["package_dir"].split("\n")
+        if line.strip()
+    )
+    assert mapped == {"trl_multiagent.recipes": "recipes", "trl_multiagent.accelerate_configs": "accelerate_configs"}
+    code_folders = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for path in (ROOT / "trl_multiagent").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    missing = sorted(code_folders - set(listed))
+    assert not missing, f"add {missing} to `packages` in setup.cfg's [options], or the wheel leaves them out"
+    assert sorted(set(listed) - set(mapped)) == sorted(code_folders)
+    assert all((ROOT / folder).is_dir() for folder in mapped.values())
+    assert not (ROOT / "setup.py").exists()  # the packaging is declared once, in setup.cfg and pyproject.toml
+
+
 def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
     source = tmp_path / "src"  # a copy: building in the checkout would leave build/ there
     source.mkdir()
-    for name in ("setup.py", "setup.cfg", "pyproject.toml", "README.md"):
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     for folder in ("trl_multiagent", "recipes", "accelerate_configs"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))

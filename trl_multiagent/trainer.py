@@ -164,9 +164,18 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
         role_rewards = self._role_rewards(episodes, inputs, rewards[start : start + len(prompts)].tolist(), mode)
         advantages = call_advantages(
-            episodes, start, all_advantages, rewards, self.workflow.trajectory_name, num_generations,
-            self.scale_rewards, self.args.advantage_groups, gather_object, role_rewards, self.args.role_reward_weight,
-        )  # fmt: skip
+            episodes,
+            first_episode=start,
+            episode_advantages=all_advantages,
+            rewards=rewards,
+            trajectory_name=self.workflow.trajectory_name,
+            num_generations=num_generations,
+            scale_rewards=self.scale_rewards,
+            groups=self.args.advantage_groups,
+            gather_object=gather_object,
+            role_rewards=role_rewards,
+            role_reward_weight=self.args.role_reward_weight,
+        )
         calls = [c for e in episodes for c in e.calls]
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
         pad, mask_truncated = self.adapters.pad_token_ids(calls, self._tokenizer), self.args.mask_truncated_completions

@@ -73,6 +73,7 @@ def outcome_advantages(
 def trajectory_advantages(
     trajectories: Sequence[tuple[int, Hashable, int]],
     rewards: Sequence[float],
+    *,
     num_generations: int,
     scale_rewards: str = "group",
 ) -> list[float]:
@@ -134,6 +135,7 @@ def _unbiased_std(values: torch.Tensor) -> torch.Tensor:
 
 def call_advantages(
     episodes: Sequence,
+    *,
     first_episode: int,
     episode_advantages: torch.Tensor,
     rewards: torch.Tensor,
@@ -199,6 +201,9 @@ def _per_trajectory_groups(keys, num_generations: int, scale_rewards: str, gathe
     local = sorted((key, sum(v) / len(v)) for key, v in pooled.items())
     gathered = [(tuple(key), value) for key, value in gather_object(local)]
     advantages = trajectory_advantages(
-        [k for k, _ in gathered], [v for _, v in gathered], num_generations, scale_rewards
+        [k for k, _ in gathered],
+        [v for _, v in gathered],
+        num_generations=num_generations,
+        scale_rewards=scale_rewards,
     )
     return {key: a for (key, _), a in zip(gathered, advantages)}

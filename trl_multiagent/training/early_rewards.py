@@ -42,7 +42,7 @@ class EpisodeScored:
         self.jobs[key] = [None] * size
         return self.jobs[key]
 
-    def score(self, row: dict, episode, completion, state) -> tuple[float, list, list]:
+    def score(self, row: dict, episode, *, completion, state) -> tuple[float, list, list]:
         logged_extra, logged_metrics = [], []
         columns = {k: [v] for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
         last_ids = episode.calls[-1].completion_ids if episode.calls else []
@@ -106,6 +106,6 @@ class EarlyRewards:
         state = self.trainer.state
 
         def job():
-            return (*scored.score(row, episode, completion, state), completion)
+            return (*scored.score(row, episode, completion=completion, state=state), completion)
 
         return job

@@ -7,7 +7,7 @@ import math
 import torch
 
 
-def importance_sampling_ratio(old_logps, sampling_logps, mask, mode: str, clip_min, clip_max) -> torch.Tensor:
+def importance_sampling_ratio(old_logps, sampling_logps, mask, *, mode: str, clip_min, clip_max) -> torch.Tensor:
     """`[N, C]` for token modes, `[N, 1]` for sequence modes, computed as TRL computes it for vLLM rollouts.
 
     "truncate" clamps to [clip_min, clip_max], "mask" zeroes the ratios outside. A NaN sampling log-prob counts as
@@ -31,9 +31,9 @@ def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
         batch.old_per_token_logps,
         batch.sampling_per_token_logps,
         batch.completion_mask,
-        args.vllm_importance_sampling_mode,
-        args.vllm_importance_sampling_clip_min,
-        args.vllm_importance_sampling_clip_max,
+        mode=args.vllm_importance_sampling_mode,
+        clip_min=args.vllm_importance_sampling_clip_min,
+        clip_max=args.vllm_importance_sampling_clip_max,
     )
 
 

@@ -60,6 +60,7 @@ def split_sizes(num_samples: int, num_chunks: int) -> list[int]:
 
 def chunk_correction(
     loss_type: str,
+    *,
     chunk_samples: int,
     chunk_tokens: float,
     global_samples: int,
@@ -84,6 +85,7 @@ def chunk_correction(
 def aggregate_like_trl(
     per_token: torch.Tensor,
     mask: torch.Tensor,
+    *,
     loss_type: str,
     gradient_accumulation_steps: int,
     max_completion_length: int | None,
@@ -120,12 +122,12 @@ def generation_chunks(batch: TrainingBatch, steps: int, loss_type: str, num_proc
         begin += size
         correction = chunk_correction(
             loss_type,
-            size,
-            token_counts[rows].sum().item(),
-            int(batch.num_samples_in_batch.item()),
-            batch.num_items_in_batch.item(),
-            num_processes,
-            steps,
+            chunk_samples=size,
+            chunk_tokens=token_counts[rows].sum().item(),
+            global_samples=int(batch.num_samples_in_batch.item()),
+            global_tokens=batch.num_items_in_batch.item(),
+            num_processes=num_processes,
+            steps_per_generation=steps,
         )
         chunk = batch.select(rows)
         chunks.append(replace(chunk, sample_weights=chunk.sample_weights * correction))
@@ -175,12 +177,12 @@ def per_role_kl_loss(
     loss = aggregate_like_trl(
         per_token_kl * weights,
         batch.completion_mask,
-        loss_type,
-        scale.gradient_accumulation_steps,
-        scale.max_completion_length,
-        batch.num_items_in_batch,
-        scale.num_processes,
-        scale.steps_per_generation,
+        loss_type=loss_type,
+        gradient_accumulation_steps=scale.gradient_accumulation_steps,
+        max_completion_length=scale.max_completion_length,
+        num_items_in_batch=batch.num_items_in_batch,
+        num_processes=scale.num_processes,
+        steps_per_generation=scale.steps_per_generation,
         training=scale.training,
     )
     return loss, per_token_kl.detach()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -26,15 +26,6 @@ from .batch import TrainingBatch
 from .loss_weights import chunk_correction
 
 SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class MiniBatch:
-    """One optimizer step: the adapter it updates and its micro-batches, weighted for the loss."""
-
-    adapter: str
-    micro_batches: list[TrainingBatch]
-    samples: int  # real samples of this process (a zero-weight stand-in does not count)
 
 
 def padded_tokens(batch: TrainingBatch) -> int:
@@ -45,6 +36,7 @@ def padded_tokens(batch: TrainingBatch) -> int:
 def row_groups(
     prompt_lengths: Sequence[int],
     completion_lengths: Sequence[int],
+    *,
     max_samples: int,
     max_tokens: int | None,
     keys: Sequence[str] | None = None,
@@ -82,7 +74,7 @@ def bounded_logps(
     """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (with ``keys``,
     one per sample, each part holds samples of one key: of one adapter, or of one base model)."""
     logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
-    for rows in row_groups(*batch.lengths(), max_samples, max_tokens, keys):
+    for rows in row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys):
         part = forward(batch.select(rows).trimmed(), [adapters[i] for i in rows])
         logps[rows, : part.size(1)] = part.float()
     return logps
@@ -94,7 +86,7 @@ def split_for_memory(
     """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
     loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``. With
     ``keys`` (one per sample: its adapter, or its base model) each forward holds samples of one key."""
-    groups = row_groups(*batch.lengths(), max_samples, max_tokens, keys)
+    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys)
     if len(groups) == 1:
         return [batch]
     tokens = batch.completion_mask.sum(dim=1).float()
@@ -102,7 +94,15 @@ def split_for_memory(
     parts = []
     for rows in groups:
         part = batch.select(rows).trimmed()
-        factor = chunk_correction(loss_type, len(rows), tokens[rows].sum().item(), len(batch), total_tokens, 1, 1)
+        factor = chunk_correction(
+            loss_type,
+            chunk_samples=len(rows),
+            chunk_tokens=tokens[rows].sum().item(),
+            global_samples=len(batch),
+            global_tokens=total_tokens,
+            num_processes=1,
+            steps_per_generation=1,
+        )
         parts.append(replace(part, advantages=part.advantages * factor, sample_weights=part.sample_weights * factor))
     return parts
 
@@ -143,12 +143,12 @@ def mini_batch_plan(
         part = batch.select(rows) if rows else _stand_in(batch, adapter)
         factor = chunk_correction(
             loss_type,
-            len(part),
-            part.completion_mask.sum().item(),
-            samples * scale,
-            chunk_tokens * scale,
-            num_processes,
-            accumulation_steps,
+            chunk_samples=len(part),
+            chunk_tokens=part.completion_mask.sum().item(),
+            global_samples=samples * scale,
+            global_tokens=chunk_tokens * scale,
+            num_processes=num_processes,
+            steps_per_generation=accumulation_steps,
         )
         if not rows:
             factor = 0.0  # the stand-in: no policy term, no KL term, whatever the loss type

@@ -15,7 +15,10 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import GenerationRequest, GenerationResult
 
 
 class BackgroundLoop:
@@ -99,3 +102,22 @@ class BackgroundLoop:
 
         self.loop.call_soon_threadsafe(start)
         return outer
+
+
+class LoopCalls:
+    """``agenerate``, ``generate`` and ``drain`` of a backend that answers each request with the coroutine
+    ``_complete(request, prompt_ids)`` on its own ``BackgroundLoop`` (``self._loop``): vLLM's ``AsyncLLM``, vLLM
+    servers. The backend also holds ``folders`` (``AdapterFolders``: the adapters it serves) and ``renderer``
+    (``ChatRenderer``: the prompts' token ids)."""
+
+    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
+        self.folders.check_synced([request.adapter])
+        return await self._loop.call(self._complete(request, self.renderer.prompt_ids(request.messages)))
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        self.folders.check_synced([r.adapter for r in requests])
+        prompts = [self.renderer.prompt_ids(r.messages) for r in requests]
+        return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
+
+    def drain(self, timeout: float = 60.0) -> None:
+        self._loop.drain(timeout)

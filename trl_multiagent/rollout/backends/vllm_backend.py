@@ -42,7 +42,7 @@ from typing import Any
 from ...adapters.routing import BASE_MODEL
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
-from .event_loop import BackgroundLoop
+from .event_loop import BackgroundLoop, LoopCalls
 from .transformers_backend import settings_key
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM accepts for max_lora_rank
@@ -121,7 +121,7 @@ def request_sampling(sampling: dict[str, Any], generation_kwargs: dict[str, Any]
 
 
 def request_result(
-    renderer: ChatRenderer, prompt_ids, token_ids, logprobs, eos_token_ids, stopped: bool = False
+    renderer: ChatRenderer, prompt_ids, token_ids, *, logprobs, eos_token_ids, stopped: bool = False
 ) -> GenerationResult:
     """``stopped``: vLLM finished the request on a stop condition (an EOS id or a stop string), not on length.
     ``renderer`` turns the completion into the text the workflow is handed."""
@@ -216,7 +216,7 @@ class VLLMBackend:
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self._prompt(r) for r in requests]
+        prompts = [self.renderer.prompt_ids(r.messages) for r in requests]
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
@@ -224,17 +224,21 @@ class VLLMBackend:
         outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
         return [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
 
-    def _prompt(self, request: GenerationRequest) -> list[int]:
-        return self.renderer.prompt_ids(request.messages)
-
     def _result(self, prompt: list[int], sample) -> GenerationResult:
         """A ``GenerationResult`` from vLLM's ``CompletionOutput`` (the sampled token's log-prob at each step)."""
         logprobs = [step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)]
         stopped = sample.finish_reason == "stop"
-        return request_result(self.renderer, prompt, sample.token_ids, logprobs, self.eos_token_ids, stopped)
+        return request_result(
+            self.renderer,
+            prompt,
+            sample.token_ids,
+            logprobs=logprobs,
+            eos_token_ids=self.eos_token_ids,
+            stopped=stopped,
+        )
 
 
-class AsyncVLLMBackend(VLLMBackend):
+class AsyncVLLMBackend(LoopCalls, VLLMBackend):
     """vLLM's ``AsyncLLM`` in a child process of this one: ``agenerate`` submits one call the moment its episode makes
     it, and vLLM's scheduler batches whatever is running (continuous batching). Same arguments as ``VLLMBackend``
     (``engine_kwargs`` go to ``vllm.AsyncEngineArgs``); ``generate`` still answers a whole batch (evaluation, ticks).
@@ -274,18 +278,6 @@ class AsyncVLLMBackend(VLLMBackend):
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
         return self._result(prompt, final.outputs[0])
-
-    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        self.folders.check_synced([request.adapter])
-        return await self._loop.call(self._complete(request, self._prompt(request)))
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self._prompt(r) for r in requests]
-        return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
-
-    def drain(self, timeout: float = 60.0) -> None:
-        self._loop.drain(timeout)
 
     def unfinished_requests(self) -> int:
         """Requests vLLM still holds (0 once a rollout has ended, also after a failed one)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
-from .event_loop import BackgroundLoop
+from .event_loop import BackgroundLoop, LoopCalls
 from .vllm_backend import AdapterFolders, request_result, request_sampling
 
 _RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)  # seconds between the tries of a request a starting server refused
@@ -44,7 +44,7 @@ class ServerError(RuntimeError):
     pass
 
 
-class VLLMServerBackend:
+class VLLMServerBackend(LoopCalls):
     """Generates through vLLM OpenAI-compatible servers at ``base_urls`` (one URL or several).
 
     Args:
@@ -211,22 +211,10 @@ class VLLMServerBackend:
             self.in_flight[url] -= 1
         stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
-        return request_result(self.renderer, prompt, choice["token_ids"], logprobs, self.eos_token_ids, stopped)
-
-    def _prompt(self, request: GenerationRequest) -> list[int]:
-        return self.renderer.prompt_ids(request.messages)
-
-    async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        self.folders.check_synced([request.adapter])
-        return await self._loop.call(self._complete(request, self._prompt(request)))
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self._prompt(r) for r in requests]
-        return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
-
-    def drain(self, timeout: float = 60.0) -> None:
-        self._loop.drain(timeout)
+        token_ids = choice["token_ids"]
+        return request_result(
+            self.renderer, prompt, token_ids, logprobs=logprobs, eos_token_ids=self.eos_token_ids, stopped=stopped
+        )
 
     def close(self) -> None:
         self._loop.run(self._client.aclose())
