@@ -66,9 +66,14 @@ def test_run_and_adapter_cards_parse_with_the_metadata(tiny_model_dir, tmp_path)
     assert (result.metric_type, result.metric_value) == ("success", metrics["workflow/success"])
     assert (result.dataset_name, result.task_type) == ("arithmetic", "text-generation")
     assert card.data.to_dict()["model-index"][0]["name"] == "me/voting-toy"
-    for fact in ("`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`", "Policy sharing: `isolated`",
-                 "| `aggregator` | `aggregator/` |",
-                 'snapshot_download("me/voting-toy")', 'subfolder="generator"', "workflow/success"):  # fmt: skip
+    for fact in (
+        "`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`",
+        "Policy sharing: `isolated`",
+        "| `aggregator` | `aggregator/` |",
+        'snapshot_download("me/voting-toy")',
+        'subfolder="generator"',
+        "workflow/success",
+    ):
         assert fact in card.text, fact
     assert "github.com/)" not in card.content and "](https://github.com/" not in card.content  # no placeholder link
 

@@ -40,9 +40,14 @@ def test_push_to_hub_folder_rebuilds_the_trained_workflow(tiny_model_dir, tmp_pa
     for role in ("generator", "aggregator"):
         assert (uploaded / role / "adapter_model.safetensors").is_file()
     card = (uploaded / "README.md").read_text()
-    for fact in ("`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`", "Policy sharing: `isolated`",
-                 "| `aggregator` | `aggregator/` |",
-                 "workflow/success", 'snapshot_download("me/voting-toy")', tiny_model_dir):  # fmt: skip
+    for fact in (
+        "`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`",
+        "Policy sharing: `isolated`",
+        "| `aggregator` | `aggregator/` |",
+        "workflow/success",
+        'snapshot_download("me/voting-toy")',
+        tiny_model_dir,
+    ):
         assert fact in card, fact
 
     prompts = [row["prompt"] for row in addition_dataset(3)]
