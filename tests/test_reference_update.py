@@ -215,11 +215,9 @@ def test_policy_loss_is_verls_seq_mean_token_mean_with_dual_clip(tiny_model_dir,
     logps = torch.full(MASK.shape, -1.0, requires_grad=True)
 
     def fixed_logps(*args, **kwargs):
-        output = (logps, torch.zeros_like(logps), None)
-        trainer._loss_forward.append(output)
-        return output
+        return logps, torch.zeros_like(logps), None
 
-    trainer._get_per_token_logps_and_entropies = fixed_logps
+    trainer.per_token_logps_and_entropies = fixed_logps
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the Trainer's loop, outside of which this runs
     ours = trainer.compute_loss(trainer.model, loss_ready(batch, trainer.loss_type))
