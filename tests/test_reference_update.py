@@ -57,7 +57,7 @@ def sgd_step_as_verl(trainer, part: TrainingBatch, adapter: str, mini_batch_size
     for i in range(len(part)):
         micro = part.select([i]).trimmed()
         with trainer.router.route([adapter]):
-            logps = trainer._get_per_token_logps_and_entropies(trainer.model, *micro.model_inputs())[0]
+            logps = trainer.per_token_logps_and_entropies(trainer.model, *micro.model_inputs())[0]
         loss = verl_policy_loss(logps, micro.old_per_token_logps, micro.advantages, micro.completion_mask)
         grads = torch.autograd.grad(loss * len(micro) / mini_batch_size, list(params.values()), allow_unused=True)
         for acc, grad in zip(total, grads):
