@@ -104,3 +104,10 @@ def test_no_import_cycles():
     for module in sorted(graph):
         if module not in state:
             visit(module)
+
+
+@pytest.mark.parametrize("name", ["trainer.py", "grpo_seam.py"])
+def test_the_trainer_and_its_seam_are_formatted_without_skips(name):
+    lines = (PACKAGE / name).read_text().splitlines()
+    skips = [i for i, line in enumerate(lines, 1) if "fmt: skip" in line or "fmt: off" in line]
+    assert not skips, f"trl_multiagent/{name} lines {skips} skip the formatter; let ruff format them"
