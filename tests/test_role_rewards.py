@@ -95,8 +95,8 @@ def test_evaluator_advantages_are_its_verdict_rewards_normalised_per_prompt(tiny
         policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", role_rewards="reference",
     )  # fmt: skip
     batches, episodes = [], []
-    score, run = trainer._generate_and_score_completions, trainer.engine.run
-    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    score, run = trainer.generate_and_score, trainer.engine.run
+    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
     trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
     trainer.train()
     batch = batches[0]
@@ -195,8 +195,8 @@ def test_trainer_advantages_under_the_paper_groups_are_the_references(tiny_model
         role_rewards=role_rewards,
     )  # fmt: skip
     batches, episodes = [], []
-    score, run = trainer._generate_and_score_completions, trainer.engine.run
-    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    score, run = trainer.generate_and_score, trainer.engine.run
+    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
     trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
     trainer.train()
     answers = [re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1) for e in episodes]

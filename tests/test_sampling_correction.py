@@ -52,8 +52,8 @@ def test_no_importance_sampling_ratio_under_the_paper_preset(tiny_model_dir, tmp
         vllm_importance_sampling_correction=correction, update_schedule=PAPER_DEFAULTS["update_schedule"],
         max_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
     )  # fmt: skip
-    batches, score = [], trainer._generate_and_score_completions
-    trainer._generate_and_score_completions = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    batches, score = [], trainer.generate_and_score
+    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
     trainer.train()
     (batch,) = batches
     assert batch.sampling_per_token_logps is not None  # the rollout's log-probs are there either way

@@ -134,13 +134,13 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
         tiny_model_dir, tmp_path / "out", WORKFLOWS[name](), policy_sharing=sharing, rollout_backend="vllm",
         rollout_mode="async", reward_funcs=length_reward, backend=engine, **settings,
     )  # fmt: skip
-    batches, score = [], trainer._generate_and_score_completions
+    batches, score = [], trainer.generate_and_score
 
     def recording_score(inputs):
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer._generate_and_score_completions = recording_score
+    trainer.generate_and_score = recording_score
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     trainer.train()
 
@@ -166,13 +166,13 @@ def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_mod
         tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing="isolated", rollout_backend="vllm",
         rollout_mode="async", rollout_ahead=1, reward_funcs=length_reward, backend=engine, **settings,
     )  # fmt: skip
-    batches, score = [], trainer._generate_and_score_completions
+    batches, score = [], trainer.generate_and_score
 
     def recording_score(inputs):
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer._generate_and_score_completions = recording_score
+    trainer.generate_and_score = recording_score
     trainer.train()
 
     assert len(batches) == 3

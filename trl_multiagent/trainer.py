@@ -15,13 +15,10 @@ One training step, in order (mirrored by the numbered comments below):
 from __future__ import annotations
 
 import copy
-import os
 from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
-from trl import GRPOTrainer
-from trl.models import unwrap_model_for_generation
 from trl.models.utils import disable_gradient_checkpointing
 
 from .adapters.role_models import role_models_of
@@ -30,6 +27,7 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
+from .grpo_seam import GRPOSeam
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
@@ -46,8 +44,10 @@ from .training.role_rewards import builtin_role_rewards, custom_role_rewards, ou
 from .workflows.base import Workflow
 
 
-class MultiAgentGRPOTrainer(GRPOTrainer):
+class MultiAgentGRPOTrainer(GRPOSeam):
     """GRPO for multi-agent workflows. Takes every argument of [`~trl.GRPOTrainer`] plus `workflow`.
+
+    It reaches TRL's private hooks and state only through [`GRPOSeam`] (grpo_seam.py), by their public names there.
 
     Args:
         workflow ([`Workflow`]): the roles and how they talk; each `generate` call is one training sample.
@@ -57,9 +57,6 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         answer_checker: `(text, answer) -> bool`, with the dataset's `answer` column, regrades every answering role's
             own outputs (`workflow/regraded/<role>`, pass@N over voters or workers, verdict accuracy).
     """
-
-    _tag_names = ["trl", "grpo", "trl-multiagent"]
-    _loss_forward: list | None = None  # filled with the loss forward's outputs while `compute_loss` runs
 
     def __init__(
         self,
@@ -87,35 +84,49 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
 
         super().__init__(
-            model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
-            processing_class=processing_class, reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks, optimizers=optimizers, quantization_config=quantization_config,
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
             peft_config=peft_config,
-        )  # fmt: skip
+        )
 
         self.role_adapters, role_models = role_models_of(self, args, lora, quantization_config)  # role_models' bases
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
-        if self._is_vlm:
+        if self.is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
             self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
         )
-        self.adapter_names, self.router = self.adapters.adapter_names, self.adapters.router
+        self.adapter_names = self.adapters.adapter_names
+        self.router = self.adapters.router
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
-        self.beta, self.role_loss_weights = 0.0, dict(args.role_loss_weights or {})
-        self._synced_step, self.rollout_backend = -1, rollout_backend or build_backend(args, TrainerContext.of(self))
+        self.beta = 0.0
+        self.role_loss_weights = dict(args.role_loss_weights or {})
+        self._synced_step = -1
+        self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
         self.engine = RolloutEngine(
-            workflow, self.rollout_backend, self.role_adapters, args.role_generation_kwargs, mode=args.rollout_mode,
+            workflow,
+            self.rollout_backend,
+            self.role_adapters,
+            args.role_generation_kwargs,
+            mode=args.rollout_mode,
             base_for_role=self.adapters.role_base,
-        )  # fmt: skip
+        )
         self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
-        run, ahead = lambda rows: self.early_rewards.run(rows, self.engine.run), check_rollout_ahead(args, self)
-        more_steps = lambda: self.state.global_step + 1 < self.state.max_steps  # noqa: E731
-        self.rollouts = RolloutsAhead(run, self._sync_backend_adapters, more_steps, ahead)
-        self.answer_checker, self.role_reward_funcs = answer_checker, role_reward_funcs
+        ahead = check_rollout_ahead(args, self)
+        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead)
+        self.answer_checker = answer_checker
+        self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
         first, last = monitoring_callbacks(args)
@@ -126,43 +137,48 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         compact_console(self)  # one line per step on the console; every metric still goes to report_to
 
     # -------------------------------------------------------------------------------------------- rollout backend
-    def _unwrapped_for_generation(self):
-        gather_zero3 = self.args.ds3_gather_for_generation
-        return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
+    def _run_episodes(self, rows: list[dict]) -> list:
+        return self.early_rewards.run(rows, self.engine.run)
+
+    def _more_steps(self) -> bool:
+        return self.state.global_step + 1 < self.state.max_steps
 
     def _sync_backend_adapters(self) -> None:
         """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3), if not sent."""
         if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
             return
-        with self._unwrapped_for_generation() as model:
+        with self.unwrapped_for_generation() as model:
             sync_adapters(self.rollout_backend, self.adapters.by_base(model), self.accelerator.is_main_process)
         self.accelerator.wait_for_everyone()
         self._synced_step = self.state.global_step
 
     # ---------------------------------------------------------------------------------------------- 1-3 rollouts
-    def _generate_and_score_completions(self, inputs: list[dict]) -> TrainingBatch:
-        device = self.accelerator.device
+    def generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
         episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
-        self._log_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        self.record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.
         completions = final_completions(episodes, inputs)
         last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
-        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
+        rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(
-            rewards_per_func, self.reward_weights, num_generations, self.scale_rewards,
+            rewards_per_func,
+            self.reward_weights,
+            num_generations,
+            self.scale_rewards,
             self.multi_objective_aggregation,
-        )  # fmt: skip
+        )
         start = self.accelerator.process_index * len(prompts)
+        local_rewards = rewards[start : start + len(prompts)].tolist()
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
-        role_rewards = self._role_rewards(episodes, inputs, rewards[start : start + len(prompts)].tolist(), mode)
+        role_rewards = self._role_rewards(episodes, inputs, local_rewards, mode)
         advantages = call_advantages(
             episodes,
             first_episode=start,
@@ -178,26 +194,18 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         )
         calls = [c for e in episodes for c in e.calls]
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
-        pad, mask_truncated = self.adapters.pad_token_ids(calls, self._tokenizer), self.args.mask_truncated_completions
-        batch = calls_to_batch(calls, advantages, episode_ids, pad, device, mask_truncated)
-        tokens, balance = batch.completion_mask.sum(dim=1), self.args.role_loss_balance
+        pad = self.adapters.pad_token_ids(calls, self.text_tokenizer)
+        device = self.accelerator.device
+        batch = calls_to_batch(calls, advantages, episode_ids, pad, device, self.args.mask_truncated_completions)
+        tokens = batch.completion_mask.sum(dim=1)
+        balance = self.args.role_loss_balance
         batch.sample_weights = role_weights(batch.roles, tokens, self.role_loss_weights, balance, self.loss_type)
         totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
-        batch.num_samples_in_batch, batch.num_items_in_batch = totals[0], totals[1]
+        batch.num_samples_in_batch = totals[0]
+        batch.num_items_in_batch = totals[1]
         self._log_rollout_metrics(mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts)
-        self._log_workflow_metrics(mode, episodes, inputs, rewards[start : start + len(prompts)].tolist())
-
-        # Log-probabilities that the loss needs from before the update, each sample through its own adapter.
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            mini_batches = self.args.update_schedule == "mini_batches"
-            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches:
-                batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
-            if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
-                batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
-        if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
-            batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
+        self._log_workflow_metrics(mode, episodes, inputs, local_rewards)
+        self._add_logps_before_update(batch, mode)
         return batch
 
     def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
@@ -208,8 +216,21 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         else:
             return None
         sums = role_metrics.role_reward_sums(self.workflow.roles, episodes, values, self.accelerator.device)
-        self._log_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
+        self.record_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
         return values
+
+    def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
+        """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
+        mini_batches = self.args.update_schedule == "mini_batches"
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches:
+                batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
+            if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
+                batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
+        if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
+            batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
@@ -218,7 +239,7 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
             model, router = self.adapters.forward_target(part.adapters, self.model)
             with router.route(names):
-                return self._get_per_token_logps_and_entropies(model, *part.model_inputs())[0]
+                return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
         keys = self.adapters.forward_keys(batch.adapters)
         return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward, keys)
@@ -228,21 +249,22 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
-    def _prepare_inputs(self, generation_batch) -> TrainingBatch:
-        # TRL's version splits with a fixed chunk size and drops the remainder; workflows make a variable number of
-        # calls, so split into near-equal micro-batches and weigh each sample exactly (loss_weights.py).
+    def prepare_inputs(self, generation_batch) -> TrainingBatch:
+        # 4. Cut the generation batch into the micro-steps of one optimizer step. TRL's version splits with a fixed
+        # chunk size and drops the remainder; workflows make a variable number of calls, so split into near-equal
+        # micro-batches and weigh each sample exactly (loss_weights.py).
         if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
             return generation_batch
         if not self.model.training:
-            return loss_ready(self._generate_and_score_completions(generation_batch), self.loss_type)
+            return loss_ready(self.generate_and_score(generation_batch), self.loss_type)
         steps = self.args.steps_per_generation
-        if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
-            batch = self._generate_and_score_completions(generation_batch).shuffled()
+        if self.micro_step % (steps * self.num_iterations) == 0 or self.buffered_micro_batches is None:
+            batch = self.generate_and_score(generation_batch).shuffled()
             chunks = generation_chunks(batch, steps, self.loss_type, self.accelerator.num_processes)
-            self._buffered_inputs = [loss_ready(chunk, self.loss_type) for chunk in chunks]
+            self.buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
-            self._log_metrics("train", {"workflow/samples_trained": float(trained)})
-        return self._buffered_inputs[self._step % steps]
+            self.record_metrics("train", {"workflow/samples_trained": float(trained)})
+        return self.buffered_micro_batches[self.micro_step % steps]
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-step of TRL's loop: its samples in memory-bounded forwards; under
@@ -250,15 +272,17 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         model.train()  # as the Trainer's step does, before the rollout reads the mode (after an evaluation too)
         if self.args.update_schedule == "mini_batches":
             return self._mini_batch_update(model, inputs, num_items_in_batch)
-        step = self._step
-        loss = self._accumulate(model, self._micro_batches(self._prepare_inputs(inputs)), num_items_in_batch)
-        self._step = step + 1
+        step = self.micro_step
+        parts = self._micro_batches(self.prepare_inputs(inputs))
+        loss = self._accumulate(model, parts, num_items_in_batch)
+        self.micro_step = step + 1  # TRL's training_step counted each part
         return loss
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        size, budget = self.args.per_device_train_batch_size, self.args.max_tokens_per_micro_batch
+        size = self.args.per_device_train_batch_size
+        budget = self.args.max_tokens_per_micro_batch
         parts = split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
-        return self.adapters.synchronised_last(parts, self._tokenizer.pad_token_id)
+        return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes."""
@@ -271,11 +295,11 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
         # last takes its optimizer step here, the last one takes the Trainer's own step.
-        step = self._step
-        self._step = step + 1
-        if self._step % self.args.steps_per_generation:
+        step = self.micro_step
+        self.micro_step = step + 1
+        if self.micro_step % self.args.steps_per_generation:
             return torch.zeros((), device=self.accelerator.device)
-        batch = self._generate_and_score_completions(inputs)
+        batch = self.generate_and_score(inputs)
         prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
         plan = mini_batch_plan(
             batch,
@@ -290,14 +314,13 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         for k, (_, part) in enumerate(plan):
             if k:
                 self._single_adapter_step(plan[k - 1][0])
-            loss = loss + self._accumulate(
-                model, self._micro_batches(loss_ready(part, self.loss_type)), num_items_in_batch
-            )
+            parts = self._micro_batches(loss_ready(part, self.loss_type))
+            loss = loss + self._accumulate(model, parts, num_items_in_batch)
         self.adapters.keep_only(plan[-1][0])
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
-        self._log_metrics("train", steps)
-        self._metrics["train"]["workflow/samples_trained"].append(batch.num_samples_in_batch.item())
-        self._step = step + 1
+        self.record_metrics("train", steps)
+        self.record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
+        self.micro_step = step + 1
         return loss
 
     def _single_adapter_step(self, adapter: str) -> None:
@@ -310,23 +333,14 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        output = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if self._loss_forward is not None:  # inside `compute_loss`: these are the loss's own log-probs
-            self._loss_forward.append(output)
-        return output
-
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
-        # recompute with the same adapters.
+        # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
         model, router = self.adapters.forward_target(inputs.adapters, model)  # the base these samples sit on
         router.set(self.adapters.routing(inputs.adapters, inputs.roles, training))
-        self._loss_forward = []  # TRL's loss computes the log-probs; they are recorded, in training and evaluation
-        try:
-            loss = super().compute_loss(model, inputs.to_trl_inputs(), return_outputs, num_items_in_batch)
-        finally:
-            (per_token_logps, entropies, _), self._loss_forward = self._loss_forward[-1], None
+        trl_inputs = inputs.to_trl_inputs()
+        loss, per_token_logps, entropies = self.trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
             loss = loss + self._kl_loss(per_token_logps, inputs)
         self._log_role_loss_metrics(per_token_logps.detach(), entropies.detach(), inputs)
@@ -336,21 +350,15 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
         loss, per_token_kl = per_role_kl_loss(per_token_logps, inputs, beta, self.loss_type, LossScale.of(self))
         kl = role_metrics.role_kl_metrics(self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask)
-        self._log_metrics("train" if self.model.training else "eval", kl)
+        self.record_metrics("train" if self.model.training else "eval", kl)
         return loss
 
     def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: TrainingBatch) -> None:
-        sums = role_metrics.token_stat_sums(
-            self.workflow.roles, inputs, logps, entropies, self.epsilon_low, self.epsilon_high
-        )
+        roles = self.workflow.roles
+        sums = role_metrics.token_stat_sums(roles, inputs, logps, entropies, self.epsilon_low, self.epsilon_high)
         sums = self.accelerator.reduce(sums, reduction="sum")
-        self._log_metrics(
-            "train" if self.model.training else "eval", role_metrics.token_stat_metrics(self.workflow.roles, sums)
-        )
-
-    def _log_metrics(self, mode: str, values: dict[str, float]) -> None:
-        for key, value in values.items():
-            self._metrics[mode][key].append(value)
+        mode = "train" if self.model.training else "eval"
+        self.record_metrics(mode, role_metrics.token_stat_metrics(roles, sums))
 
     # ---------------------------------------------------------------------------------------- the optimizer step
     def create_optimizer(self, model=None):
@@ -364,58 +372,64 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         self.lr_scheduler = self.adapters.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
-    def _clip_grad_norm(self, model):
+    def clip_grad_norm(self, model):
         self._before_optimizer_step()
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
             return self.adapters.clip(self.args.max_grad_norm)
-        if extra := self.adapters.extra_parameters():  # the norm over every base's adapters
+        extra = self.adapters.extra_parameters()
+        if extra:  # the norm over every base's adapters
             return self.accelerator.clip_grad_norm_([*model.parameters(), *extra], self.args.max_grad_norm)
-        return super()._clip_grad_norm(model)
+        return super().clip_grad_norm(model)
 
-    def _get_grad_norm(self, model, grad_norm=None):
+    def gradient_norm(self, model, grad_norm=None):
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             self._before_optimizer_step()
-            if extra := self.adapters.extra_parameters():
+            extra = self.adapters.extra_parameters()
+            if extra:
                 grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
+        return super().gradient_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
-        self._log_metrics("train", self.adapters.before_optimizer_step())
+        self.record_metrics("train", self.adapters.before_optimizer_step())
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    def save_checkpoint(self, model, trial) -> None:
+        super().save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            saved_run.save_update_state(folder, self.adapters.state_dict())
+            saved_run.save_update_state(self.checkpoint_folder(trial), self.adapters.state_dict())
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+    def load_optimizer_and_scheduler(self, checkpoint) -> None:
+        super().load_optimizer_and_scheduler(checkpoint)
         state = saved_run.load_update_state(checkpoint)
         if state is not None:
             self.adapters.load_state_dict(state)
 
-    def _save(self, output_dir: str | None = None, state_dict=None):
-        super()._save(output_dir, state_dict)
+    def save_to(self, output_dir: str | None = None, state_dict=None) -> None:
+        super().save_to(output_dir, state_dict)
         if self.args.should_save:
-            output_dir, config = output_dir or self.args.output_dir, self.multiagent_config()
+            output_dir = output_dir or self.args.output_dir
+            config = self.multiagent_config()
             saved_run.save_run_files(output_dir, config, self.adapters.shadows, self.adapters.by_base(self.model))
             write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        for peft_model, names in self.adapters.by_base(self.accelerator.unwrap_model(model or self.model)).values():
+    def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        # Replaces the Trainer's loading: every role adapter, on every base, from its own folder.
+        model = self.accelerator.unwrap_model(model or self.model)
+        for peft_model, names in self.adapters.by_base(model).values():
             saved_run.load_role_adapters(peft_model, resume_from_checkpoint, names)
         self.adapters.weights_loaded()
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         # Replaces TRL's card (library_name transformers): the run's card and one per role adapter folder.
         if self.is_world_process_zero():
-            metrics, output_dir = final_metrics(self.state.log_history), self.args.output_dir
+            metrics = final_metrics(self.state.log_history)
+            output_dir = self.args.output_dir
             write_model_cards(output_dir, self.multiagent_config(), metrics, self.hub_model_id, dataset_name, tags)
 
     def multiagent_config(self) -> dict:
         base_model = next(iter(self.model.peft_config.values())).base_model_name_or_path
-        sharing, role_models = self.args.policy_sharing, self.adapters.role_models
+        sharing = self.args.policy_sharing
+        role_models = self.adapters.role_models
         return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, role_models)
 
     # ---------------------------------------------------------------------------------------------------- metrics
@@ -424,35 +438,20 @@ class MultiAgentGRPOTrainer(GRPOTrainer):
         answers = [row["answer"] for row in inputs] if checker else None
         values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
         values.pop("workflow/success", None)  # logged from the rewards of every process already
-        self._log_metrics(mode, values)
+        self.record_metrics(mode, values)
         # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
         for role in self.workflow.roles:
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
-            self._logs["extra"][f"role/{role}"].extend(gather_object(column))
+            self.record_completion_column(f"role/{role}", column)
 
     def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
-        roles, names, tokens = self.workflow.roles, self.reward_func_names, batch.completion_mask.sum(dim=1)
+        roles = self.workflow.roles
+        names = self.reward_func_names
+        tokens = batch.completion_mask.sum(dim=1)
         calls = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=self.accelerator.device))
         sums = gather(role_metrics.rollout_sums(roles, batch.roles, tokens, batch.truncated, batch.advantages)[None])
         values = role_metrics.rollout_metrics(roles, sums.sum(0), rewards, rewards_per_func, names, calls, batch)
-        self._log_metrics(mode, values)
+        self.record_metrics(mode, values)
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
-        self._logs["prompt"].extend(gather_object(prompts))
-        self._logs["completion"].extend(gather_object([e.final_answer for e in episodes]))
-        for i, name in enumerate(self.reward_func_names):
-            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
-        self._logs["advantages"].extend(all_advantages.tolist())
-        self._flush_reward_function_logs(mode, len(prompts))
-
-    def _flush_reward_function_logs(self, mode: str, num_rows: int) -> None:
-        """What reward functions reported through TRL's `log_extra` / `log_metric`, gathered as TRL does."""
-        for column in sorted(set(gather_object(list(self._pending_extra_logs)))):
-            values = self._pending_extra_logs.get(column, [None] * num_rows)
-            self._logs["extra"][column].extend(gather_object(values))
-        self._pending_extra_logs.clear()
-        for name in sorted(set(gather_object(list(self._pending_metrics)))):
-            values = self._pending_metrics.get(name, [])
-            local = torch.tensor([sum(values), len(values)], dtype=torch.float32, device=self.accelerator.device)
-            total, count = gather(local).view(-1, 2).sum(dim=0).tolist()
-            self._metrics[mode][name].append(total / count)
-        self._pending_metrics.clear()
+        completions = [e.final_answer for e in episodes]
+        self.record_completions(mode, prompts, completions, rewards_per_func, all_advantages)

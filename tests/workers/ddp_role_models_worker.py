@@ -22,7 +22,7 @@ trainer = tiny_trainer(
     reward_funcs=length_parity_reward, role_models={"evaluator": judge_dir}, policy_sharing="isolated",
     update_schedule=schedule, max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0,
 )  # fmt: skip
-completions, score = [], trainer._generate_and_score_completions
+completions, score = [], trainer.generate_and_score
 
 
 def recording_score(inputs):
@@ -31,7 +31,7 @@ def recording_score(inputs):
     return batch
 
 
-trainer._generate_and_score_completions = recording_score
+trainer.generate_and_score = recording_score
 judge = trainer.adapters.role_models.extra[judge_dir].model
 before = {f"evaluator/{n}": p.detach().clone() for n, p in adapter_parameters(judge, "evaluator").items()}
 before.update(

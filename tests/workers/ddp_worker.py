@@ -35,7 +35,7 @@ trainer = tiny_trainer(
     model_dir, os.path.join(out_dir, "run"), dataset=addition_dataset(4), respond=random_answers,
     respond_seed=100 + rank, **settings,
 )  # fmt: skip
-score = trainer._generate_and_score_completions
+score = trainer.generate_and_score
 
 
 def recording_score(inputs):
@@ -44,7 +44,7 @@ def recording_score(inputs):
     return batch
 
 
-trainer._generate_and_score_completions = recording_score
+trainer.generate_and_score = recording_score
 trainer.train()
 record["steps"] = trainer.state.global_step
 record["world_size"] = trainer.accelerator.num_processes

@@ -28,14 +28,14 @@ def one_step(model_dir: str, out_dir: str, rank: int) -> dict:
         model_dir, os.path.join(out_dir, "run"), Voting(), dataset=addition_dataset(8), respond=random_answers,
         respond_seed=100 + rank, **SETTINGS,
     )  # fmt: skip
-    episodes, score = set(), trainer._generate_and_score_completions
+    episodes, score = set(), trainer.generate_and_score
 
     def recording_score(inputs):
         batch = score(inputs)
         episodes.update(batch.episode_ids.tolist())
         return batch
 
-    trainer._generate_and_score_completions = recording_score
+    trainer.generate_and_score = recording_score
     trainer.train()
     logged = trainer.state.log_history[0]
     return {

@@ -44,9 +44,9 @@ class TrainerContext:
         main = cls(
             model=trainer.model,
             adapter_names=trainer.adapter_names,
-            tokenizer=trainer._tokenizer,
+            tokenizer=trainer.text_tokenizer,
             router=trainer.router,
-            unwrapped_model=trainer._unwrapped_for_generation,
+            unwrapped_model=trainer.unwrapped_for_generation,
             generation_config=trainer.generation_config,
             eos_token_ids=trainer.eos_token_ids,
             chat_template_kwargs=trainer.chat_template_kwargs,
@@ -70,10 +70,17 @@ class TrainerContext:
             pad_token_id=base.tokenizer.pad_token_id, bos_token_id=base.tokenizer.bos_token_id, eos_token_id=eos
         )
         return replace(
-            self, model=base.model, adapter_names=list(base.adapters), tokenizer=base.tokenizer, router=router,
-            unwrapped_model=lambda: nullcontext(base.model), generation_config=config, eos_token_ids=eos,
-            base=base.name, extra={},
-        )  # fmt: skip
+            self,
+            model=base.model,
+            adapter_names=list(base.adapters),
+            tokenizer=base.tokenizer,
+            router=router,
+            unwrapped_model=lambda: nullcontext(base.model),
+            generation_config=config,
+            eos_token_ids=eos,
+            base=base.name,
+            extra={},
+        )
 
 
 def base_eos_token_ids(model, tokenizer) -> list[int]:
@@ -103,10 +110,16 @@ def _backend(args, context: TrainerContext, memory_share: float):
         return _vllm_backend(args, context, memory_share)
     c = context
     return TransformersBackend(
-        c.unwrapped_model, c.tokenizer, c.router, c.generation_config, c.eos_token_ids, c.chat_template_kwargs,
-        max_batch_size=args.rollout_batch_size, max_batch_tokens=args.rollout_max_batch_tokens,
+        c.unwrapped_model,
+        c.tokenizer,
+        c.router,
+        c.generation_config,
+        c.eos_token_ids,
+        c.chat_template_kwargs,
+        max_batch_size=args.rollout_batch_size,
+        max_batch_tokens=args.rollout_max_batch_tokens,
         chat_rendering=c.chat_rendering,
-    )  # fmt: skip
+    )
 
 
 def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
@@ -135,9 +148,12 @@ def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
             args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
         ]
         return VLLMServerBackend(
-            urls, timeout=args.vllm_server_timeout, request_timeout=args.vllm_request_timeout,
-            max_concurrency=args.vllm_server_max_concurrency, **common,
-        )  # fmt: skip
+            urls,
+            timeout=args.vllm_server_timeout,
+            request_timeout=args.vllm_request_timeout,
+            max_concurrency=args.vllm_server_max_concurrency,
+            **common,
+        )
     lora = context.model.peft_config[context.adapter_names[0]]
     engine = dict(
         model=lora.base_model_name_or_path,

@@ -1,0 +1,193 @@
+"""``GRPOSeam``: the one place trl-multiagent touches private members of TRL's ``GRPOTrainer`` and of the Trainer.
+
+``MultiAgentGRPOTrainer`` subclasses it. Each private hook of TRL's training loop is overridden here and forwards, with
+the same arguments, to a public method whose default is TRL's own behaviour, so the trainer overrides public names
+only. Each private attribute the trainer reads or writes is reached through a method or property here. Nothing else
+in the package names a TRL-private member (tests/test_trl_seam.py checks it), so a TRL release that moves one of them
+changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager
+
+import torch
+from accelerate.utils import gather, gather_object
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+
+class GRPOSeam(GRPOTrainer):
+    """``GRPOTrainer`` with its private hooks and state behind public names (see the module docstring)."""
+
+    _tag_names = ["trl", "grpo", "trl-multiagent"]  # Trainer: tags added to the model, its card and its Hub pushes
+    _loss_forwards: list | None = None  # the log-prob forwards of TRL's loss, recorded while `trl_loss` runs
+
+    # ------------------------------------------------------------------------ hooks of TRL's loop, forwarded
+    # TRL: rolls out one generation batch, scores it, computes advantages, returns the loss's tensor dict.
+    def _generate_and_score_completions(self, inputs):
+        return self.generate_and_score(inputs)
+
+    def generate_and_score(self, inputs):
+        """A generation batch of dataset rows, rolled out, scored and made into what the loss reads."""
+        return super()._generate_and_score_completions(inputs)
+
+    # TRL: generates every steps_per_generation * num_iterations micro-steps, buffers the split, returns one part.
+    def _prepare_inputs(self, generation_batch):
+        return self.prepare_inputs(generation_batch)
+
+    def prepare_inputs(self, generation_batch):
+        """What one micro-step of the loop (or one evaluation batch) trains on."""
+        return super()._prepare_inputs(generation_batch)
+
+    # TRL: the completions' per-token log-probs (and entropies) in chunks; its loss computes them through here.
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        output = self.per_token_logps_and_entropies(*args, **kwargs)
+        if self._loss_forwards is not None:
+            self._loss_forwards.append(output)
+        return output
+
+    def per_token_logps_and_entropies(self, *args, **kwargs):
+        """``(log-probs [N, C], entropies [N, C] or None, aux loss or None)`` of ``model`` on a batch."""
+        return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+
+    # Trainer: clips the gradients before the optimizer step (max_grad_norm > 0) and returns their norm.
+    def _clip_grad_norm(self, model):
+        return self.clip_grad_norm(model)
+
+    def clip_grad_norm(self, model):
+        """Clip before the optimizer step; returns the norm before clipping."""
+        return super()._clip_grad_norm(model)
+
+    # Trainer: the `grad_norm` it logs: the one clipping returned, or computed here when it does not clip.
+    def _get_grad_norm(self, model, grad_norm=None):
+        return self.gradient_norm(model, grad_norm=grad_norm)
+
+    def gradient_norm(self, model, grad_norm=None):
+        """The gradient norm the step logs (``grad_norm``: the one clipping returned, None without clipping)."""
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    # TRL writes its model card, then the Trainer writes checkpoint-<step>/ (model, optimizer, scheduler, state).
+    def _save_checkpoint(self, model, trial):
+        self.save_checkpoint(model, trial)
+
+    def save_checkpoint(self, model, trial) -> None:
+        """Write ``checkpoint_folder(trial)``: model, optimizer, scheduler, trainer state."""
+        super()._save_checkpoint(model, trial)
+
+    # Trainer: restores the optimizer and the scheduler from the checkpoint it resumes from.
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        self.load_optimizer_and_scheduler(checkpoint)
+
+    def load_optimizer_and_scheduler(self, checkpoint) -> None:
+        """Restore the optimizer and scheduler from ``checkpoint`` (None: nothing to restore)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+
+    # Trainer: writes the model, its tokenizer and the training arguments (save_model and every checkpoint).
+    def _save(self, output_dir=None, state_dict=None):
+        self.save_to(output_dir, state_dict)
+
+    def save_to(self, output_dir: str | None = None, state_dict=None) -> None:
+        """Write the model, its tokenizer and the training arguments to ``output_dir`` (the run's by default)."""
+        super()._save(output_dir, state_dict)
+
+    # Trainer: loads the model's weights from the checkpoint it resumes from.
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        self.load_from_checkpoint(resume_from_checkpoint, model)
+
+    def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Load the model's weights from a checkpoint folder."""
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    # ------------------------------------------------------------------------------------- TRL's loss
+    def trl_loss(self, model, inputs: dict, return_outputs=False, num_items_in_batch=None):
+        """TRL's loss on its tensor dict, with the `[N, C]` log-probs and entropies its own forward computed
+        (``(loss, per_token_logps, entropies)``)."""
+        self._loss_forwards = []
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            per_token_logps, entropies, _ = self._loss_forwards[-1]
+        finally:
+            self._loss_forwards = None
+        return loss, per_token_logps, entropies
+
+    # ---------------------------------------------------------------------------------- TRL's state
+    @property
+    def text_tokenizer(self):
+        """TRL's `_tokenizer`: the processing class, or the tokenizer inside a processor."""
+        return self._tokenizer
+
+    @property
+    def is_vision_language_model(self) -> bool:
+        """TRL's `_is_vlm`: the processing class is a processor (images reach the model)."""
+        return self._is_vlm
+
+    @property
+    def micro_step(self) -> int:
+        """TRL's `_step`: micro-steps so far (its training_step adds one); it generates at multiples of
+        steps_per_generation * num_iterations."""
+        return self._step
+
+    @micro_step.setter
+    def micro_step(self, value: int) -> None:
+        self._step = value
+
+    @property
+    def buffered_micro_batches(self) -> list | None:
+        """TRL's `_buffered_inputs`: the micro-batches of the current generation batch (None before the first and
+        after a resume)."""
+        return self._buffered_inputs
+
+    @buffered_micro_batches.setter
+    def buffered_micro_batches(self, value: list | None) -> None:
+        self._buffered_inputs = value
+
+    def checkpoint_folder(self, trial) -> str:
+        """The folder the Trainer writes this step's checkpoint to (`_get_output_dir` / checkpoint-<step>)."""
+        return os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+
+    def unwrapped_for_generation(self) -> AbstractContextManager[torch.nn.Module]:
+        """The model to generate with, as TRL reaches it (gathered first under ZeRO-3 if asked)."""
+        gather_zero3 = self.args.ds3_gather_for_generation
+        return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
+
+    def score_completions(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list):
+        """TRL's `_calculate_rewards`: every reward function on this process's completions (their ``log_extra`` and
+        ``log_metric`` held until `record_completions`), `[E_all, F]` gathered over processes, NaN where a
+        function did not score."""
+        return self._calculate_rewards(inputs, prompts, completions, completion_ids)
+
+    def record_metrics(self, mode: str, values: dict[str, float]) -> None:
+        """Append to TRL's `_metrics[mode]`, which its `log` averages over the logging steps."""
+        for key, value in values.items():
+            self._metrics[mode][key].append(value)
+
+    def record_completions(self, mode: str, prompts: list, completions: list, rewards_per_func, advantages) -> None:
+        """Rows of TRL's completions table (`_logs`, shown with ``log_completions``): this process's prompts and
+        completions, gathered here; `[E_all, F]` rewards and `[E_all]` advantages of every process; then what the
+        reward functions reported through ``log_extra`` / ``log_metric``, gathered as TRL does."""
+        self._logs["prompt"].extend(gather_object(prompts))
+        self._logs["completion"].extend(gather_object(completions))
+        for i, name in enumerate(self.reward_func_names):
+            self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())
+        self._logs["advantages"].extend(advantages.tolist())
+        self._flush_reward_function_logs(mode, len(prompts))
+
+    def record_completion_column(self, column: str, values: list) -> None:
+        """An extra column of TRL's completions table from this process's ``values`` (gathered here)."""
+        self._logs["extra"][column].extend(gather_object(values))
+
+    def _flush_reward_function_logs(self, mode: str, num_rows: int) -> None:
+        # TRL's `_pending_extra_logs` / `_pending_metrics`: what `log_extra` / `log_metric` collected, sorted so every
+        # process gathers in the same order; a column a process lacks is None there, a metric the mean of all values.
+        for column in sorted(set(gather_object(list(self._pending_extra_logs)))):
+            values = self._pending_extra_logs.get(column, [None] * num_rows)
+            self._logs["extra"][column].extend(gather_object(values))
+        self._pending_extra_logs.clear()
+        for name in sorted(set(gather_object(list(self._pending_metrics)))):
+            values = self._pending_metrics.get(name, [])
+            local = torch.tensor([sum(values), len(values)], dtype=torch.float32, device=self.accelerator.device)
+            total, count = gather(local).view(-1, 2).sum(dim=0).tolist()
+            self._metrics[mode][name].append(total / count)
+        self._pending_metrics.clear()
