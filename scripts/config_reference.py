@@ -59,7 +59,9 @@ def render() -> str:
                 "field(..., metadata={'help': ...}) in trl_multiagent/config.py."
             )
         choices = field.metadata.get("choices")
-        facts = [f"`{field.type}`", f"default {default_of(field)}"]
+        # as written in config.py (a parser may have replaced `field.type` with the resolved type)
+        annotation = MultiAgentGRPOConfig.__annotations__[field.name]
+        facts = [f"`{annotation}`", f"default {default_of(field)}"]
         if choices:
             facts.append("one of " + ", ".join(f"`{choice!r}`" for choice in choices))
         index.append(f"| [`{field.name}`](#{field.name}) | {default_of(field)} |")

@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from trl import GRPOConfig
+from trl import GRPOConfig, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
 
@@ -44,3 +44,10 @@ def test_a_field_without_help_is_refused(monkeypatch):
     monkeypatch.setattr(reference, "own_fields", lambda: [bare])
     with pytest.raises(ValueError, match="MultiAgentGRPOConfig.undocumented has no help metadata"):
         reference.render()
+
+
+def test_the_reference_does_not_depend_on_a_parser_having_run():
+    """HfArgumentParser replaces each Field's `type` string with the resolved type; the reference reads the source."""
+    before = config_reference().render()
+    TrlParser((MultiAgentGRPOConfig,))
+    assert config_reference().render() == before
