@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from presets import ON_CPU, preset, recipe_trainer_kwargs
+from presets import CONFIGS, ON_CPU, preset, recipe_trainer_kwargs
 
 from trl_multiagent.evaluation.datasets import DEFAULT_DATASETS
 
@@ -123,3 +123,15 @@ def test_another_config_replaces_the_paper_preset(tmp_path):
     assert kwargs["model"] == "my/model" and kwargs["args"].max_completion_length == 32
     assert kwargs["args"].update_schedule == "merged" and kwargs["args"].learning_rate == 1e-6  # the library's
     assert kwargs["peft_config"].r == 16  # ModelConfig's default, not the paper's 64
+
+
+@pytest.mark.parametrize("name", ["toy", "toy_code", "toy_two_models"])
+def test_the_toy_presets_give_every_workflow_the_toy_models_requests(name):
+    """One toy preset serves every recipe: each workflow takes the options it has from the same file."""
+    toy = {"prompts": "guarded", "parsing": "robust", "history": "fresh", "workers": "fixed", "template": "raw"}
+    for recipe in TRAINING_RECIPES:
+        offline = "toy_code" if recipe.endswith("_code") else "arithmetic"
+        args = ("--config", str(CONFIGS / f"{name}.yaml"), "--output_dir", "unused", "--dataset_name", offline)
+        workflow = recipe_trainer_kwargs(recipe, *args)["workflow"]
+        taken = {option: getattr(workflow, option) for option in toy if hasattr(workflow, option)}
+        assert taken == {option: toy[option] for option in taken} and "prompts" in taken, (recipe, taken)
