@@ -25,8 +25,8 @@ class WorkflowOptions:
     prompts: str = field(
         default="paper",
         metadata={
-            "help": "Prompt set of every role: 'paper' (the research's), 'guarded' (the requests the shipped toy model "
-            "was trained on), or a JSON file in the reference's prompt.json layout. Every built-in workflow."
+            "help": "Prompt set of every role: 'paper' (the research's), 'guarded' (the requests the shipped toy "
+            "model was trained on), or a JSON file in the reference's prompt.json layout. Every built-in workflow."
         },
     )
     parsing: str = field(
@@ -40,8 +40,8 @@ class WorkflowOptions:
     history: str = field(
         default="shared",
         metadata={
-            "help": "EvalOpt's conversation: 'shared' (one conversation, the paper's) or 'fresh' (a new evaluator chat "
-            "per attempt).",
+            "help": "EvalOpt's conversation: 'shared' (one conversation, the paper's) or 'fresh' (a new evaluator "
+            "chat per attempt).",
             "choices": list(HISTORIES),
         },
     )
@@ -56,8 +56,8 @@ class WorkflowOptions:
     template: str = field(
         default="generator",
         metadata={
-            "help": "SingleAgent's request: 'generator' (the workflows' generator request, the paper's SA-RL) or 'raw' "
-            "(the dataset prompt, as plain TRL GRPO).",
+            "help": "SingleAgent's request: 'generator' (the workflows' generator request, the paper's SA-RL) or "
+            "'raw' (the dataset prompt, as plain TRL GRPO).",
             "choices": list(TEMPLATES),
         },
     )
