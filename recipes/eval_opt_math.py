@@ -1,21 +1,25 @@
 """Train Eval-Opt (generator + evaluator, refine on Incorrect) on DAPO-Math-17K with multi-agent GRPO.
 
-Paper-scale run (defaults: Qwen3-1.7B, LoRA r=64/alpha=32 all-linear, 8 episodes per problem, lr 2e-5, T=0.7):
+Paper-scale run (without --config the recipe reads recipes/configs/paper_math.yaml: Qwen3-1.7B, LoRA r=64/alpha=32
+all-linear, 8 episodes per problem, lr 2e-5, T=0.7):
 
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/eval_opt_math.py \
         --output_dir runs/eval_opt_math --policy_sharing isolated
+
+Another `--config` replaces that file: a field it leaves out takes the library's default (docs/configuration.md).
 
 CPU, offline, minutes (tiny model, toy arithmetic task):
 
     accelerate launch --cpu --num_processes 1 recipes/eval_opt_math.py --config recipes/configs/cpu.yaml
 """
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
-from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     load_dapo_math,
@@ -24,6 +28,10 @@ from trl_multiagent.tasks import (
     math_reward,
 )
 from trl_multiagent.toy import resolve_model_name
+from trl_multiagent.workflows.options import WorkflowOptions
+
+# The paper's settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+PAPER_PRESET = Path(__file__).parent / "configs" / "paper_math.yaml"
 
 
 @dataclass
@@ -31,48 +39,27 @@ class WorkflowArguments:
     max_iterations: int = field(
         default=3, metadata={"help": "Generator attempts per episode, each judged by the evaluator."}
     )
-    workflow_preset: str = field(
-        default="paper",
-        metadata={
-            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
-            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
-            "choices": list(WORKFLOW_PRESETS),
-        },
-    )
-    prompts: str | None = field(
-        default=None,
-        metadata={
-            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
-            "(default: the preset's)."
-        },
-    )
-    history: str | None = field(
-        default=None,
-        metadata={
-            "help": "'shared': one conversation (the paper's); 'fresh': a new evaluator chat per attempt "
-            "(default: the preset's).",
-        },
-    )
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowArguments))
-    parser.set_defaults(**PAPER_DEFAULTS, max_completion_length=MATH_MAX_COMPLETION_LENGTH, dataset_name=DAPO_MATH_ID)
-    script_args, training_args, model_args, workflow_args = parser.parse_args_and_config()
+    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
     if script_args.dataset_name == "arithmetic":  # offline toy task for CPU runs
         train_dataset = make_arithmetic_dataset(n=1000, seed=training_args.seed)
     else:
-        train_dataset = load_dapo_math(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
+        train_dataset = load_dapo_math(
+            split=script_args.dataset_train_split, path_or_id=script_args.dataset_name or DAPO_MATH_ID
+        )
 
-    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
         workflow=EvalOpt(
             max_iterations=workflow_args.max_iterations,
-            prompts=workflow_args.prompts or preset["prompts"],
-            parsing=preset["parsing"],
-            history=workflow_args.history or preset["history"],
+            prompts=options.prompts,
+            parsing=options.parsing,
+            history=options.history,
         ),
         reward_funcs=math_reward,
         args=training_args,

@@ -1,8 +1,9 @@
 """Evaluate a trained run (every checkpoint), the base model, or SA-RL transfer on a task's held-out split.
 
-Every checkpoint of a run as the paper evaluates it (sampled at 0.7, Qwen3's thinking off, the held-out split, up to
-8,192 tokens per call for math and 5,120 for code; `--use_training_lengths`: the training lengths, 5,120 and 2,048),
-appending to runs/voting_math/eval_results.jsonl (re-running skips what is done):
+Every checkpoint of a run as the paper evaluates it (recipes/configs/paper_eval.yaml, read when no --config is given:
+sampled at 0.7, Qwen3's thinking off, the held-out split, up to 8,192 tokens per call for math and 5,120 for code;
+`--use_training_lengths`: the training lengths, 5,120 and 2,048), appending to runs/voting_math/eval_results.jsonl
+(re-running skips what is done):
 
     python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
 
@@ -27,6 +28,7 @@ CPU, offline (tiny model, toy arithmetic task):
         --max_completion_length 24 --temperature 0
 """
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,9 +44,10 @@ from trl_multiagent.evaluation import (
     paper_table,
     read_results,
 )
-from trl_multiagent.paper import PAPER_EVAL_DEFAULTS
 from trl_multiagent.workflows import Workflow
 
+# The paper's evaluation settings; `--config other.yaml` replaces this file (what it leaves out takes EvalSettings').
+PAPER_PRESET = Path(__file__).parent / "configs" / "paper_eval.yaml"
 RECIPE_NAMES = {
     "eval_opt": "EvalOpt",
     "voting": "Voting",
@@ -85,8 +88,8 @@ def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
 
 if __name__ == "__main__":
     parser = TrlParser((EvaluateArguments, EvalSettings))
-    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # sampled at 0.7, thinking off, evaluation lengths: the paper's
-    args, settings = parser.parse_args_and_config()
+    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    args, settings = parser.parse_args_and_config(argv)
     new_rows = evaluate(
         run_dir=args.run_dir,
         mode=args.mode,

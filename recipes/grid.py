@@ -38,6 +38,7 @@ import yaml
 from tqdm.auto import tqdm
 from trl import TrlParser
 
+from trl_multiagent import MultiAgentGRPOConfig
 from trl_multiagent.evaluation import format_table, paper_table, read_log_history, read_results, role_instability
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,15 +113,18 @@ def train_command(args: GridArguments, cell: Cell) -> list[str]:
     ]  # fmt: skip
 
 
-def trained_renderings(args: GridArguments) -> dict[str, str]:
-    """task -> the `chat_rendering` its recipe config trains with, so that its runs are evaluated on prompts rendered
-    the same way (the toy presets: the tokenizer's template; evaluate.py's own default is the reference's)."""
-    renderings = {}
+def trained_renderings(args: GridArguments) -> dict[str, list[str]]:
+    """task -> the flags that render evaluation prompts as its recipe config trains them (`chat_rendering` and
+    `chat_template_kwargs`; the library defaults where the config leaves them out). Without a config the recipes
+    and evaluate.py read the paper presets, which render alike."""
+    library = MultiAgentGRPOConfig.__dataclass_fields__
+    flags = {}
     for task, config in per_task(args.recipe_config, "recipe_config").items():
-        rendering = (yaml.safe_load(Path(config).read_text()) or {}).get("chat_rendering")
-        if rendering is not None:
-            renderings[task] = rendering
-    return renderings
+        preset = yaml.safe_load(Path(config).read_text()) or {}
+        rendering = preset.get("chat_rendering", library["chat_rendering"].default)
+        template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
+        flags[task] = ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
+    return flags
 
 
 def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
@@ -130,7 +134,7 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
 
     def command(cell: Cell, *extra: str) -> list[str]:
         dataset = ["--dataset_name", datasets[cell.task]] if cell.task in datasets else []
-        rendering = ["--chat_rendering", renderings[cell.task]] if cell.task in renderings else []
+        rendering = renderings.get(cell.task, [])
         common = ["--task", cell.task, *dataset, *rendering, "--seed", str(args.seed), *shlex.split(args.eval_args)]
         return ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
 

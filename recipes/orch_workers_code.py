@@ -2,53 +2,38 @@
 
 Programs are graded in the code sandbox, which needs root (see ``trl_multiagent/tasks/sandbox.py``).
 
-Paper-scale run (defaults: Qwen3-1.7B, LoRA r=64/alpha=32 all-linear, 8 episodes per problem, lr 2e-5, T=0.7,
-2048-token completions, DeepCoder PrimeIntellect):
+Paper-scale run (without --config the recipe reads recipes/configs/paper_code.yaml: Qwen3-1.7B, LoRA r=64/alpha=32
+all-linear, 8 episodes per problem, lr 2e-5, T=0.7, 2048-token completions, DeepCoder PrimeIntellect):
 
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/orch_workers_code.py \
         --output_dir runs/orch_workers_code --policy_sharing isolated
+
+Another `--config` replaces that file: a field it leaves out takes the library's default (docs/configuration.md).
 
 CPU, offline, minutes (tiny model, toy stdin/stdout problems):
 
     accelerate launch --cpu --num_processes 1 recipes/orch_workers_code.py --config recipes/configs/cpu_code.yaml
 """
 
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
-from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
 from trl_multiagent.toy import resolve_model_name
+from trl_multiagent.workflows.options import WorkflowOptions
+
+# The paper's settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+PAPER_PRESET = Path(__file__).parent / "configs" / "paper_code.yaml"
 
 
 @dataclass
 class WorkflowArguments:
     n_workers: int = field(default=3, metadata={"help": "Strategies proposed by the orchestrator, one worker each."})
-    workflow_preset: str = field(
-        default="paper",
-        metadata={
-            "help": "What the roles see: 'paper' (the research's workflows) or 'toy' (the requests the toy model was "
-            "trained on); see trl_multiagent.paper.WORKFLOW_PRESETS.",
-            "choices": list(WORKFLOW_PRESETS),
-        },
-    )
-    prompts: str | None = field(
-        default=None,
-        metadata={
-            "help": "Prompt set: 'paper', 'guarded', or a JSON file in the reference's prompt.json layout "
-            "(default: the preset's)."
-        },
-    )
-    workers: str | None = field(
-        default=None,
-        metadata={
-            "help": "'per_strategy': one worker per strategy read (the paper's); 'fixed': always n_workers "
-            "(default: the preset's).",
-        },
-    )
 
 
 @dataclass
@@ -60,24 +45,27 @@ class RewardArguments:
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowArguments, RewardArguments))
-    parser.set_defaults(**PAPER_DEFAULTS, max_completion_length=CODE_MAX_COMPLETION_LENGTH, dataset_name=DEEPCODER_ID)
-    script_args, training_args, model_args, workflow_args, reward_args = parser.parse_args_and_config()
+    parser = TrlParser(
+        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments, RewardArguments)
+    )
+    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
 
     if script_args.dataset_name == "toy_code":  # offline toy task for CPU runs
         train_dataset = make_toy_code_dataset(n=1000, seed=training_args.seed)
     else:
-        train_dataset = load_deepcoder(split=script_args.dataset_train_split, path_or_id=script_args.dataset_name)
+        train_dataset = load_deepcoder(
+            split=script_args.dataset_train_split, path_or_id=script_args.dataset_name or DEEPCODER_ID
+        )
 
-    preset = WORKFLOW_PRESETS[workflow_args.workflow_preset]
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
         workflow=OrchWorkers(
             n_workers=workflow_args.n_workers,
             task="code",
-            prompts=workflow_args.prompts or preset["prompts"],
-            parsing=preset["parsing"],
-            workers=workflow_args.workers or preset["workers"],
+            prompts=options.prompts,
+            parsing=options.parsing,
+            workers=options.workers,
         ),
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
         args=training_args,

@@ -9,11 +9,14 @@ Your workflow (a `trl_multiagent.workflows.Workflow` subclass) and rewards (TRL'
 `--dataset_name` takes `arithmetic` (the offline toy task), `toy_code`, the DAPO-Math or DeepCoder Hub id, a local
 `.json`/`.jsonl` file, or any Hub dataset with a conversational `prompt` column (and the columns your rewards read).
 Without `--reward_funcs` the task's reward is used (`--task math`: math_reward; `code`: CodeReward()).
+Without `--config` the paper's math settings apply (recipes/configs/paper_math.yaml); another `--config` replaces
+them, a field it leaves out taking the library's default (docs/configuration.md).
 """
 
-import inspect
 import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from datasets import load_dataset
@@ -21,7 +24,6 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
-from trl_multiagent.paper import MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS, WORKFLOW_PRESETS
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     DEEPCODER_ID,
@@ -34,6 +36,10 @@ from trl_multiagent.tasks import (
     math_reward,
 )
 from trl_multiagent.toy import resolve_model_name
+from trl_multiagent.workflows.options import WorkflowOptions
+
+# The paper's math settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+PAPER_PRESET = Path(__file__).parent / "configs" / "paper_math.yaml"
 
 
 @dataclass
@@ -42,13 +48,11 @@ class WorkflowArguments:
         default="trl_multiagent.workflows:EvalOpt",
         metadata={"help": "The workflow class, as package.module:Class (your package must be importable)."},
     )
-    workflow_kwargs: str = field(default="{}", metadata={"help": 'JSON keyword arguments, e.g. \'{"task": "code"}\'.'})
-    workflow_preset: str = field(
-        default="paper",
+    workflow_kwargs: str = field(
+        default="{}",
         metadata={
-            "help": "The built-in workflows' options (trl_multiagent.paper.WORKFLOW_PRESETS): the workflow class gets "
-            "those its constructor takes; `workflow_kwargs` win over them.",
-            "choices": list(WORKFLOW_PRESETS),
+            "help": 'JSON keyword arguments, e.g. \'{"task": "code"}\'; they win over the options of the built-in '
+            "workflows (prompts, parsing, history, workers, template), of which the class gets those it takes."
         },
     )
     reward_funcs: list[str] = field(
@@ -59,6 +63,10 @@ class WorkflowArguments:
 
 def train_dataset(script_args: ScriptArguments, seed: int):
     name = script_args.dataset_name
+    if name is None:
+        raise ValueError(
+            "Set --dataset_name (or dataset_name in the --config file): arithmetic, toy_code, a file or a Hub id."
+        )
     if name == "arithmetic":
         return make_arithmetic_dataset(n=1000, seed=seed)
     if name == "toy_code":
@@ -73,14 +81,12 @@ def train_dataset(script_args: ScriptArguments, seed: int):
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowArguments))
-    parser.set_defaults(**PAPER_DEFAULTS, max_completion_length=MATH_MAX_COMPLETION_LENGTH, dataset_name=DAPO_MATH_ID)
-    script_args, training_args, model_args, workflow_args = parser.parse_args_and_config()
+    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
     workflow_class = import_object(workflow_args.workflow)
-    accepted = inspect.signature(workflow_class).parameters
-    preset = {k: v for k, v in WORKFLOW_PRESETS[workflow_args.workflow_preset].items() if k in accepted}
-    workflow = workflow_class(**{**preset, **json.loads(workflow_args.workflow_kwargs)})
+    workflow = workflow_class(**{**options.for_workflow(workflow_class), **json.loads(workflow_args.workflow_kwargs)})
     if workflow_args.reward_funcs:
         reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
     else:

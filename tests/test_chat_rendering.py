@@ -12,23 +12,19 @@ import asyncio
 import contextlib
 import sys
 import types
-from pathlib import Path
 
 import pytest
+from presets import CONFIGS, ON_CPU, evaluation_settings, recipe_args
 from tokenizers import Tokenizer, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
-from trl import ScriptArguments, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig, SingleAgent
 from trl_multiagent.checkpoints import load_base_workflow, make_generation_config, run_episodes
 from trl_multiagent.checkpoints.load import eos_token_ids
 from trl_multiagent.evaluation.evaluator import EvalSettings
-from trl_multiagent.paper import PAPER_DEFAULTS, PAPER_EVAL_DEFAULTS
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
-
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 # Eval-Opt's second evaluator call as the reference makes it: the problem, then only assistant outputs (attempt 1,
 # critique 1, attempt 2), then the evaluate request. Surrounding spaces on purpose: assistant turns are stripped,
@@ -113,22 +109,11 @@ def test_tokenizer_rendering_is_the_chat_template_unchanged(tokenizer):
     assert ChatRenderer(tokenizer, "reference_qwen").prompt_ids("plain text") == renderer.prompt_ids("plain text")
 
 
-def recipe_args(*argv: str) -> MultiAgentGRPOConfig:
-    """A training recipe's config: the paper defaults under whatever ``argv`` gives."""
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
-    parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["recipe", *argv])
-        return parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
-
-
 def test_the_paper_presets_render_as_the_reference_and_the_toy_presets_as_the_tokenizer(tmp_path):
-    assert (
-        recipe_args("--output_dir", str(tmp_path), "--use_cpu", "--bf16", "false").chat_rendering == "reference_qwen"
-    )
-    assert PAPER_EVAL_DEFAULTS["chat_rendering"] == "reference_qwen"
+    assert recipe_args("--output_dir", str(tmp_path), *ON_CPU).chat_rendering == "reference_qwen"
+    assert evaluation_settings("--device", "cpu").chat_rendering == "reference_qwen"
     for name in ("toy", "toy_code", "toy_two_models"):
-        assert recipe_args("--config", str(RECIPES / "configs" / f"{name}.yaml")).chat_rendering == "tokenizer", name
+        assert recipe_args("--config", str(CONFIGS / f"{name}.yaml")).chat_rendering == "tokenizer", name
     assert MultiAgentGRPOConfig.__dataclass_fields__["chat_rendering"].default == "tokenizer"
     assert EvalSettings.__dataclass_fields__["chat_rendering"].default == "tokenizer"
 

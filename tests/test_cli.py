@@ -81,9 +81,9 @@ def test_vllm_serve_dry_run_prints_the_lora_flags_the_trainer_needs(tmp_path):
     assert line.startswith("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve ")
     flags = "--port 8011 --enable-lora --max-loras 3 --max-lora-rank 16 --logprobs-mode processed_logprobs"
     assert line.endswith(flags)  # 2 role adapters (+1 slot), the preset's LoRA rank
-    shared, _ = vllm_serve_command(["--workflow", "orch_workers", "--policy_sharing", "shared", "--lora_r", "64"])
+    shared, _ = vllm_serve_command(["--workflow", "orch_workers", "--policy_sharing", "shared"])
     assert shared[2] == "Qwen/Qwen3-1.7B" and shared[shared.index("--max-loras") + 1] == "2"
-    assert shared[shared.index("--max-lora-rank") + 1] == "64"
+    assert shared[shared.index("--max-lora-rank") + 1] == "64"  # without --config: the paper preset, as the recipes
 
 
 def test_commands_resolve_shipped_files_and_fail_with_the_choices():
@@ -94,10 +94,10 @@ def test_commands_resolve_shipped_files_and_fail_with_the_choices():
     assert command[command.index("--config_file") + 1] == str(ROOT / "accelerate_configs" / "cpu.yaml")
     with_reward = train_command(["single_agent", "--reward_funcs", "my.reward"])
     assert with_reward[1].endswith("train.py") and "trl_multiagent.workflows:SingleAgent" in with_reward
-    with pytest.raises(
-        FileNotFoundError, match="shipped: \\['cpu', 'cpu_code', 'toy', 'toy_code', 'toy_two_models'\\]"
-    ):
+    shipped = "'cpu', 'cpu_code', 'paper_code', 'paper_eval', 'paper_math', 'toy', 'toy_code', 'toy_two_models'"
+    with pytest.raises(FileNotFoundError, match=f"shipped: \\[{shipped}\\]"):
         train_command(["eval_opt", "--config", "nope"])
+    assert train_command(["voting", "--config=cpu"])[-2:] == ["--config", preset]  # the form TrlParser reads
     with pytest.raises(SystemExit, match="not both"):
         train_command(["eval_opt", "--workflow", "a.b:C"])
     assert main([]) == 2

@@ -5,23 +5,23 @@ by ``examples/math_reasoning/evaluator_optimizer_math_workflow.py:67`` and
 ``examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:104``) keeps one list: the first user turn, then each
 attempt and each critique as an assistant turn. An evaluate or refine request is added as a last user turn to the
 messages of the call it asks, and never to the list. ``reference_calls`` below restates that loop; each test runs
-ours under ``WORKFLOW_PRESETS["paper"]`` on the scripted backend and compares every call's messages, its recorded
+ours under the paper preset's workflow options on the scripted backend and compares every call's messages, its recorded
 ``ModelCall.messages`` and the prompt tokens it was rendered to.
 """
 
 from __future__ import annotations
 
 import pytest
+from presets import workflow_options
 from scripted import ScriptedBackend
 from transformers import AutoTokenizer
 
-from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.toy import TOY_MODEL_DIR
 from trl_multiagent.workflows import EvalOpt, problem_text, request_text
 
-PAPER = WORKFLOW_PRESETS["paper"]
+PAPER = workflow_options("paper_math")
 ADAPTERS = {"generator": "g", "evaluator": "e"}
 MATH = [{"role": "user", "content": "What is 2 + 3?"}]
 CODE = [{"role": "user", "content": "Read n from standard input and print n + 1."}]

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from presets import evaluation_settings, preset
 from tiny import tiny_trainer
-from trl import TrlParser
 
 from trl_multiagent import SingleAgent, Voting
 from trl_multiagent.evaluation import (
@@ -22,7 +22,6 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
-from trl_multiagent.paper import PAPER_EVAL_DEFAULTS
 
 ROOT = Path(__file__).parent.parent
 TINY_EVAL = dict(task="math", dataset_name="arithmetic", limit=2, max_completion_length=6)
@@ -98,15 +97,13 @@ REFERENCE_TRAINING_LENGTHS = {"math": 5120, "code": 2048}
 
 @pytest.mark.parametrize("task", ["math", "code"])
 def test_paper_evaluation_lengths_are_the_references(task):
-    parser = TrlParser((EvalSettings,))
-    parser.set_defaults(**PAPER_EVAL_DEFAULTS)  # as recipes/evaluate.py
-    (paper,) = parser.parse_args_and_config(["--task", task])
+    paper = evaluation_settings("--task", task, "--device", "cpu")  # as recipes/evaluate.py runs without --config
     assert paper.max_completion_length == REFERENCE_EVAL_LENGTHS[task]
-    (training,) = parser.parse_args_and_config(["--task", task, "--use_training_lengths"])
+    assert (paper.temperature, paper.chat_template_kwargs) == (0.7, {"enable_thinking": False})
+    training = evaluation_settings("--task", task, "--use_training_lengths", "--device", "cpu")
     assert training.max_completion_length == REFERENCE_TRAINING_LENGTHS[task]
-    (given,) = parser.parse_args_and_config(
-        ["--task", task, "--use_training_lengths", "--max_completion_length", "77"]
-    )
+    assert training.max_completion_length == preset(f"paper_{task}")["max_completion_length"]  # the training preset's
+    given = evaluation_settings("--task", task, "--use_training_lengths", "--max_completion_length", "77")
     assert given.max_completion_length == 77  # an explicit length wins, as --max-tokens does there
 
 

@@ -41,7 +41,9 @@ def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     assert sum("--mode base" in line for line in evaluations) == 2 * 2 * 3
     transfer = f"--run_dir {tmp_path}/m1/math/single_agent --mode transfer --workflow {tmp_path}/m1/math/voting-shared"
     assert any(transfer in line for line in evaluations)
-    assert not any("--chat_rendering" in line for line in evaluations)  # cpu.yaml keeps the paper's rendering
+    rendering = "--chat_rendering reference_qwen --chat_template_kwargs '{\"enable_thinking\": false}'"
+    assert all(rendering in line for line in evaluations if "--task math" in line)  # as cpu.yaml trains
+    assert not any("--chat_rendering" in line for line in evaluations if "--task code" in line)  # the paper preset's
 
 
 def test_report_from_existing_runs(tmp_path):

@@ -4,19 +4,17 @@ call (k per training step with k adapters), against verl's cosine with warm-up w
 from __future__ import annotations
 
 import math
-import sys
 
 import pytest
 import torch
+from presets import CONFIGS, ON_CPU, recipe_args
 from tiny import half_right_answers, tiny_trainer
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import get_scheduler
-from trl import ScriptArguments, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
 from trl_multiagent.adapters.lr_steps import UpdateCallScheduler
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.paper import PAPER_DEFAULTS
 
 PEAK, WARMUP, TOTAL = 2e-5, 15, 500
 
@@ -122,18 +120,9 @@ def test_trainer_steps_the_scheduler_per_adapter_update(tiny_model_dir, tmp_path
 
 
 def test_the_paper_preset_steps_per_update_and_the_toy_presets_per_training_step():
-    def parsed(*argv: str) -> MultiAgentGRPOConfig:  # as a recipe parses: the paper defaults under the command line
-        parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
-        parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(
-                sys, "argv", ["recipe", "--output_dir", "unused", "--use_cpu", "true", "--bf16", "false", *argv]
-            )
-            return parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
-
-    assert parsed().lr_scheduler_steps == "per_update"
-    for preset in ("toy", "toy_code", "toy_two_models"):
-        assert parsed("--config", f"recipes/configs/{preset}.yaml").lr_scheduler_steps == "per_training_step", preset
+    assert recipe_args("--output_dir", "unused", *ON_CPU, recipe="voting_math").lr_scheduler_steps == "per_update"
+    for name in ("toy", "toy_code", "toy_two_models"):
+        assert recipe_args("--config", str(CONFIGS / f"{name}.yaml")).lr_scheduler_steps == "per_training_step", name
     cpu = dict(output_dir="unused", use_cpu=True, bf16=False)
     with pytest.raises(ValueError, match="lr_scheduler_steps` must be one of"):
         MultiAgentGRPOConfig(**cpu, lr_scheduler_steps="per_epoch")

@@ -8,9 +8,9 @@ naming its strategy (``..._math_workflow.py:182-188``, deepcoder ``:172-178``); 
 answer under ``--- Solution i ---`` (``examples/math_reasoning/voting_math_workflow.py:122-125``, deepcoder
 ``:146-149``) and grades the answer it selects (``voting_math_workflow.py:158-184``). The functions below restate those
 rules on plain strings, written as scanners rather than the reference's regular expressions; the tests run ours under
-``WORKFLOW_PRESETS["paper"]`` on fixed strings and on scripted episodes through the rollout engine and compare. Our
-prompt wording is a paraphrase (the paper prompt set), so the expected requests are our templates filled with what
-the reference puts in them.
+the paper preset's workflow options (``recipes/configs/paper_math.yaml``) on fixed strings and on scripted episodes
+through the rollout engine and compare. Our prompt wording is a paraphrase (the paper prompt set), so the expected
+requests are our templates filled with what the reference puts in them.
 """
 
 from __future__ import annotations
@@ -18,25 +18,25 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from presets import workflow_options
 from scripted import ScriptedBackend
 from transformers import AutoTokenizer
 
-from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.workflows import OrchWorkers, Voting
 from trl_multiagent.workflows.prompt_set import PromptSet
 from trl_multiagent.workflows.prompts import PROMPT_SETS
 
-PAPER = WORKFLOW_PRESETS["paper"]
-TOY = WORKFLOW_PRESETS["toy"]
+PAPER = workflow_options("paper_math")
+TOY = workflow_options("toy")
 DIGITS = "0123456789"
 BLANKS = " \t\n\r\f\v"
 
 
-def preset(workflow_class, name: str = "paper", **kwargs):
+def preset(workflow_class, name: str = "paper_math", **kwargs):
     """``workflow_class`` built with the preset's keyword arguments that it takes."""
     accepted = inspect.signature(workflow_class).parameters
-    return workflow_class(**{k: v for k, v in WORKFLOW_PRESETS[name].items() if k in accepted}, **kwargs)
+    return workflow_class(**{k: v for k, v in workflow_options(name).items() if k in accepted}, **kwargs)
 
 
 # ----- the reference's strategy reader, restated -----

@@ -1,20 +1,20 @@
 """The recipes' paper preset against the reference's own configuration files, setting by setting.
 
 Each expected value below is what the reference stack runs with, read from its files (paths in XHMY/marl-llm-workflows
-at 6eafb3c, and in upstream verl for what its config leaves to verl's defaults: `verl/...`). The test parses a recipe's
-defaults the way `accelerate launch recipes/<recipe>.py` does (TrlParser with PAPER_DEFAULTS) and compares.
-docs/fidelity.md names this test for every row it decides.
+at 6eafb3c, and in upstream verl for what its config leaves to verl's defaults: `verl/...`). The tests run each recipe
+as `accelerate launch recipes/<recipe>.py` runs it without `--config` (its own parser reading its task's paper preset,
+recipes/configs/paper_<task>.yaml) up to its trainer, and compare what the trainer would get.
+docs/fidelity.md names these tests for every row they decide.
 """
 
 from __future__ import annotations
 
-import sys
+import functools
 
 import pytest
-from trl import ModelConfig, ScriptArguments, TrlParser
+from presets import CONFIGS, ON_CPU, preset, recipe_trainer_kwargs
 
-from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.paper import CODE_MAX_COMPLETION_LENGTH, MATH_MAX_COMPLETION_LENGTH, PAPER_DEFAULTS
+from trl_multiagent.evaluation.datasets import DEFAULT_DATASETS
 
 # (field, the reference's value, where the reference sets it)
 REFERENCE_SETTINGS = [
@@ -52,25 +52,40 @@ REFERENCE_SETTINGS = [
 ]
 
 
-def parse_recipe_defaults(tmp_path, max_completion_length: int) -> tuple[MultiAgentGRPOConfig, ModelConfig]:
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig))
-    parser.set_defaults(**PAPER_DEFAULTS, max_completion_length=max_completion_length, dataset_name="arithmetic")
-    # bf16 is the preset's too; this CPU machine cannot build a bf16 TrainingArguments, so only that one is lowered.
-    argv = ["recipe", "--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false"]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", argv)
-        _, training_args, model_args = parser.parse_args_and_config()
-    return training_args, model_args
+WORKFLOWS, TASKS = ("eval_opt", "voting", "orch_workers", "single_agent"), ("math", "code")
+TRAINING_RECIPES = [f"{workflow}_{task}" for workflow in WORKFLOWS for task in TASKS] + ["train"]
+# The LoRA settings reach the trainer as its peft_config.
+LORA = {
+    "lora_r": "r",
+    "lora_alpha": "lora_alpha",
+    "lora_target_modules": "target_modules",
+    "lora_dropout": "lora_dropout",
+}
+
+
+@functools.cache
+def recipe_defaults(recipe: str) -> dict:
+    """What ``recipe`` hands its trainer when launched without --config (on its task's offline dataset, which the
+    tests can load, and in fp32 on this CPU machine)."""
+    offline = "toy_code" if recipe.endswith("_code") else "arithmetic"
+    return recipe_trainer_kwargs(recipe, "--output_dir", "unused", *ON_CPU, "--dataset_name", offline)
+
+
+def effective(recipe: str, name: str):
+    kwargs = recipe_defaults(recipe)
+    if name in LORA:
+        value = getattr(kwargs["peft_config"], LORA[name])
+        return sorted(value) if isinstance(value, set) else [value] if name == "lora_target_modules" else value
+    return getattr(kwargs["args"], name)
 
 
 @pytest.mark.parametrize("name, reference, where", REFERENCE_SETTINGS, ids=[s[0] for s in REFERENCE_SETTINGS])
-def test_the_paper_preset_sets_what_the_reference_runs_with(tmp_path, name, reference, where):
-    training_args, model_args = parse_recipe_defaults(tmp_path, MATH_MAX_COMPLETION_LENGTH)
-    ours = getattr(training_args, name) if hasattr(training_args, name) else getattr(model_args, name)
-    if name == "lora_target_modules" and isinstance(ours, str):  # the parser keeps one module spec as a string
-        ours = [ours]
-    assert ours == reference, f"{name}: the reference runs with {reference!r} ({where}), the paper preset {ours!r}"
-    assert PAPER_DEFAULTS["bf16"] is True  # the reference trains in bf16 (FSDP mixed precision)
+def test_the_paper_preset_sets_what_the_reference_runs_with(name, reference, where):
+    for recipe in TRAINING_RECIPES:
+        ours = effective(recipe, name)
+        assert ours == reference, f"{recipe} {name}: the reference runs with {reference!r} ({where}), ours {ours!r}"
+    for task in ("math", "code"):
+        assert preset(f"paper_{task}")["bf16"] is True  # the reference trains in bf16 (FSDP mixed precision)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +95,43 @@ def test_the_paper_preset_sets_what_the_reference_runs_with(tmp_path, name, refe
         ("code", 2048, "examples/deepcoder/train_deepcoder_voting.sh:26 (data.max_response_length)"),
     ],
 )
-def test_the_paper_completion_lengths_are_the_references(tmp_path, task, reference, where):
-    length = {"math": MATH_MAX_COMPLETION_LENGTH, "code": CODE_MAX_COMPLETION_LENGTH}[task]
-    training_args, _ = parse_recipe_defaults(tmp_path, length)
-    assert training_args.max_completion_length == reference, where
+def test_the_paper_completion_lengths_are_the_references(task, reference, where):
+    for recipe in [r for r in TRAINING_RECIPES if r.endswith(f"_{task}") or (r, task) == ("train", "math")]:
+        assert recipe_defaults(recipe)["args"].max_completion_length == reference, (recipe, where)
+    # the dataset the recipes train on by default is the one the evaluation holds out from
+    assert preset(f"paper_{task}")["dataset_name"] == DEFAULT_DATASETS[task]
+
+
+def test_every_recipe_trains_the_paper_model_and_workflows_by_default():
+    for recipe in TRAINING_RECIPES:
+        kwargs = recipe_defaults(recipe)
+        assert kwargs["model"] == "Qwen/Qwen3-1.7B", recipe
+        workflow = kwargs["workflow"]
+        assert workflow.prompts == "paper", recipe
+        for option, paper in (("parsing", "reference"), ("history", "shared"), ("workers", "per_strategy")):
+            assert getattr(workflow, option, paper) == paper, (recipe, option)
+        assert getattr(workflow, "template", "generator") == "generator", recipe
+
+
+def test_another_config_replaces_the_paper_preset(tmp_path):
+    """A --config file stands in for the paper preset: what it leaves out takes the library default."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("model_name_or_path: my/model\nuse_peft: true\nuse_cpu: true\nmax_completion_length: 32\n")
+    kwargs = recipe_trainer_kwargs(
+        "voting_math", "--config", str(mine), "--output_dir", "unused", "--dataset_name", "arithmetic"
+    )
+    assert kwargs["model"] == "my/model" and kwargs["args"].max_completion_length == 32
+    assert kwargs["args"].update_schedule == "merged" and kwargs["args"].learning_rate == 1e-6  # the library's
+    assert kwargs["peft_config"].r == 16  # ModelConfig's default, not the paper's 64
+
+
+@pytest.mark.parametrize("name", ["toy", "toy_code", "toy_two_models"])
+def test_the_toy_presets_give_every_workflow_the_toy_models_requests(name):
+    """One toy preset serves every recipe: each workflow takes the options it has from the same file."""
+    toy = {"prompts": "guarded", "parsing": "robust", "history": "fresh", "workers": "fixed", "template": "raw"}
+    for recipe in TRAINING_RECIPES:
+        offline = "toy_code" if recipe.endswith("_code") else "arithmetic"
+        args = ("--config", str(CONFIGS / f"{name}.yaml"), "--output_dir", "unused", "--dataset_name", offline)
+        workflow = recipe_trainer_kwargs(recipe, *args)["workflow"]
+        taken = {option: getattr(workflow, option) for option in toy if hasattr(workflow, option)}
+        assert taken == {option: toy[option] for option in taken} and "prompts" in taken, (recipe, taken)

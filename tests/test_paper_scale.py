@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from presets import preset
 from workers.step_size_worker import one_step
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
 from trl_multiagent.checkpoints import load_base_workflow, make_generation_config
 from trl_multiagent.checkpoints.load import eos_token_ids
-from trl_multiagent.paper import PAPER_DEFAULTS
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend, token_bounded_batches
 
@@ -103,7 +103,9 @@ def config(tmp_path, **fields) -> MultiAgentGRPOConfig:
 
 
 def test_prompts_per_step_sizes_the_step_over_all_processes(tmp_path, monkeypatch):
-    paper = {k: PAPER_DEFAULTS[k] for k in ("prompts_per_step", "gradient_accumulation_steps", "num_generations")}
+    paper = {
+        k: preset("paper_math")[k] for k in ("prompts_per_step", "gradient_accumulation_steps", "num_generations")
+    }
     args = config(tmp_path, **paper)
     assert (args.per_device_train_batch_size, args.steps_per_generation, args.generation_batch_size) == (64, 8, 512)
     assert config(tmp_path, **paper, per_device_train_batch_size=64).generation_batch_size == 512

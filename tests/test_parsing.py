@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import trl
+from presets import preset
 from transformers import AutoTokenizer
 
 from trl_multiagent.evaluation.episodes import parse_call
 from trl_multiagent.evaluation.toy import TOY, follows_format
 from trl_multiagent.monitoring import workflow_metrics
-from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.rollout.records import Episode, ModelCall
 from trl_multiagent.tasks import TestCase, TestSuite, check_verdicts, extract_boxed, extract_code, math_reward
 from trl_multiagent.testing import CHAT_TEMPLATE as TINY_TEMPLATE
@@ -201,9 +201,9 @@ def test_plans_read_alike(rule, text, expected):
 
 # ----- the judges' readers under the paper preset against the reference's -----
 # Each reference_* restates one reader of the reference workflows (github XHMY/marl-llm-workflows) on plain strings;
-# the tests run ours under WORKFLOW_PRESETS["paper"] on fixed examples and compare.
+# the tests run ours under the paper preset's parsing on fixed examples and compare.
 
-PAPER_RULE = WORKFLOW_PRESETS["paper"]["parsing"]
+PAPER_RULE = preset("paper_math")["parsing"]
 
 
 def reference_verdict(text: str) -> bool | None:
@@ -307,11 +307,11 @@ def test_paper_strategy_lines_are_the_references(text):
 
 def test_toy_preset_keeps_the_robust_readers():
     """The shipped toy model was trained and measured with the last-box readers: its preset keeps them."""
-    assert TOY["parsing"] == "robust" and PAPER_RULE == "reference"
+    assert TOY.parsing == "robust" and PAPER_RULE == "reference"
     two_boxes = "\\boxed{Incorrect} at first, but on reflection \\boxed{Correct}"
-    assert EvalOpt(parsing=TOY["parsing"], history="fresh", prompts="guarded").formats["evaluator"].read(two_boxes)
-    assert Voting(parsing=TOY["parsing"]).formats["aggregator"].read("Solution 1: \\boxed{3}; pick \\boxed{1}") == 0
-    plan = OrchWorkers(parsing=TOY["parsing"]).formats["orchestrator"].read("- a\n- b")
+    assert EvalOpt(parsing=TOY.parsing, history="fresh", prompts="guarded").formats["evaluator"].read(two_boxes)
+    assert Voting(parsing=TOY.parsing).formats["aggregator"].read("Solution 1: \\boxed{3}; pick \\boxed{1}") == 0
+    plan = OrchWorkers(parsing=TOY.parsing).formats["orchestrator"].read("- a\n- b")
     assert plan == ["a", "b"]
 
 

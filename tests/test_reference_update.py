@@ -10,20 +10,21 @@ import math
 
 import pytest
 import torch
+from presets import preset
 from scripted import addition_dataset
 from test_update_schedule import record_batches, snapshot
 from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.paper import PAPER_DEFAULTS
 from trl_multiagent.training.batch import TrainingBatch
 from trl_multiagent.training.loss_weights import loss_ready
 
 # What the paper preset sets for the loss and the update; the plain values are compared with the reference's config
 # files in tests/test_paper_preset.py.
+PAPER = preset("paper_math")
 PAPER_UPDATE = {
-    k: PAPER_DEFAULTS[k]
+    k: PAPER[k]
     for k in ("loss_type", "epsilon_high", "delta", "beta", "update_schedule", "clip_grad_norm_per_adapter")
 }
 LOW, HIGH, DUAL_CLIP = (
@@ -130,7 +131,7 @@ def test_isolated_adapters_take_one_clipped_update_call_each(tiny_model_dir, tmp
     only (generator: 24 voter calls, 3 mini-batches of 8; aggregator: 8, one), each mini-batch step at the current
     weights, its gradient clipped at 1.0 on its own adapter: the generator's first step is clipped (norm 1.5), the
     aggregator's (0.15) is not. Every forward holds one adapter's samples."""
-    lr, max_norm = 0.5, PAPER_DEFAULTS["max_grad_norm"]
+    lr, max_norm = 0.5, PAPER["max_grad_norm"]
     trainer = tiny_trainer(
         tiny_model_dir, tmp_path, Voting(), dataset=addition_dataset(8), respond=half_right_answers,
         **PAPER_UPDATE, mini_batch_prompts=2, per_device_train_batch_size=8, max_steps=1, learning_rate=lr,
@@ -197,7 +198,7 @@ ADVANTAGES = torch.tensor([1.0, -0.5, -1.5, 0.8])
 
 
 @pytest.mark.parametrize("dual_clip_binds", [False, True])
-@pytest.mark.parametrize("delta", [PAPER_DEFAULTS["delta"], None])
+@pytest.mark.parametrize("delta", [PAPER["delta"], None])
 def test_policy_loss_is_verls_seq_mean_token_mean_with_dual_clip(tiny_model_dir, tmp_path, delta, dual_clip_binds):
     """Our loss (TRL's `loss_type="grpo"` through the trainer) on fixed ratios, advantages and a ragged mask, and
     its gradient in the log-probs, against verl's formula. The paper preset's `delta=3.0` caps the ratio at 3,

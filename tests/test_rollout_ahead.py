@@ -11,12 +11,12 @@ import threading
 import time
 
 import pytest
+from presets import preset
 from scripted import ScriptedBackend
 from tiny import half_right_answers, tiny_config, tiny_trainer
 from transformers import TrainerCallback
 
 from trl_multiagent import EvalOpt
-from trl_multiagent.paper import PAPER_DEFAULTS
 
 
 class SyncRecording(ScriptedBackend):
@@ -89,7 +89,7 @@ def test_rollout_ahead_needs_a_separate_engine_and_the_merged_step(tmp_path, ove
 
 def test_rollout_ahead_needs_the_sampling_correction(tiny_model_dir, tmp_path):
     # The paper preset turns the correction off (the reference has none); the error says how to turn it back on.
-    paper = PAPER_DEFAULTS["vllm_importance_sampling_correction"]
+    paper = preset("paper_math")["vllm_importance_sampling_correction"]
     with pytest.raises(ValueError, match="add --vllm_importance_sampling_correction true, or set rollout_ahead=0"):
         tiny_trainer(tiny_model_dir, tmp_path, respond=half_right_answers, rollout_backend="vllm", rollout_ahead=1,
                      vllm_importance_sampling_correction=paper)  # fmt: skip

@@ -3,35 +3,25 @@ paper preset turns TRL's on-by-default correction off; the toy presets keep it a
 
 from __future__ import annotations
 
-import sys
-
 import pytest
+from presets import CONFIGS, ON_CPU, preset, recipe_args
 from scripted import ScriptedBackend
 from tiny import half_right_answers, tiny_trainer
 from transformers import AutoTokenizer
-from trl import ScriptArguments, TrlParser
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig
-from trl_multiagent.paper import PAPER_DEFAULTS
 
-
-def recipe_args(*argv: str) -> MultiAgentGRPOConfig:
-    """The config a recipe builds: the paper defaults under the command line (as recipes/voting_math.py does)."""
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
-    parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["recipe", "--output_dir", "unused", *argv])
-        return parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
+PAPER = preset("paper_math")
 
 
 def test_the_paper_preset_turns_the_correction_off_and_the_toy_presets_keep_it():
-    paper = recipe_args("--use_cpu", "true", "--bf16", "false")  # this machine's only; the rest as the recipes'
+    paper = recipe_args("--output_dir", "unused", *ON_CPU, recipe="voting_math")
     assert paper.vllm_importance_sampling_correction is False
     library = MultiAgentGRPOConfig(output_dir="unused", use_cpu=True, bf16=False)
     assert library.vllm_importance_sampling_correction is True  # TRL's default, kept as the library default
-    for preset in ("toy", "toy_code", "toy_two_models"):
-        toy = recipe_args("--config", f"recipes/configs/{preset}.yaml")
-        assert toy.vllm_importance_sampling_correction is True, preset
+    for name in ("toy", "toy_code", "toy_two_models"):
+        toy = recipe_args("--config", str(CONFIGS / f"{name}.yaml"))
+        assert toy.vllm_importance_sampling_correction is True, name
 
 
 class ReportsSamplingLogprobs(ScriptedBackend):
@@ -44,12 +34,12 @@ class ReportsSamplingLogprobs(ScriptedBackend):
         return results
 
 
-@pytest.mark.parametrize("correction", [PAPER_DEFAULTS["vllm_importance_sampling_correction"], True])
+@pytest.mark.parametrize("correction", [PAPER["vllm_importance_sampling_correction"], True])
 def test_no_importance_sampling_ratio_under_the_paper_preset(tiny_model_dir, tmp_path, correction):
     backend = ReportsSamplingLogprobs(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers)
     trainer = tiny_trainer(
         tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, rollout_backend="vllm",
-        vllm_importance_sampling_correction=correction, update_schedule=PAPER_DEFAULTS["update_schedule"],
+        vllm_importance_sampling_correction=correction, update_schedule=PAPER["update_schedule"],
         max_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
     )  # fmt: skip
     batches, score = [], trainer.generate_and_score

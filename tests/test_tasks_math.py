@@ -5,9 +5,9 @@ import json
 from pathlib import Path
 
 import pytest
+from presets import workflow_options
 
 from trl_multiagent import SingleAgent
-from trl_multiagent.paper import WORKFLOW_PRESETS
 from trl_multiagent.tasks import math as math_task
 from trl_multiagent.tasks.math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
 from trl_multiagent.workflows import problem_text
@@ -161,7 +161,7 @@ def test_the_workflow_gets_the_dapo_prompt_verbatim_as_the_paper_does(strip_answ
     # (single_agent_math_workflow.py:85): the "Answer:" wrapper stays. strip_answer_wrapper=True is our variant.
     rows = load_dapo_math("train", FIXTURE, strip_answer_wrapper=strip_answer_wrapper)
     rows = list(rows) + list(load_dapo_math("test", FIXTURE, strip_answer_wrapper=strip_answer_wrapper))
-    paper = WORKFLOW_PRESETS["paper"]
+    paper = workflow_options("paper_math")
     workflow = SingleAgent(task="math", prompts=paper["prompts"], template=paper["template"])
     requests = []
 

@@ -4,17 +4,15 @@ step, per-adapter gradient clipping, and memory-bounded micro-batches that leave
 from __future__ import annotations
 
 import logging
-import sys
 
 import pytest
 import torch
+from presets import CONFIGS, preset, recipe_args
 from scripted import addition_dataset
 from tiny import half_right_answers, tiny_trainer
-from trl import ScriptArguments, TrlParser
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.paper import PAPER_DEFAULTS
 from trl_multiagent.training.mini_batches import padded_tokens
 
 
@@ -125,14 +123,10 @@ def test_mini_batches_larger_than_a_generation_batch_are_flagged(tmp_path, caplo
         MultiAgentGRPOConfig(**settings, update_schedule="merged", mini_batch_prompts=64)
     assert "mini_batch_prompts" not in caplog.text
 
-    for preset in ("toy", "toy_code", "toy_two_models"):  # over the recipes' paper defaults (64)
-        parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig))
-        parser.set_defaults(**PAPER_DEFAULTS, dataset_name="arithmetic")
-        argv = ["recipe", "--config", f"recipes/configs/{preset}.yaml", "--update_schedule", "mini_batches"]
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sys, "argv", argv)
-            args = parser.parse_args_and_config(return_remaining_strings=True, fail_with_unknown_args=False)[1]
-        assert args.mini_batch_prompts is None, preset
+    assert preset("paper_math")["mini_batch_prompts"] == 64
+    for name in ("toy", "toy_code", "toy_two_models"):  # not the paper preset's 64
+        args = recipe_args("--config", str(CONFIGS / f"{name}.yaml"), "--update_schedule", "mini_batches")
+        assert args.mini_batch_prompts is None, name
 
 
 @pytest.mark.parametrize("per_adapter", [True, False])

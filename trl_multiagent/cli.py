@@ -10,10 +10,11 @@
 `train NAME` runs the shipped recipe `recipes/NAME_TASK.py`; `train --workflow package.module:Class` runs
 `recipes/train.py` (any workflow class, `--reward_funcs package.module.fn`, `--workflow_kwargs '{...}'`). Every other
 flag goes to the recipe's TrlParser (`--config x.yaml` and any `MultiAgentGRPOConfig` / `ModelConfig` flag), as with
-`trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`toy`, `toy_code`,
-`toy_two_models`, `cpu`, `cpu_code`; `cpu`, `single_gpu`, `multi_gpu`, `multi_node`, `deepspeed_zero2`,
-`deepspeed_zero3`). With `--accelerate_config` the recipe starts under `accelerate launch`; without, in one plain
-process.
+`trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`paper_math`,
+`paper_code`, `toy`, `toy_code`, `toy_two_models`, `cpu`, `cpu_code`; `cpu`, `single_gpu`, `multi_gpu`, `multi_node`,
+`deepspeed_zero2`, `deepspeed_zero3`). Without `--config` a recipe reads its task's paper preset
+(recipes/configs/paper_<task>.yaml); a `--config` replaces it. With `--accelerate_config` the recipe starts under
+`accelerate launch`; without, in one plain process.
 """
 
 from __future__ import annotations
@@ -29,28 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .shipped import read_preset, shipped_dir, shipped_file
+
 BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
 TASKS = ("math", "code")
-
-
-def shipped_dir(folder: str) -> Path:
-    """``recipes`` or ``accelerate_configs``: inside the installed wheel, else at the root of this checkout."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package / folder, package.parent / folder):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(f"{folder}/ is missing next to {package}: reinstall trl-multiagent.")
-
-
-def shipped_file(value: str, folder: str) -> str:
-    """A path as given when it exists, else the shipped ``folder/value.yaml`` (``toy`` -> recipes/configs/toy.yaml)."""
-    if os.path.exists(value):
-        return value
-    shipped = shipped_dir(folder.split("/")[0]).joinpath(*folder.split("/")[1:], f"{Path(value).stem}.yaml")
-    if shipped.is_file():
-        return str(shipped)
-    choices = sorted(p.stem for p in shipped.parent.glob("*.yaml"))
-    raise FileNotFoundError(f"{value!r} is neither a file nor a shipped {folder} file; shipped: {choices}.")
 
 
 def import_object(spec: str) -> Any:
@@ -72,13 +55,16 @@ def _launch(script: Path, args: Sequence[str], accelerate_config: str | None) ->
 
 
 def _with_shipped_config(args: list[str]) -> list[str]:
-    """``--config toy`` -> ``--config <shipped recipes/configs/toy.yaml>``; anything else unchanged."""
-    resolved = list(args)
-    for i, arg in enumerate(resolved):
-        if arg == "--config" and i + 1 < len(resolved):
-            resolved[i + 1] = shipped_file(resolved[i + 1], "recipes/configs")
-        elif arg.startswith("--config="):
-            resolved[i] = "--config=" + shipped_file(arg.split("=", 1)[1], "recipes/configs")
+    """``--config toy`` (or ``--config=toy``) -> ``--config <shipped recipes/configs/toy.yaml>``, the two-word form
+    TrlParser reads; anything else unchanged."""
+    resolved: list[str] = []
+    for i, arg in enumerate(args):
+        if arg.startswith("--config="):
+            resolved += ["--config", shipped_file(arg.split("=", 1)[1], "recipes/configs")]
+        elif i > 0 and args[i - 1] == "--config":
+            resolved.append(shipped_file(arg, "recipes/configs"))
+        else:
+            resolved.append(arg)
     return resolved
 
 
@@ -123,24 +109,22 @@ def vllm_serve_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--dry-run", action="store_true", help="Print the command instead of starting the server.")
     known, extra = parser.parse_known_args(argv)
-    preset: dict[str, Any] = {}
-    if known.config:
-        import yaml
-
-        preset = yaml.safe_load(Path(shipped_file(known.config, "recipes/configs")).read_text()) or {}
+    preset = read_preset(known.config or "paper_math")  # the recipes' own default preset
     from .adapters.routing import resolve_role_adapters, unique_adapters
-    from .paper import PAPER_DEFAULTS
     from .rollout.backends.vllm_backend import max_lora_rank
     from .toy import resolve_model_name
 
-    def setting(name: str, default: Any) -> Any:
+    def setting(name: str, default: Any) -> Any:  # the flag, else the preset's, else `default`
         value = getattr(known, name, None)
-        return value if value is not None else preset.get(name, PAPER_DEFAULTS.get(name, default))
+        return value if value is not None else preset.get(name, default)
 
     workflow = _workflow(known.workflow, known.workflow_kwargs)
     sharing = setting("policy_sharing", "isolated")
     adapters = unique_adapters(resolve_role_adapters(workflow.roles, sharing, preset.get("role_to_adapter")))
-    model = resolve_model_name(known.model or preset.get("model_name_or_path") or PAPER_DEFAULTS["model_name_or_path"])
+    model = known.model or preset.get("model_name_or_path")
+    if model is None:
+        raise ValueError(f"{known.config} sets no model_name_or_path; pass --model.")
+    model = resolve_model_name(model)
     command = ["vllm", "serve", model, "--host", known.host, "--port", str(known.port), "--enable-lora"]
     # one slot more than adapters: on vLLM's CPU build a request without adapter takes the last slot's otherwise
     command += ["--max-loras", str(len(adapters) + 1), "--max-lora-rank", str(max_lora_rank(setting("lora_r", 16)))]

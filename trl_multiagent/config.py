@@ -23,185 +23,14 @@ ROLLOUT_MODES = ("ticks", "async")
 
 @dataclass
 class MultiAgentGRPOConfig(GRPOConfig):
-    r"""
-    Configuration class for the [`MultiAgentGRPOTrainer`].
+    """
+    Configuration class for the [`MultiAgentGRPOTrainer`]: [`~trl.GRPOConfig`] plus the fields of multi-agent
+    workflow training.
 
-    Every [`~trl.GRPOConfig`] parameter keeps its meaning; `num_generations` is the number of *workflow episodes*
-    per prompt, and each model call of an episode becomes one training sample.
-
-    Parameters:
-        > Parameters that control policy sharing
-
-        policy_sharing (`str`, *optional*, defaults to `"shared"`):
-            `"shared"`: one LoRA adapter trained by every role. `"isolated"`: one adapter per role *type* (the three
-            voters of Voting share the `generator` adapter). Ignored when `role_to_adapter` is set.
-        role_to_adapter (`dict[str, str]` or `str`, *optional*):
-            Explicit role-to-adapter grouping, e.g. `{"generator": "solver", "evaluator": "judge"}`. Must map every
-            role of the workflow. A JSON string is accepted on the command line.
-        role_models (`dict[str, str]` or `str`, *optional*):
-            Base model per role type, e.g. `{"evaluator": "Qwen/Qwen3-0.6B"}`: any `from_pretrained` name or folder,
-            or a shipped toy name (`"toy"`). Roles not listed sit on the trainer's `model`. Each distinct base is
-            loaded once (with `model_init_kwargs`), with its own tokenizer and chat template, and gets the trainer's
-            `peft_config`; `policy_sharing` and `role_to_adapter` apply within a base (under shared policy, one
-            adapter per base: `shared` on `model`, `shared-<name>` on another base). One optimizer steps every
-            adapter of every base; DDP works, DeepSpeed does not (refused). A JSON string is accepted on the command
-            line.
-
-        > Parameters that control the loss
-
-        role_loss_weights (`dict[str, float]` or `str`, *optional*):
-            Multiplier of each role type's loss (policy term and KL term). Roles not listed weigh `1.0`; `0.0` freezes
-            a role, also under shared policy.
-        role_loss_balance (`str`, *optional*, defaults to `"per_output"`):
-            `"per_output"`: every model call weighs the same (the reference behaviour: three voters outweigh one
-            aggregator). `"per_role"`: every role type gets the same total share of the loss, whatever its number of
-            calls and, for token-level loss types, tokens.
-        update_schedule (`str`, *optional*, defaults to `"merged"`):
-            How the samples of one training step update the adapters. `"merged"`: TRL's step, every adapter takes one
-            optimizer step on all its samples (the paper's fix for parallel roles). `"mini_batches"`: the research
-            stack's PPO update: each adapter's samples are cut, in episode order, into mini-batches of
-            `mini_batch_prompts * num_generations` samples, and each mini-batch is one optimizer step at the current
-            weights (log-probs recorded once, before the first), one adapter after the other, each clipped on its
-            own; a short last mini-batch is scaled by its size over the full size. A parallel role then takes
-            several steps per training step from its data volume (three voters: three steps). Needs
-            `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as `lr_scheduler_steps` says.
-        mini_batch_prompts (`int`, *optional*):
-            Prompts per mini-batch under `update_schedule="mini_batches"` (the reference: 64). Defaults to the
-            prompts of one generation batch, so that a role with one call per episode takes one step per training
-            step, as in the reference, where the two are equal.
-        lr_scheduler_steps (`str`, *optional*, defaults to `"per_training_step"`):
-            When the learning-rate scheduler steps. `"per_training_step"`: the Trainer's own, once per optimizer step
-            of the Trainer (the schedule spans `max_steps` training steps). `"per_update"`: once per adapter update
-            call, as upstream verl's actor steps its scheduler at the end of every update call, which the reference
-            makes once per role adapter: with k adapters the schedule advances k times per training step (1 under
-            shared policy) over the same `max_steps` horizon, and the cosine is not clamped past its end, so a
-            500-step cosine reaches 0 at step 250 with k = 2 and rises back to the peak by step 500. Under
-            `update_schedule="mini_batches"` each adapter's run of mini-batches is one call (the next adapter trains
-            at the next rate); under `"merged"` the one optimizer step counts as k calls. Not with DeepSpeed.
-        prompts_per_step (`int`, *optional*):
-            Prompts per training step over all processes (the reference's `train_batch_size`, 64 whatever the number
-            of GPUs). When set, `per_device_train_batch_size` is derived from it: `prompts_per_step *
-            num_generations / (num_processes * gradient_accumulation_steps)` episodes per process and micro-step, so
-            that a step trains the same episodes, and `update_schedule="mini_batches"` takes the same optimizer
-            steps, on any number of processes (an error names the process counts that divide it); leave
-            `generation_batch_size` and `steps_per_generation` unset. `None`: TRL's sizes, which grow with the number
-            of processes.
-        max_tokens_per_micro_batch (`int`, *optional*):
-            Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples and
-            at most this many (padded) tokens, with exact gradient accumulation, whatever the number of calls per
-            episode (the reference packs at most 51,200 tokens per GPU). `None`: no token bound.
-        mix_adapters_in_forward (`bool`, *optional*, defaults to `False`):
-            `False`: each forward of the loss and log-probs holds one adapter's samples (PEFT's plain LoRA path, each
-            adapter's samples padded on their own, as the reference trains each agent on its own batches); `True`: one
-            forward routes each sample to its adapter (PEFT's mixed-batch path, fewer forwards, more gather/scatter).
-            Gradients are the same either way.
-        advantage_groups (`str`, *optional*, defaults to `"episodes"`):
-            GRPO groups. `"episodes"` (library default): the episodes of one prompt form a group and every call
-            carries its episode's advantage (TRL's statistics: std with eps 1e-4). `"calls"` (the reference's, its
-            uid `{prompt}_{trajectory name}_step0`; the paper preset): every call is one sample with its own reward,
-            grouped per prompt and `Workflow.trajectory_name` (the role; Voting's math voters apart): all of a role's
-            calls over a prompt's episodes, Eval-Opt's repeated attempts and Orch-Workers' workers included, form one
-            group; mean and unbiased std with eps 1e-6, a group of one keeps its raw score (verl's). `"roles"`: one
-            group per prompt, role and instance, a role instance's calls in an episode pooled into one value first
-            (their mean), a group of one gets 0; it weighs episodes, not calls, where roles repeat.
-        role_rewards (`str`, *optional*):
-            Built-in per-role rewards, read from the workflow's declared role formats and graded by `reward_funcs`
-            (`trl_multiagent/training/role_rewards.py`). `"reference"`: the reference stack's per-role variant: an
-            answer (generator, voter, synthesizer) rewarded when it is right, a verdict when it matches whether the
-            attempt it judged is right (an unreadable verdict 0), a selection when the answer it chose is right, and
-            the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator and workers, as in the reference).
-            `"own_answers"`: the same but nothing zeroed: workers by their own answers, a plan by the episode's
-            outcome, an unreadable verdict read as Incorrect. Per call under `advantage_groups="calls"`, pooled per
-            role trajectory otherwise; logged as `role/<role>/role_reward`. Custom ones: the trainer's
-            `role_reward_funcs`.
-        role_reward_weight (`float`, *optional*, defaults to `1.0`):
-            A call with a per-role reward gets `(1 - w) * outcome advantage + w * role advantage`, both in the groups
-            of `advantage_groups`. 1: the reference's per-role variant (the role reward replaces the outcome; the
-            reference mixes nothing); 0: outcome only.
-        clip_grad_norm_per_adapter (`bool`, *optional*, defaults to `False`):
-            Clip each adapter's gradient to `max_grad_norm` on its own (the reference under isolated policy) instead
-            of the norm over all adapters. Always the case under `update_schedule="mini_batches"`, where every step
-            updates one adapter.
-        role_beta (`dict[str, float]` or `str`, *optional*):
-            KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
-
-        role_coherence_lambda (`dict[str, float]` or `str`, *optional*):
-            Gradient coherence damping per role: its adapter's gradient is scaled by
-            `1 - lambda * clamp(cos(g, EMA), 0, 1)` before clipping, at every optimizer step (lambda <= 0.3
-            recommended). As in the reference: the EMA starts as the first gradient (the first step is damped by
-            `1 - lambda`) and follows the damped gradients. Roles sharing an adapter must share lambda.
-        role_coherence_window (`int`, *optional*, defaults to `10`):
-            Window of the coherence EMA: it decays by `1 - 1/window` per optimizer step.
-        monitor_role_grad_norms (`bool`, *optional*, defaults to `False`):
-            Log `role/<role>/grad_norm` and its share also for roles that share an adapter (under shared policy):
-            each such role trains a shadow copy of the adapter whose gradient is summed back before the step, so the
-            update is unchanged, at the cost of mixed-adapter forward passes.
-        monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
-            Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
-            forward pass of each generation batch.
-
-        > Parameters that control monitoring
-
-        drift_alarms (`bool`, *optional*, defaults to `True`):
-            Watch every role for the drift signatures of the research (a judge writing code or solver-length
-            outputs, length drift, outputs at the length cap, a perplexity or entropy rise before accuracy falls) and
-            log a warning and an `alarm/<role>/<kind>` metric when one appears.
-        drift_thresholds (`dict[str, float]` or `str`, *optional*):
-            Overrides of `trl_multiagent.monitoring.DriftThresholds` fields, e.g. `{"length_drift_factor": 2.0}`.
-        stop_on_drift (`bool`, *optional*, defaults to `False`):
-            Stop training at the first drift alarm.
-        training_summary (`bool`, *optional*, defaults to `True`):
-            When training ends, print how success, the workflow metrics and every per-role metric moved (first vs
-            last logged values) and save `training_summary.png` (each metric over steps) in `output_dir`.
-
-        > Parameters that control rollouts
-
-        rollout_backend (`str`, *optional*, defaults to `"transformers"`):
-            Engine that generates role outputs. `"transformers"` batches every pending call of a tick into one
-            `generate` with per-sample adapters. `"vllm"` (needs `vllm`) serves every role adapter as a vLLM LoRA,
-            synced after each optimizer step: in this process with `vllm_mode="colocate"`, or through a `vllm serve
-            --enable-lora` server at `vllm_server_base_url` with `vllm_mode="server"`. TRL's `vllm_*` fields apply,
-            `vllm_importance_sampling_correction` included.
-        rollout_mode (`str`, *optional*, defaults to `"ticks"`):
-            How episodes reach the backend. `"ticks"`: every pending call of every episode goes out as one batch and
-            no episode moves on until the whole batch has returned (the only mode of the transformers backend).
-            `"async"` (needs `rollout_backend="vllm"`): each call goes to vLLM the moment its episode makes it and the
-            episode resumes when its own result arrives, while vLLM batches continuously (the reference stack's
-            `rollout.mode: async`); colocated, vLLM's `AsyncLLM` runs in this process's child process.
-        rollout_ahead (`int`, *optional*, defaults to `0`):
-            `1`: generate the next generation batch while training on the current one (bounded off-policy: the batch a
-            step trains on was sampled with the adapters of one optimizer step earlier; `vllm_importance_sampling_
-            correction` reweighs it). Needs `rollout_backend="vllm"`, `update_schedule="merged"` and one process.
-        vllm_server_base_urls (`list[str]` or `str`, *optional*):
-            Several `vllm serve` servers (data-parallel copies, e.g. one per node) to balance rollouts over, instead of
-            `vllm_server_base_url`; a comma-separated string is accepted on the command line. Every server receives
-            every adapter update; an episode's calls stay on the server that took its first call (its prefix cache).
-        vllm_server_max_concurrency (`int`, *optional*, defaults to `256`):
-            Most requests in flight per server; further calls wait for a slot.
-        vllm_request_timeout (`float`, *optional*, defaults to `600.0`):
-            Seconds one generation request may take before the rollout fails naming the server; a refused connection
-            or a 502/503/504 is retried with backoff (0.5 to 4 s, 5 tries), a timeout is not.
-        rollout_batch_size (`int`, *optional*):
-            Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.
-        rollout_max_batch_tokens (`int`, *optional*):
-            Memory bound of one `generate` call of the transformers backend: its prompts x (longest prompt + max new
-            tokens), the KV cache it can reach, stays within this many tokens (prompts are grouped shortest first;
-            a call longer than the budget on its own runs alone, with a warning). `None`: no token bound. The vLLM
-            backend manages its own cache (`vllm_gpu_memory_utilization`).
-        role_generation_kwargs (`dict[str, dict]` or `str`, *optional*):
-            Sampling settings per role type, overriding the run's for that role's calls, e.g.
-            `{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}`. Keys: `temperature`
-            (`0` is greedy), `top_p`, `top_k`, `min_p`, `repetition_penalty`, `max_tokens`, `stop` (a completion
-            ending on a stop string keeps it). Honoured by both rollout backends. A JSON string is accepted on the
-            command line.
-        chat_rendering (`str`, *optional*, defaults to `"tokenizer"`):
-            How a call's messages become its prompt, in every rollout backend. `"tokenizer"`: the tokenizer's chat
-            template with `chat_template_kwargs`. `"reference_qwen"` (the paper preset): the reference stack's Qwen
-            rendering (rLLM's parser with thinking disabled): Qwen's default system prompt ("You are Qwen, created by
-            Alibaba Cloud. You are a helpful assistant.") before every call that does not start with a system message,
-            and an empty think block opening every assistant turn, the earlier ones as well as the generation prompt
-            (Qwen3's own template with `enable_thinking=False` adds neither to earlier turns, nor the system prompt).
-            Needs a tokenizer with Qwen's `<|im_start|>`/`<|im_end|>` tokens.
+    Every `GRPOConfig` parameter keeps its meaning; `num_generations` is the number of *workflow episodes* per prompt,
+    and each model call of an episode becomes one training sample. Each field below is documented once, in its `help`
+    metadata (what `--help` prints); docs/configuration.md lists them, generated by scripts/config_reference.py. The
+    paper's and the toy settings are presets in recipes/configs/ (`paper_math.yaml`, `toy.yaml`, ...).
     """
 
     _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + [
@@ -217,146 +46,317 @@ class MultiAgentGRPOConfig(GRPOConfig):
     policy_sharing: str = field(
         default="shared",
         metadata={
-            "help": "'shared': one adapter for all roles; 'isolated': one adapter per role type.",
+            "help": "`'shared'`: one LoRA adapter trained by every role. `'isolated'`: one adapter per role "
+            "*type* (the three voters of Voting share the `generator` adapter). Ignored when `role_to_adapter` is "
+            "set.",
             "choices": ["shared", "isolated"],
         },
     )
     role_to_adapter: dict[str, str] | str | None = field(
         default=None,
-        metadata={"help": "Explicit role-to-adapter mapping (JSON on the command line); overrides policy_sharing."},
+        metadata={
+            "help": 'Explicit role-to-adapter grouping, e.g. `{"generator": "solver", "evaluator": '
+            '"judge"}`. Must map every role of the workflow. A JSON string is accepted on the command line.',
+        },
     )
     role_models: dict[str, str] | str | None = field(
         default=None,
-        metadata={"help": "Base model per role type (JSON on the command line); unlisted roles use `model`."},
+        metadata={
+            "help": 'Base model per role type, e.g. `{"evaluator": "Qwen/Qwen3-0.6B"}`: any `from_pretrained` '
+            "name or folder, or a shipped toy name (`'toy'`). Roles not listed sit on the trainer's `model`. Each "
+            "distinct base is loaded once (with `model_init_kwargs`), with its own tokenizer and chat template, and "
+            "gets the trainer's `peft_config`; `policy_sharing` and `role_to_adapter` apply within a base (under "
+            "shared policy, one adapter per base: `shared` on `model`, `shared-<name>` on another base). One "
+            "optimizer steps every adapter of every base; DDP works, DeepSpeed does not (refused). A JSON string is "
+            "accepted on the command line.",
+        },
     )
     role_loss_weights: dict[str, float] | str | None = field(
         default=None,
-        metadata={"help": "Loss multiplier per role type (JSON on the command line); unlisted roles weigh 1.0."},
+        metadata={
+            "help": "Multiplier of each role type's loss (policy term and KL term). Roles not listed weigh `1.0`; "
+            "`0.0` freezes a role, also under shared policy.",
+        },
     )
     role_loss_balance: str = field(
         default="per_output",
         metadata={
-            "help": "'per_output': each model call weighs the same; 'per_role': each role type gets an equal share.",
+            "help": "`'per_output'`: every model call weighs the same (the reference behaviour: three voters "
+            "outweigh one aggregator). `'per_role'`: every role type gets the same total share of the loss, whatever "
+            "its number of calls and, for token-level loss types, tokens.",
             "choices": list(ROLE_LOSS_BALANCES),
         },
     )
     update_schedule: str = field(
         default="merged",
         metadata={
-            "help": "'merged': one optimizer step per training step; 'mini_batches': the research stack's sequential "
-            "mini-batch steps per adapter.",
+            "help": "How the samples of one training step update the adapters. `'merged'`: TRL's step, every "
+            "adapter takes one optimizer step on all its samples (the paper's fix for parallel roles). "
+            "`'mini_batches'`: the research stack's PPO update: each adapter's samples are cut, in episode order, "
+            "into mini-batches of `mini_batch_prompts * num_generations` samples, and each mini-batch is one "
+            "optimizer step at the current weights (log-probs recorded once, before the first), one adapter after "
+            "the other, each clipped on its own; a short last mini-batch is scaled by its size over the full size. A "
+            "parallel role then takes several steps per training step from its data volume (three voters: three "
+            "steps). Needs `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as "
+            "`lr_scheduler_steps` says.",
             "choices": list(UPDATE_SCHEDULES),
         },
     )
     mini_batch_prompts: int | None = field(
         default=None,
         metadata={
-            "help": "Prompts per mini-batch under update_schedule='mini_batches' (default: a generation batch)."
+            "help": "Prompts per mini-batch under `update_schedule='mini_batches'` (the reference: 64). Defaults "
+            "to the prompts of one generation batch, so that a role with one call per episode takes one step per "
+            "training step, as in the reference, where the two are equal.",
         },
     )
     lr_scheduler_steps: str = field(
         default="per_training_step",
         metadata={
-            "help": "'per_training_step': the scheduler steps once per training step; 'per_update': once per "
-            "adapter update call (upstream verl's: k times per training step with k adapters).",
+            "help": "When the learning-rate scheduler steps. `'per_training_step'`: the Trainer's own, once per "
+            "optimizer step of the Trainer (the schedule spans `max_steps` training steps). `'per_update'`: once per "
+            "adapter update call, as upstream verl's actor steps its scheduler at the end of every update call, "
+            "which the reference makes once per role adapter: with k adapters the schedule advances k times per "
+            "training step (1 under shared policy) over the same `max_steps` horizon, and the cosine is not clamped "
+            "past its end, so a 500-step cosine reaches 0 at step 250 with k = 2 and rises back to the peak by step "
+            "500. Under `update_schedule='mini_batches'` each adapter's run of mini-batches is one call (the next "
+            "adapter trains at the next rate); under `'merged'` the one optimizer step counts as k calls. Not with "
+            "DeepSpeed.",
             "choices": list(LR_SCHEDULER_STEPS),
         },
     )
     prompts_per_step: int | None = field(
         default=None,
-        metadata={"help": "Prompts per training step over all processes; derives per_device_train_batch_size."},
+        metadata={
+            "help": "Prompts per training step over all processes (the reference's `train_batch_size`, 64 "
+            "whatever the number of GPUs). When set, `per_device_train_batch_size` is derived from it: "
+            "`prompts_per_step * num_generations / (num_processes * gradient_accumulation_steps)` episodes per "
+            "process and micro-step, so that a step trains the same episodes, and `update_schedule='mini_batches'` "
+            "takes the same optimizer steps, on any number of processes (an error names the process counts that "
+            "divide it); leave `generation_batch_size` and `steps_per_generation` unset. `None`: TRL's sizes, which "
+            "grow with the number of processes.",
+        },
     )
     max_tokens_per_micro_batch: int | None = field(
-        default=None, metadata={"help": "Padded tokens per forward/backward micro-batch (None: no bound)."}
+        default=None,
+        metadata={
+            "help": "Memory bound of one forward/backward: micro-batches hold at most "
+            "`per_device_train_batch_size` samples and at most this many (padded) tokens, with exact gradient "
+            "accumulation, whatever the number of calls per episode (the reference packs at most 51,200 tokens per "
+            "GPU). `None`: no token bound.",
+        },
     )
     mix_adapters_in_forward: bool = field(
         default=False,
-        metadata={"help": "One forward for every adapter's samples (PEFT's mixed batch) instead of one per adapter."},
+        metadata={
+            "help": "`False`: each forward of the loss and log-probs holds one adapter's samples (PEFT's plain "
+            "LoRA path, each adapter's samples padded on their own, as the reference trains each agent on its own "
+            "batches); `True`: one forward routes each sample to its adapter (PEFT's mixed-batch path, fewer "
+            "forwards, more gather/scatter). Gradients are the same either way.",
+        },
     )
     advantage_groups: str = field(
         default="episodes",
-        metadata={"help": "'episodes': one GRPO group per prompt; 'calls' (the reference's): per prompt and "
-                          "trajectory name, each call a sample; 'roles': per prompt, role and instance, calls pooled.",
-                  "choices": list(ADVANTAGE_GROUPS)},
-    )  # fmt: skip
+        metadata={
+            "help": "GRPO groups. `'episodes'` (library default): the episodes of one prompt form a group and "
+            "every call carries its episode's advantage (TRL's statistics: std with eps 1e-4). `'calls'` (the "
+            "reference's, its uid `{prompt}_{trajectory name}_step0`; the paper preset): every call is one sample "
+            "with its own reward, grouped per prompt and `Workflow.trajectory_name` (the role; Voting's math voters "
+            "apart): all of a role's calls over a prompt's episodes, Eval-Opt's repeated attempts and Orch-Workers' "
+            "workers included, form one group; mean and unbiased std with eps 1e-6, a group of one keeps its raw "
+            "score (verl's). `'roles'`: one group per prompt, role and instance, a role instance's calls in an "
+            "episode pooled into one value first (their mean), a group of one gets 0; it weighs episodes, not calls, "
+            "where roles repeat.",
+            "choices": list(ADVANTAGE_GROUPS),
+        },
+    )
     role_rewards: str | None = field(
         default=None,
-        metadata={"help": "'reference': the reference stack's per-role rewards; 'own_answers': ours, no role zeroed "
-                          "(see the docstring).",
-                  "choices": list(ROLE_REWARDS)},
-    )  # fmt: skip
+        metadata={
+            "help": "Built-in per-role rewards, read from the workflow's declared role formats and graded by "
+            "`reward_funcs` (`trl_multiagent/training/role_rewards.py`). `'reference'`: the reference stack's "
+            "per-role variant: an answer (generator, voter, synthesizer) rewarded when it is right, a verdict when "
+            "it matches whether the attempt it judged is right (an unreadable verdict 0), a selection when the "
+            "answer it chose is right, and the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator "
+            "and workers, as in the reference). `'own_answers'`: the same but nothing zeroed: workers by their own "
+            "answers, a plan by the episode's outcome, an unreadable verdict read as Incorrect. Per call under "
+            "`advantage_groups='calls'`, pooled per role trajectory otherwise; logged as `role/<role>/role_reward`. "
+            "Custom ones: the trainer's `role_reward_funcs`.",
+            "choices": list(ROLE_REWARDS),
+        },
+    )
     role_reward_weight: float = field(
-        default=1.0, metadata={"help": "Share of the per-role reward's advantage in a call's (0-1; 1: the reference)."}
+        default=1.0,
+        metadata={
+            "help": "A call with a per-role reward gets `(1 - w) * outcome advantage + w * role advantage`, both "
+            "in the groups of `advantage_groups`. 1: the reference's per-role variant (the role reward replaces the "
+            "outcome; the reference mixes nothing); 0: outcome only.",
+        },
     )
     clip_grad_norm_per_adapter: bool = field(
-        default=False, metadata={"help": "Clip each adapter's gradient norm on its own (max_grad_norm)."}
+        default=False,
+        metadata={
+            "help": "Clip each adapter's gradient to `max_grad_norm` on its own (the reference under isolated "
+            "policy) instead of the norm over all adapters. Always the case under `update_schedule='mini_batches'`, "
+            "where every step updates one adapter.",
+        },
     )
     role_beta: dict[str, float] | str | None = field(
         default=None,
-        metadata={"help": "KL coefficient toward the base model per role type; unlisted roles use `beta`."},
+        metadata={
+            "help": "KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use "
+            "`beta`.",
+        },
     )
     role_coherence_lambda: dict[str, float] | str | None = field(
-        default=None, metadata={"help": "Gradient coherence damping lambda per role (JSON on the command line)."}
+        default=None,
+        metadata={
+            "help": "Gradient coherence damping per role: its adapter's gradient is scaled by `1 - lambda * "
+            "clamp(cos(g, EMA), 0, 1)` before clipping, at every optimizer step (lambda <= 0.3 recommended). As in "
+            "the reference: the EMA starts as the first gradient (the first step is damped by `1 - lambda`) and "
+            "follows the damped gradients. Roles sharing an adapter must share lambda.",
+        },
     )
-    role_coherence_window: int = field(default=10, metadata={"help": "Steps averaged by the coherence EMA."})
+    role_coherence_window: int = field(
+        default=10,
+        metadata={
+            "help": "Window of the coherence EMA: it decays by `1 - 1/window` per optimizer step.",
+        },
+    )
     monitor_role_grad_norms: bool = field(
         default=False,
-        metadata={"help": "Measure each role's gradient contribution under a shared adapter (role shadows)."},
+        metadata={
+            "help": "Log `role/<role>/grad_norm` and its share also for roles that share an adapter (under shared "
+            "policy): each such role trains a shadow copy of the adapter whose gradient is summed back before the "
+            "step, so the update is unchanged, at the cost of mixed-adapter forward passes.",
+        },
     )
     monitor_kl_to_base: bool = field(
-        default=False, metadata={"help": "Log per-role KL to the base model even without a KL penalty."}
+        default=False,
+        metadata={
+            "help": "Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one "
+            "extra no-grad forward pass of each generation batch.",
+        },
     )
-    drift_alarms: bool = field(default=True, metadata={"help": "Log alarms on per-role drift signatures."})
+    drift_alarms: bool = field(
+        default=True,
+        metadata={
+            "help": "Watch every role for the drift signatures of the research (a judge writing code or "
+            "solver-length outputs, length drift, outputs at the length cap, a perplexity or entropy rise before "
+            "accuracy falls) and log a warning and an `alarm/<role>/<kind>` metric when one appears.",
+        },
+    )
     drift_thresholds: dict[str, float] | str | None = field(
-        default=None, metadata={"help": "Overrides of DriftThresholds fields (JSON on the command line)."}
+        default=None,
+        metadata={
+            "help": "Overrides of `trl_multiagent.monitoring.DriftThresholds` fields, e.g. "
+            '`{"length_drift_factor": 2.0}`.',
+        },
     )
-    stop_on_drift: bool = field(default=False, metadata={"help": "Stop training at the first drift alarm."})
+    stop_on_drift: bool = field(
+        default=False,
+        metadata={
+            "help": "Stop training at the first drift alarm.",
+        },
+    )
     training_summary: bool = field(
         default=True,
-        metadata={"help": "Print a per-role summary table and save training_summary.png in output_dir at the end."},
+        metadata={
+            "help": "When training ends, print how success, the workflow metrics and every per-role metric moved "
+            "(first vs last logged values) and save `training_summary.png` (each metric over steps) in `output_dir`.",
+        },
     )
     rollout_backend: str = field(
         default="transformers",
-        metadata={"help": "Rollout engine backend.", "choices": list(ROLLOUT_BACKENDS)},
+        metadata={
+            "help": "Engine that generates role outputs. `'transformers'` batches every pending call of a tick "
+            "into one `generate` with per-sample adapters. `'vllm'` (needs `vllm`) serves every role adapter as a "
+            "vLLM LoRA, synced after each optimizer step: in this process with `vllm_mode='colocate'`, or through a "
+            "`vllm serve --enable-lora` server at `vllm_server_base_url` with `vllm_mode='server'`. TRL's `vllm_*` "
+            "fields apply, `vllm_importance_sampling_correction` included.",
+            "choices": list(ROLLOUT_BACKENDS),
+        },
     )
     rollout_mode: str = field(
         default="ticks",
-        metadata={"help": "'ticks': one batch per tick; 'async': each call sent as made (vLLM).",
-                  "choices": list(ROLLOUT_MODES)},
-    )  # fmt: skip
+        metadata={
+            "help": "How episodes reach the backend. `'ticks'`: every pending call of every episode goes out as "
+            "one batch and no episode moves on until the whole batch has returned (the only mode of the transformers "
+            "backend). `'async'` (needs `rollout_backend='vllm'`): each call goes to vLLM the moment its episode "
+            "makes it and the episode resumes when its own result arrives, while vLLM batches continuously (the "
+            "reference stack's `rollout.mode: async`); colocated, vLLM's `AsyncLLM` runs in this process's child "
+            "process.",
+            "choices": list(ROLLOUT_MODES),
+        },
+    )
     rollout_ahead: int = field(
         default=0,
-        metadata={"help": "1: generate the next batch while training on the current one (off by one step).",
-                  "choices": [0, 1]},
-    )  # fmt: skip
+        metadata={
+            "help": "`1`: generate the next generation batch while training on the current one (bounded "
+            "off-policy: the batch a step trains on was sampled with the adapters of one optimizer step earlier; "
+            "`vllm_importance_sampling_correction` reweighs it). Needs `rollout_backend='vllm'`, "
+            "`update_schedule='merged'` and one process.",
+            "choices": [0, 1],
+        },
+    )
     vllm_server_base_urls: list[str] | str | None = field(
         default=None,
-        metadata={"help": "Several vLLM server URLs to balance rollouts over (comma-separated on the command line)."},
+        metadata={
+            "help": "Several `vllm serve` servers (data-parallel copies, e.g. one per node) to balance rollouts "
+            "over, instead of `vllm_server_base_url`; a comma-separated string is accepted on the command line. "
+            "Every server receives every adapter update; an episode's calls stay on the server that took its first "
+            "call (its prefix cache).",
+        },
     )
-    vllm_server_max_concurrency: int = field(default=256, metadata={"help": "Most requests in flight per server."})
+    vllm_server_max_concurrency: int = field(
+        default=256,
+        metadata={
+            "help": "Most requests in flight per server; further calls wait for a slot.",
+        },
+    )
     vllm_request_timeout: float = field(
-        default=600.0, metadata={"help": "Seconds one vLLM server request may take before the rollout fails."}
+        default=600.0,
+        metadata={
+            "help": "Seconds one generation request may take before the rollout fails naming the server; a "
+            "refused connection or a 502/503/504 is retried with backoff (0.5 to 4 s, 5 tries), a timeout is not.",
+        },
     )
     rollout_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Largest batch of one generate call; None sends all pending calls of a tick at once."},
+        metadata={
+            "help": "Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.",
+        },
     )
     rollout_max_batch_tokens: int | None = field(
         default=None,
-        metadata={"help": "Tokens (prompts x (longest prompt + max new tokens)) per transformers generate call."},
+        metadata={
+            "help": "Memory bound of one `generate` call of the transformers backend: its prompts x (longest "
+            "prompt + max new tokens), the KV cache it can reach, stays within this many tokens (prompts are grouped "
+            "shortest first; a call longer than the budget on its own runs alone, with a warning). `None`: no token "
+            "bound. The vLLM backend manages its own cache (`vllm_gpu_memory_utilization`).",
+        },
     )
     role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
         default=None,
         metadata={
-            "help": "Sampling settings per role type (JSON on the command line), e.g. "
-            '\'{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}\'.'
+            "help": "Sampling settings per role type, overriding the run's for that role's calls, e.g. "
+            '`{"evaluator": {"temperature": 0.3, "max_tokens": 512, "stop": ["</verdict>"]}}`. Keys: '
+            "`temperature` (`0` is greedy), `top_p`, `top_k`, `min_p`, `repetition_penalty`, `max_tokens`, `stop` (a "
+            "completion ending on a stop string keeps it). Honoured by both rollout backends. A JSON string is "
+            "accepted on the command line.",
         },
     )
     chat_rendering: str = field(
         default="tokenizer",
         metadata={
-            "help": "'tokenizer': the chat template with chat_template_kwargs; 'reference_qwen': the reference "
-            "stack's Qwen rendering (default system prompt, empty think blocks).",
+            "help": "How a call's messages become its prompt, in every rollout backend. `'tokenizer'`: the "
+            "tokenizer's chat template with `chat_template_kwargs`. `'reference_qwen'` (the paper preset): the "
+            "reference stack's Qwen rendering (rLLM's parser with thinking disabled): Qwen's default system prompt "
+            '("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") before every call that does '
+            "not start with a system message, and an empty think block opening every assistant turn, the earlier "
+            "ones as well as the generation prompt (Qwen3's own template with `enable_thinking=False` adds neither "
+            "to earlier turns, nor the system prompt). Needs a tokenizer with Qwen's `<|im_start|>`/`<|im_end|>` "
+            "tokens.",
             "choices": list(CHAT_RENDERINGS),
         },
     )
@@ -410,9 +410,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 "/ num_generations %d): every adapter takes a single optimizer step per training step, so a parallel "
                 "role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most %d, or to "
                 "None (one generation batch, the reference's ratio: 64 prompts in both).",
-                self.mini_batch_prompts, batch_prompts, self.generation_batch_size, self.num_generations,
+                self.mini_batch_prompts,
                 batch_prompts,
-            )  # fmt: skip
+                self.generation_batch_size,
+                self.num_generations,
+                batch_prompts,
+            )
         if self.role_coherence_window < 1:
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:

@@ -19,6 +19,12 @@ from ..tasks import (
 
 TASKS = ("math", "code")
 DEFAULT_DATASETS = {"math": DAPO_MATH_ID, "code": DEEPCODER_ID}
+# Tokens per model call in checkpoint evaluation: the reference's evaluation lengths, longer than its training lengths
+# so that fewer answers are cut off; `use_training_lengths` evaluates at the training lengths (those of
+# recipes/configs/paper_<task>.yaml: tests/test_evaluation.py and tests/test_paper_preset.py compare both with the
+# reference's files).
+EVAL_LENGTHS = {"math": 8192, "code": 5120}
+TRAINING_LENGTHS = {"math": 5120, "code": 2048}
 # The offline generators have no held-out split; a seed no recipe trains with stands in for one.
 GENERATED = {"math": ("arithmetic", make_arithmetic_dataset), "code": ("toy_code", make_toy_code_dataset)}
 GENERATED_EVAL_SEED, GENERATED_EVAL_SIZE = 1_000_003, 200

@@ -24,17 +24,11 @@ from transformers import set_seed
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
 from ..checkpoints.load import eos_token_ids
 from ..monitoring.pass_at_k import pass_at_k
-from ..paper import (
-    CODE_EVAL_MAX_COMPLETION_LENGTH,
-    CODE_MAX_COMPLETION_LENGTH,
-    MATH_EVAL_MAX_COMPLETION_LENGTH,
-    MATH_MAX_COMPLETION_LENGTH,
-)
 from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from ..rollout.engine import RolloutEngine
 from ..toy import resolve_model_name
 from ..workflows import Workflow
-from .datasets import DEFAULT_DATASETS, TASKS, check_task, eval_dataset, task_reward
+from .datasets import DEFAULT_DATASETS, EVAL_LENGTHS, TASKS, TRAINING_LENGTHS, check_task, eval_dataset, task_reward
 from .episodes import episode_record, write_episode
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
@@ -110,12 +104,8 @@ class EvalSettings:
                 "(the paper trains at 0.7)."
             )
         if self.max_completion_length is None:
-            lengths = (
-                (MATH_MAX_COMPLETION_LENGTH, CODE_MAX_COMPLETION_LENGTH)
-                if self.use_training_lengths
-                else (MATH_EVAL_MAX_COMPLETION_LENGTH, CODE_EVAL_MAX_COMPLETION_LENGTH)
-            )
-            self.max_completion_length = lengths[0] if self.task == "math" else lengths[1]
+            lengths = TRAINING_LENGTHS if self.use_training_lengths else EVAL_LENGTHS
+            self.max_completion_length = lengths[self.task]
         if isinstance(self.chat_template_kwargs, str):
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
         if isinstance(self.role_generation_kwargs, str):

@@ -29,29 +29,30 @@ from ..checkpoints import (
     make_generation_config,
     run_episodes,
 )
-from ..paper import WORKFLOW_PRESETS
+from ..shipped import read_preset
 from ..toy import resolve_model_name
 from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
+from ..workflows.options import WorkflowOptions
 from .datasets import GENERATED, eval_dataset, task_reward
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
-MAX_NEW_TOKENS = 80  # the toy preset's max_completion_length
-TOY = WORKFLOW_PRESETS["toy"]
+TOY_PRESET = read_preset("toy")  # recipes/configs/toy.yaml
+MAX_NEW_TOKENS = TOY_PRESET["max_completion_length"]
+# The requests the toy model was trained on: the toy preset's workflow options (it sets every one).
+TOY = WorkflowOptions(**{name: TOY_PRESET[name] for name in WorkflowOptions.__dataclass_fields__})
 # The toy preset's workflows, by name; each takes the task ("math": arithmetic, "code": toy_code).
 WORKFLOWS = {
-    "single_agent": lambda task="math": SingleAgent(template=TOY["template"], prompts=TOY["prompts"], task=task),
+    "single_agent": lambda task="math": SingleAgent(template=TOY.template, prompts=TOY.prompts, task=task),
     "eval_opt": lambda task="math": EvalOpt(
         max_iterations=3 if task == "math" else 2,
-        history=TOY["history"],
-        prompts=TOY["prompts"],
+        history=TOY.history,
+        prompts=TOY.prompts,
         task=task,
-        parsing=TOY["parsing"],
+        parsing=TOY.parsing,
     ),
-    "voting": lambda task="math": Voting(
-        n_voters=N_CANDIDATES, prompts=TOY["prompts"], task=task, parsing=TOY["parsing"]
-    ),
+    "voting": lambda task="math": Voting(n_voters=N_CANDIDATES, prompts=TOY.prompts, task=task, parsing=TOY.parsing),
     "orch_workers": lambda task="math": OrchWorkers(
-        n_workers=N_CANDIDATES, workers=TOY["workers"], prompts=TOY["prompts"], task=task, parsing=TOY["parsing"]
+        n_workers=N_CANDIDATES, workers=TOY.workers, prompts=TOY.prompts, task=task, parsing=TOY.parsing
     ),
 }
 
