@@ -135,3 +135,25 @@ def test_the_toy_presets_give_every_workflow_the_toy_models_requests(name):
         workflow = recipe_trainer_kwargs(recipe, *args)["workflow"]
         taken = {option: getattr(workflow, option) for option in toy if hasattr(workflow, option)}
         assert taken == {option: toy[option] for option in taken} and "prompts" in taken, (recipe, taken)
+
+
+# What the toy figures in README were measured with (docs/fidelity.md, "What the toy presets choose"): each a switch
+# away from the paper preset's value.
+TOY_SETTINGS = {
+    "update_schedule": "merged",
+    "advantage_groups": "episodes",
+    "lr_scheduler_steps": "per_training_step",
+    "vllm_importance_sampling_correction": True,
+    "delta": None,
+    "chat_rendering": "tokenizer",
+    "prompts_per_step": None,
+    "rollout_max_batch_tokens": None,
+}
+
+
+@pytest.mark.parametrize("name", ["toy", "toy_code", "toy_two_models"])
+def test_the_toy_presets_keep_the_settings_their_figures_were_measured_with(name):
+    recipe, offline = ("eval_opt_code", "toy_code") if name == "toy_code" else ("eval_opt_math", "arithmetic")
+    args = ("--config", str(CONFIGS / f"{name}.yaml"), "--output_dir", "unused", "--dataset_name", offline)
+    trained_with = recipe_trainer_kwargs(recipe, *args)["args"]
+    assert {field: getattr(trained_with, field) for field in TOY_SETTINGS} == TOY_SETTINGS
