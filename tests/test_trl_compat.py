@@ -209,3 +209,19 @@ def test_reward_functions_log_through_trl_hooks_and_std_is_logged(tiny_model_dir
         assert h["reporting/mean_reward"] == pytest.approx(h["rewards/reporting_reward/mean"])
         assert "rewards/reporting_reward/std" in h
     assert list(trainer._logs["extra"]["judge_note"])[:2] == ["note 0", "note 1"]
+
+
+def test_all_rewards_none_warns_as_trl(tiny_model_dir, tmp_path, caplog):
+    def never_scores(completions, **kwargs):
+        return [None] * len(completions)
+
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, SingleAgent(), respond=half_right_answers, reward_funcs=never_scores, **TWO_STEPS
+    )
+    before = snapshot(trainer)
+    with caplog.at_level("WARNING", logger="trl.trainer.grpo_trainer"):
+        trainer.train()
+    assert "All reward functions returned None for the following kwargs:" in caplog.text
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(h["reward"] is None and h["workflow/success"] is None for h in logs)
+    assert not lora_moved(trainer, before)  # unscorable episodes carry no learning signal

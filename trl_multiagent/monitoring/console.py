@@ -27,8 +27,8 @@ def console_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     if not roles:
         return None
     parts = [f"step {step}/{max_steps}" if max_steps > 0 else f"step {step}"]
-    if "workflow/success" in logs:
-        parts.append(f"success {logs['workflow/success']:.3f}")
+    if (success := logs.get("workflow/success")) is not None:  # TRL logs None for a metric with no finite value
+        parts.append(f"success {success:.3f}")
     for role in roles:
         role_part = role
         if (length := logs.get(f"role/{role}/completion_length")) is not None:
@@ -36,7 +36,8 @@ def console_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
         if (correct := logs.get(f"workflow/regraded/{role}")) is not None:
             role_part += f" correct {correct:.2f}"
         parts.append(role_part)
-    parts += [f"{name} {logs[f'workflow/{name}']:.3f}" for name in _JUDGE_METRICS if f"workflow/{name}" in logs]
+    judged = [(name, logs.get(f"workflow/{name}")) for name in _JUDGE_METRICS]
+    parts += [f"{name} {value:.3f}" for name, value in judged if value is not None]
     parts += [key for key in logs if key.startswith("alarm/")]
     return " | ".join(parts)
 
