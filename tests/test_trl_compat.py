@@ -84,6 +84,32 @@ def test_normalize_then_sum_trains(tiny_model_dir, tmp_path):
     assert lora_moved(trainer, before)
 
 
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+def test_logged_reward_is_the_weighted_outcome(tiny_model_dir, tmp_path, aggregation):
+    """TRL logs ``reward`` as the weighted sum of the functions' outputs whatever the aggregation (the normalised
+    sum only drives the advantages): right answers score 1 and 3, wrong ones 0 and 3, weights 0.5 and 0.1."""
+
+    def always_three(completions, **kwargs):
+        return [3.0] * len(completions)
+
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path,
+        SingleAgent(),
+        respond=half_right_answers,
+        reward_funcs=[boxed_answer_reward, always_three],
+        reward_weights=[0.5, 0.1],
+        multi_objective_aggregation=aggregation,
+        **TWO_STEPS,
+    )
+    trainer.train()
+    for log in [h for h in trainer.state.log_history if "loss" in h]:
+        solved = log["rewards/boxed_answer_reward/mean"]
+        assert 0.0 < solved < 1.0  # both right and wrong answers, so the normalised sums would average 0
+        assert log["reward"] == pytest.approx(0.5 * solved + 0.1 * 3.0, abs=1e-6)
+        assert log["workflow/success"] == pytest.approx(log["reward"], abs=1e-6)
+
+
 def peft_model_trainer(peft_model, tiny_model_dir, tmp_path) -> MultiAgentGRPOTrainer:
     """Isolated Voting on a ready PeftModel (no `peft_config`), scripted rollouts."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -34,7 +34,7 @@ from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
-from .training.advantages import call_advantages, outcome_advantages
+from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completions
 from .training.importance_sampling import batch_importance_sampling_ratio
@@ -203,8 +203,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
         batch.num_samples_in_batch = totals[0]
         batch.num_items_in_batch = totals[1]
-        self._log_rollout_metrics(mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts)
-        self._log_workflow_metrics(mode, episodes, inputs, local_rewards)
+        # Logged as TRL logs `reward`: the weighted sum of the functions' own outputs, under either aggregation.
+        logged = weighted_rewards(rewards_per_func, self.reward_weights)
+        self._log_rollout_metrics(mode, episodes, batch, logged, rewards_per_func, all_advantages, prompts)
+        self._log_workflow_metrics(mode, episodes, inputs, logged[start : start + len(prompts)].tolist())
         self._add_logps_before_update(batch, mode)
         return batch
 

@@ -93,7 +93,7 @@ def rollout_metrics(
         "workflow/calls_per_episode": calls_per_episode.mean().item(),
         "workflow/success": torch.nanmean(rewards).item(),
         "reward": torch.nanmean(rewards).item(),
-        "reward_std": torch.nan_to_num(rewards.view(-1, 1).std(), nan=0.0).item(),
+        "reward_std": nanstd(rewards).item(),
     }
     for i, name in enumerate(reward_names):
         metrics[f"rewards/{name}/mean"] = torch.nanmean(rewards_per_func[:, i]).item()

@@ -41,6 +41,14 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards:
     return torch.nan_to_num(advantages, nan=0.0)
 
 
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """`[E]` weighted sum of `[E, F]` reward-function outputs (NaN where a function did not score), NaN for an
+    episode no function scored: the reward TRL logs as ``reward`` under either ``multi_objective_aggregation``."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
 def outcome_advantages(
     rewards_per_func: torch.Tensor,
     weights: torch.Tensor,
@@ -53,11 +61,12 @@ def outcome_advantages(
 
     "sum_then_normalize": the weighted sum, then GRPO over the episodes of a prompt (``group_advantages``).
     "normalize_then_sum": each function normalised within each prompt's episodes, the weighted sum of those, then
-    normalised over the batch. An episode no function scored has reward NaN and advantage 0.
+    normalised over the batch; the rewards returned are that normalised sum (what the advantages come from), not the
+    ``weighted_rewards`` TRL logs. An episode no function scored has reward NaN and advantage 0.
     """
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    weights = weights.to(rewards_per_func.device).unsqueeze(0)
     if aggregation == "normalize_then_sum":
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        weights = weights.to(rewards_per_func.device).unsqueeze(0)
         grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.size(1))
         mean, std = torch.nanmean(grouped, dim=1, keepdim=True), nanstd(grouped, dim=1, keepdim=True)
         per_func = ((grouped - mean) / (torch.nan_to_num(std, nan=0.0) + 1e-4)).view_as(rewards_per_func)
@@ -65,8 +74,7 @@ def outcome_advantages(
         rewards[unscorable] = torch.nan
         std = nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())
         return rewards, torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + 1e-4), nan=0.0)
-    rewards = (rewards_per_func * weights).nansum(dim=1)
-    rewards[unscorable] = torch.nan
+    rewards = weighted_rewards(rewards_per_func, weights)
     return rewards, group_advantages(rewards, num_generations, scale_rewards)
 
 
