@@ -166,7 +166,6 @@ def trl_trainer(tiny_model_dir, tmp_path_factory):
         gradient_accumulation_steps=2,
         steps_per_generation=4,
         reward_weights=[1.0, 0.5],
-        use_bias_correction_kl=False,  # the per-role KL term has no importance-sampling factor (TRL's default has)
         report_to="none",
     )
     trainer = trl.GRPOTrainer(
@@ -179,17 +178,25 @@ def trl_trainer(tiny_model_dir, tmp_path_factory):
 MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]])
 
 
+@pytest.mark.parametrize(
+    "bias_correction, level", [(False, "token"), (True, "token"), (True, "sequence")], ids=["plain", "token", "seq"]
+)
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, monkeypatch):
+def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, bias_correction, level, monkeypatch):
     """With every advantage 0, TRL's loss is its KL term alone, ``beta`` times the k3 estimator reduced by its
-    ``loss_type``; ``per_role_kl_loss`` (through ``aggregate_like_trl``) gives the same value and gradient."""
+    ``loss_type`` (times the importance ratio under ``use_bias_correction_kl``, TRL's default); ``per_role_kl_loss``
+    (through ``aggregate_like_trl``) gives the same value and gradient. The old log-probs differ from the current
+    ones, so the ratio differs from 1 in value as well as in gradient."""
     generator = torch.Generator().manual_seed(0)
     logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
     ref = -torch.rand(MASK.shape, generator=generator) * 3
+    old = logps.detach() + (torch.rand(MASK.shape, generator=generator) - 0.5) * 0.4
     num_items = torch.tensor(37.0)  # tokens of the whole generation batch, over every micro-batch
     monkeypatch.setattr(trl_trainer, "loss_type", loss_type)
     monkeypatch.setattr(trl_trainer, "beta", 0.7)
+    monkeypatch.setattr(trl_trainer, "importance_sampling_level", level)
+    monkeypatch.setattr(trl_trainer.args, "use_bias_correction_kl", bias_correction)
     monkeypatch.setattr(trl_trainer, "current_gradient_accumulation_steps", 2, raising=False)  # set by the loop
     fixed = lambda *args, **kwargs: (logps, torch.zeros_like(logps), None)  # noqa: E731
     monkeypatch.setattr(trl_trainer, "_get_per_token_logps_and_entropies", fixed)
@@ -200,21 +207,63 @@ def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, m
         "completion_ids": torch.ones(4, 5, dtype=torch.long),
         "completion_mask": MASK,
         "advantages": torch.zeros(4),
-        "old_per_token_logps": logps.detach(),
+        "old_per_token_logps": old,
         "ref_per_token_logps": ref,
         "num_items_in_batch": num_items,
     }
     theirs = trl.GRPOTrainer.compute_loss(trl_trainer, trl_trainer.model, inputs)
     (their_grad,) = torch.autograd.grad(theirs, logps)
     batch = SimpleNamespace(
-        ref_per_token_logps=ref, sample_weights=torch.ones(4), completion_mask=MASK, num_items_in_batch=num_items
+        ref_per_token_logps=ref,
+        old_per_token_logps=old,
+        sample_weights=torch.ones(4),
+        completion_mask=MASK,
+        num_items_in_batch=num_items,
     )
     scale = LossScale(2, trl_trainer.max_completion_length, 1, trl_trainer.args.steps_per_generation, training)
-    ours, _ = per_role_kl_loss(logps, batch, torch.full((4,), 0.7), loss_type, scale)
+    ours, _ = per_role_kl_loss(
+        logps,
+        batch,
+        torch.full((4,), 0.7),
+        loss_type,
+        scale,
+        bias_correction=bias_correction,
+        importance_sampling_level=level,
+    )
     (our_grad,) = torch.autograd.grad(ours, logps)
     assert theirs.item() != 0.0
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-6)
     assert torch.allclose(our_grad, their_grad, rtol=1e-5, atol=1e-8)
+
+
+def test_the_kl_bias_correction_changes_the_term():
+    """On-policy the importance ratio is 1 in value: the corrected KL term equals the plain one, its gradient does
+    not (TRL's default ``use_bias_correction_kl=True`` adds the KL itself to the gradient)."""
+    generator = torch.Generator().manual_seed(1)
+    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    batch = SimpleNamespace(
+        ref_per_token_logps=-torch.rand(MASK.shape, generator=generator) * 3,
+        old_per_token_logps=None,
+        sample_weights=torch.ones(4),
+        completion_mask=MASK,
+        num_items_in_batch=torch.tensor(13.0),
+    )
+    scale = LossScale(1, 5, 1, 1, True)
+    terms = {
+        correction: per_role_kl_loss(
+            logps,
+            batch,
+            torch.full((4,), 0.5),
+            "grpo",
+            scale,
+            bias_correction=correction,
+            importance_sampling_level="token",
+        )[0]
+        for correction in (False, True)
+    }
+    grads = {correction: torch.autograd.grad(term, logps)[0] for correction, term in terms.items()}
+    assert terms[True].item() == pytest.approx(terms[False].item(), rel=1e-6)
+    assert not torch.allclose(grads[True], grads[False])
 
 
 REWARDS = [

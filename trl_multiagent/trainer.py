@@ -350,7 +350,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
-        loss, per_token_kl = per_role_kl_loss(per_token_logps, inputs, beta, self.loss_type, LossScale.of(self))
+        loss, per_token_kl = per_role_kl_loss(
+            per_token_logps,
+            inputs,
+            beta,
+            self.loss_type,
+            LossScale.of(self),
+            bias_correction=self.args.use_bias_correction_kl,
+            importance_sampling_level=self.importance_sampling_level,
+        )
         kl = role_metrics.role_kl_metrics(self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask)
         self.record_metrics("train" if self.model.training else "eval", kl)
         return loss

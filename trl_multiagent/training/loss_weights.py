@@ -166,13 +166,40 @@ class LossScale:
         )
 
 
+def importance_weights(per_token_logps: torch.Tensor, batch: TrainingBatch, level: str) -> torch.Tensor:
+    """TRL's ``coef_1``: the ratio of the policy now to the one that generated, per token (`[N, C]`) or per sequence
+    (`[N, 1]`, the exp of the masked mean log-ratio) by ``importance_sampling_level``; 1 with gradient on-policy."""
+    old = batch.old_per_token_logps
+    log_ratio = per_token_logps - (per_token_logps.detach() if old is None else old)
+    if level == "token":
+        return torch.exp(log_ratio)
+    if level == "sequence":
+        mask = batch.completion_mask
+        return torch.exp((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    raise ValueError(f"`importance_sampling_level` must be 'token' or 'sequence', got {level!r}.")
+
+
 def per_role_kl_loss(
-    per_token_logps: torch.Tensor, batch: TrainingBatch, beta: torch.Tensor, loss_type: str, scale: LossScale
+    per_token_logps: torch.Tensor,
+    batch: TrainingBatch,
+    beta: torch.Tensor,
+    loss_type: str,
+    scale: LossScale,
+    *,
+    bias_correction: bool,
+    importance_sampling_level: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The KL term toward the base model with each sample's own ``beta`` (`[N]`) and weight, reduced as TRL reduces
-    its loss; also returns the detached `[N, C]` per-token KL (the low-variance estimator) for monitoring."""
+    its loss; also returns the detached `[N, C]` per-token KL that enters the loss (TRL's logged ``kl``).
+
+    The per-token KL is the k3 estimator; with ``bias_correction`` (TRL's ``use_bias_correction_kl``) it is
+    multiplied by the importance ratio (``importance_weights``), as TRL's loss does, since the samples came from the
+    policy before this generation's updates.
+    """
     ref = batch.ref_per_token_logps
     per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+    if bias_correction:
+        per_token_kl = per_token_kl * importance_weights(per_token_logps, batch, importance_sampling_level)
     weights = (beta * batch.sample_weights).unsqueeze(1)
     loss = aggregate_like_trl(
         per_token_kl * weights,
