@@ -154,6 +154,19 @@ def base(tiny_model_dir):
     return load_base_workflow(tiny_model_dir, SingleAgent())
 
 
+def reference_backend(base, max_new_tokens: int) -> TransformersBackend:
+    """The transformers backend over the tiny base model, rendering as the reference does."""
+    return TransformersBackend(
+        lambda: contextlib.nullcontext(base.model),
+        base.tokenizer,
+        base.router,
+        make_generation_config(base, max_new_tokens=max_new_tokens),
+        eos_token_ids(base),
+        {"enable_thinking": False},
+        chat_rendering="reference_qwen",
+    )
+
+
 def test_transformers_backend_generates_from_the_reference_prompt(base):
     seen = []
     original = base.model.generate
@@ -162,15 +175,7 @@ def test_transformers_backend_generates_from_the_reference_prompt(base):
         seen.append(kwargs["input_ids"])
         return original(*args, **kwargs)
 
-    backend = TransformersBackend(
-        lambda: contextlib.nullcontext(base.model),
-        base.tokenizer,
-        base.router,
-        make_generation_config(base, max_new_tokens=2),
-        eos_token_ids(base),
-        {"enable_thinking": False},
-        chat_rendering="reference_qwen",
-    )
+    backend = reference_backend(base, max_new_tokens=2)
     base.model.generate = generate
     try:
         long, short = backend.generate(
@@ -211,15 +216,7 @@ def test_completions_reach_the_workflow_as_the_references_content(tokenizer, com
 
 
 def test_the_backend_hands_the_workflow_the_references_content(base):
-    backend = TransformersBackend(
-        lambda: contextlib.nullcontext(base.model),
-        base.tokenizer,
-        base.router,
-        make_generation_config(base, max_new_tokens=12),
-        eos_token_ids(base),
-        {"enable_thinking": False},
-        chat_rendering="reference_qwen",
-    )
+    backend = reference_backend(base, max_new_tokens=12)
     (result,) = backend.generate([GenerationRequest("__base__", QUESTION)])
     decoded = base.tokenizer.decode(result.completion_ids, skip_special_tokens=True)
     assert result.text == reference_content(decoded)
