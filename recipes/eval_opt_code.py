@@ -23,6 +23,7 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
 from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
@@ -50,7 +51,7 @@ if __name__ == "__main__":
     parser = TrlParser(
         (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments, RewardArguments)
     )
-    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"))
     script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
 
     if script_args.dataset_name == "toy_code":  # offline toy task for CPU runs

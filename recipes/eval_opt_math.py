@@ -20,6 +20,7 @@ from pathlib import Path
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     load_dapo_math,
@@ -43,7 +44,7 @@ class WorkflowArguments:
 
 if __name__ == "__main__":
     parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
-    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
     if script_args.dataset_name == "arithmetic":  # offline toy task for CPU runs

@@ -24,6 +24,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
+from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import (
     DAPO_MATH_ID,
     DEEPCODER_ID,
@@ -82,7 +83,7 @@ def train_dataset(script_args: ScriptArguments, seed: int):
 
 if __name__ == "__main__":
     parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
-    argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
+    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
     workflow_class = import_object(workflow_args.workflow)

@@ -40,3 +40,38 @@ def read_preset(value: str) -> dict[str, Any]:
     if not isinstance(preset, dict):
         raise ValueError(f"{path} must hold a YAML mapping of settings, as recipes/configs/toy.yaml does.")
     return preset
+
+
+def bf16_device_available() -> bool:
+    """Whether this machine trains in bf16 as transformers' TrainingArguments accept it (GPU, XPU, NPU, MPS, XLA)."""
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    return is_torch_bf16_gpu_available() or is_torch_xla_available()
+
+
+def recipe_argv(argv: list[str], *, paper_preset: Path, cpu_preset: Path) -> list[str]:
+    """A recipe's arguments (``sys.argv``) for its TrlParser: ``--config <paper_preset>`` first when none is given.
+
+    The paper presets train in bf16, which needs an accelerator; without one, transformers would stop while parsing
+    them with "Your setup doesn't support bf16/gpu", naming neither the preset nor the way out. Stop here
+    instead, naming the CPU preset. ``--bf16`` or ``--use_cpu`` on the command line is the user's own choice: no check.
+    """
+    script, args = argv[0], list(argv[1:])
+    if "--config" in args:
+        return args
+    needs_accelerator = read_preset(str(paper_preset)).get("bf16", False)
+    chose = any(arg.split("=")[0] in ("--bf16", "--use_cpu") for arg in args)
+    if needs_accelerator and not chose and not bf16_device_available():
+        raise SystemExit(
+            f"{_shown(script)} without --config runs the paper's settings ({_shown(paper_preset)}: a 1.7B model in "
+            "bf16), which need a GPU; this machine has none that trains in bf16. On CPU, run the toy preset:\n"
+            f"    accelerate launch --config_file {_shown(shipped_dir('accelerate_configs') / 'cpu.yaml')} "
+            f"{_shown(script)} --config {_shown(cpu_preset)}"
+        )
+    return ["--config", str(paper_preset), *args]
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it), else absolute."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return str(path) if relative.startswith("..") else relative
