@@ -59,12 +59,12 @@ def recipe_argv(argv: list[str], *, paper_preset: Path, cpu_preset: Path) -> lis
     script, args = argv[0], list(argv[1:])
     if "--config" in args:
         return args
-    needs_accelerator = read_preset(str(paper_preset)).get("bf16", False)
+    paper = read_preset(str(paper_preset))
     chose = any(arg.split("=")[0] in ("--bf16", "--use_cpu") for arg in args)
-    if needs_accelerator and not chose and not bf16_device_available():
+    if paper.get("bf16", False) and not chose and not bf16_device_available():
         raise SystemExit(
-            f"{_shown(script)} without --config runs the paper's settings ({_shown(paper_preset)}: a 1.7B model in "
-            "bf16), which need a GPU; this machine has none that trains in bf16. On CPU, run the toy preset:\n"
+            f"{_shown(script)} without --config runs the paper's settings ({_shown(paper_preset)}: "
+            f"{paper.get('model_name_or_path')} in bf16), which need a GPU; this machine has none that trains in bf16. On CPU, run the toy preset:\n"
             f"    accelerate launch --config_file {_shown(shipped_dir('accelerate_configs') / 'cpu.yaml')} "
             f"{_shown(script)} --config {_shown(cpu_preset)}"
         )
