@@ -64,7 +64,8 @@ def recipe_argv(argv: list[str], *, paper_preset: Path, cpu_preset: Path) -> lis
     if paper.get("bf16", False) and not chose and not bf16_device_available():
         raise SystemExit(
             f"{_shown(script)} without --config runs the paper's settings ({_shown(paper_preset)}: "
-            f"{paper.get('model_name_or_path')} in bf16), which need a GPU; this machine has none that trains in bf16. On CPU, run the toy preset:\n"
+            f"{paper.get('model_name_or_path')} in bf16), which need a GPU; this machine has none for bf16. "
+            "On CPU, run the toy preset:\n"
             f"    accelerate launch --config_file {_shown(shipped_dir('accelerate_configs') / 'cpu.yaml')} "
             f"{_shown(script)} --config {_shown(cpu_preset)}"
         )
