@@ -260,6 +260,12 @@ def test_tool_declarations_that_cannot_work_fail_at_construction(tokenizer, tiny
         engine_for(Solve(), None, plain, tools=[multiply])
 
 
+def test_an_engine_without_the_declared_tools_refuses_to_run_the_roles_without_them(tokenizer):
+    backend = ScriptedBackend(tokenizer, script("12"))
+    with pytest.raises(ValueError, match=r"gives tools to role\(s\) \['solver'\].*without `role_tools`"):
+        RolloutEngine(AskThenSolve(), backend, {"planner": "shared", "solver": "shared"})
+
+
 def test_calculator_evaluates_arithmetic_only():
     assert calculator("(3 + 4) * 12 - 2 ** 3") == "76"
     with pytest.raises(ValueError, match="Not an arithmetic expression"):

@@ -59,7 +59,8 @@ class RolloutEngine:
     for backends that batch continuously).
 
     ``role_tools`` (role type -> ``RoleTools``): each ``generate`` of such a role runs its tool loop
-    (``rollout.tool_loop``), one ``ModelCall`` per model call of the loop.
+    (``rollout.tool_loop``), one ``ModelCall`` per model call of the loop; required when the workflow declares
+    ``tools`` (``{}`` runs those roles without them).
     """
 
     def __init__(
@@ -88,6 +89,12 @@ class RolloutEngine:
             raise ValueError(
                 f"`role_generation_kwargs` names role(s) {unknown}; {type(workflow).__name__}'s roles are "
                 f"{list(workflow.roles)}."
+            )
+        if role_tools is None and workflow.tools:
+            raise ValueError(
+                f"{type(workflow).__name__} gives tools to role(s) {sorted(workflow.tools)}, and this engine was "
+                "built without `role_tools`: pass role_tools=rollout.tool_loop.build_role_tools(...) (it needs each "
+                "role's tokenizer to read tool calls), or role_tools={} to run the roles without their tools."
             )
         unknown = sorted(set(role_tools or {}) - set(workflow.roles))
         if unknown:
