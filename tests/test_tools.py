@@ -277,7 +277,6 @@ def test_calculator_evaluates_arithmetic_only():
 @pytest.mark.skipif(not sandbox_available(), reason="the code sandbox needs root or unprivileged user namespaces")
 def test_run_python_runs_the_program_in_the_sandbox():
     assert run_python("print(sum(range(5)))").strip() == "10"
-    assert "runtime_error" in run_python("raise SystemExit(3)") or "3" in run_python("raise SystemExit(3)")
     assert "[runtime_error]" in run_python("1 / 0") and "ZeroDivisionError" in run_python("1 / 0")
 
 
