@@ -360,6 +360,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": list(CHAT_RENDERINGS),
         },
     )
+    # Roles with tools (the trainer's `tools` and `role_tools`, a workflow's `tools`); the number of tool rounds per
+    # call is TRL's `max_tool_calling_iterations`.
+    tool_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds one tool call may take; a call that takes longer becomes a tool turn holding the "
+            "timeout error (a sync tool is left to finish on its worker thread). Tool loops stop after "
+            "`max_tool_calling_iterations` rounds of tools (None: no cap) or once the turns since the role's first "
+            "prompt (its completions and the tool outputs) hold its `max_tokens` (`role_generation_kwargs`, else "
+            "`max_completion_length`) tokens, as TRL bounds its tool-calling completion.",
+        },
+    )
 
     def __post_init__(self):
         asked_batch_size = self._whole_step_batch()  # before TRL derives its sizes from the per-process batch
@@ -416,6 +428,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 self.num_generations,
                 batch_prompts,
             )
+        if self.tool_timeout <= 0:
+            raise ValueError(f"`tool_timeout` must be > 0 seconds, got {self.tool_timeout}.")
         if self.role_coherence_window < 1:
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
@@ -551,9 +565,10 @@ def _check_role_numbers(name: str, value: Any) -> None:
 
 
 UNSUPPORTED_TRL_ARGUMENTS = {
-    "tools": "tool calling inside one completion",
-    "rollout_func": "a custom single-completion rollout",
-    "environment_factory": "environments",
+    "rollout_func": "`rollout_func` replaces GRPOTrainer's generation with one function returning the token ids of "
+    "single completions, while here the workflow makes every model call and each call becomes a sample of its role",
+    "environment_factory": "`environment_factory` runs one environment per single-completion rollout inside "
+    "GRPOTrainer's generation, which the rollout engine replaces",
 }
 
 
@@ -592,8 +607,10 @@ def check_trainer_arguments(
             raise TypeError(f"MultiAgentGRPOTrainer got an unexpected keyword argument {name!r}.")
         if value is not None:
             raise ValueError(
-                f"`{name}` ({what}) is a GRPOTrainer feature that multi-agent rollouts do not support: the workflow "
-                "makes the model calls. Write the steps as a Workflow (its `run` may call tools between its calls)."
+                f"MultiAgentGRPOTrainer does not take {what}. Write the rollout as a Workflow instead: its `run` "
+                "calls `generate(role, messages)` per model call and may keep any state (an environment) per episode; "
+                "give a role functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's "
+                "`tools`, and score the final answer with `reward_funcs`."
             )
     if args is None:
         args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")

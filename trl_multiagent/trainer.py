@@ -34,6 +34,7 @@ from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
+from .rollout.tool_loop import build_role_tools
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completions
@@ -56,6 +57,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             `args.rollout_backend` (tests pass scripted backends here).
         answer_checker: `(text, answer) -> bool`, with the dataset's `answer` column, regrades every answering role's
             own outputs (`workflow/regraded/<role>`, pass@N over voters or workers, verdict accuracy).
+        tools: Python functions (sync or async; type hints and a Google-style docstring) every role may call, as
+            GRPOTrainer's `tools`: each `generate` runs a tool loop (rollout/tool_loop.py), every model call of it a
+            training sample whose prompt holds the earlier turns and tool outputs; up to `max_tool_calling_iterations`
+            rounds; the chat template must support tools.
+        role_tools: `{role: [function, ...]}`: tools for some roles only (added to the workflow's declared `tools`).
     """
 
     def __init__(
@@ -75,6 +81,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         answer_checker=None,
         role_reward_funcs=None,
         quantization_config=None,
+        tools=None,
+        role_tools=None,
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
@@ -114,6 +122,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self._synced_step = -1
         self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
+        self.role_tools = self._build_role_tools(tools, role_tools, role_models)
         self.engine = RolloutEngine(
             workflow,
             self.rollout_backend,
@@ -121,6 +130,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             args.role_generation_kwargs,
             mode=args.rollout_mode,
             base_for_role=self.adapters.role_base,
+            role_tools=self.role_tools,
         )
         self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
         ahead = check_rollout_ahead(args, self)
@@ -135,6 +145,26 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         for callback in last:
             self.add_callback(callback)
         compact_console(self)  # one line per step on the console; every metric still goes to report_to
+
+    def _build_role_tools(self, tools, role_tools, role_models) -> dict:
+        extra = role_models.extra if role_models is not None else {}
+        role_base = self.adapters.role_base or {}
+        role_kwargs = self.args.role_generation_kwargs or {}
+
+        def tokenizer_for_role(role: str):
+            base = role_base.get(role)
+            return extra[base].tokenizer if base in extra else self.text_tokenizer
+
+        return build_role_tools(
+            roles=self.workflow.roles,
+            declared=self.workflow.tools,
+            tools=tools,
+            role_tools=role_tools,
+            tokenizer_for_role=tokenizer_for_role,
+            max_iterations=self.args.max_tool_calling_iterations,
+            max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
+            timeout=self.args.tool_timeout,
+        )
 
     # -------------------------------------------------------------------------------------------- rollout backend
     def _run_episodes(self, rows: list[dict]) -> list:
@@ -462,6 +492,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         sums = gather(role_metrics.rollout_sums(roles, batch.roles, tokens, batch.truncated, batch.advantages)[None])
         values = role_metrics.rollout_metrics(roles, sums.sum(0), rewards, rewards_per_func, names, calls, batch)
         self.record_metrics(mode, values)
+        if self.role_tools:
+            tool_roles = [r for r in roles if r in self.role_tools]
+            tool_sums = gather(role_metrics.tool_sums(tool_roles, episodes, self.accelerator.device)[None]).sum(0)
+            self.record_metrics(mode, role_metrics.tool_metrics(tool_roles, tool_sums, len(calls)))
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
         completions = [e.final_answer for e in episodes]
         self.record_completions(mode, prompts, completions, rewards_per_func, all_advantages)

@@ -144,3 +144,30 @@ def role_reward_sums(roles: Sequence[str], episodes, role_rewards, device: torch
 def role_reward_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, float]:
     """`role/<role>/role_reward`: the mean per-role reward of each role that has one."""
     return {f"role/{role}/role_reward": total / count for role, (total, count) in zip(roles, sums.tolist()) if count}
+
+
+def tool_sums(roles: Sequence[str], episodes, device: torch.device) -> torch.Tensor:
+    """`[R, 4]` per role of ``roles`` (the roles with tools) over this process's episodes: `generate` calls (tool
+    loops), model calls, tool calls, failed tool calls."""
+    sums = torch.zeros(len(roles), 4, device=device)
+    for call in (c for e in episodes for c in e.calls if c.role in roles):
+        sums[roles.index(call.role)] += torch.tensor(
+            [float(call.turn == 0), 1.0, call.tool_calls, call.tool_errors], device=device
+        )
+    return sums
+
+
+def tool_metrics(roles: Sequence[str], sums: torch.Tensor, num_episodes: int) -> dict[str, float]:
+    """Per role with tools and calls: `role/<role>/tool_calls` and `tool_errors` (per `generate`) and
+    `turns_per_call` (model calls per `generate`); over every role, TRL's `tools/call_frequency` (tool calls per
+    episode) and `tools/failure_frequency` (the failed share of tool calls)."""
+    metrics = {}
+    for role, (loops, calls, tool_calls, errors) in zip(roles, sums.tolist()):
+        if loops:
+            metrics[f"role/{role}/tool_calls"] = tool_calls / loops
+            metrics[f"role/{role}/tool_errors"] = errors / loops
+            metrics[f"role/{role}/turns_per_call"] = calls / loops
+    tool_calls, errors = sums[:, 2].sum().item(), sums[:, 3].sum().item()
+    metrics["tools/call_frequency"] = tool_calls / num_episodes if num_episodes else 0.0
+    metrics["tools/failure_frequency"] = errors / tool_calls if tool_calls else 0.0
+    return metrics

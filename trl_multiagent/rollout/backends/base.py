@@ -26,6 +26,9 @@ class GenerationRequest:
     # The base model the adapter sits on (`role_models`); None: the run's one base. Set by the engine when roles sit
     # on several bases, read by `PerBaseBackend`.
     base: str | None = None
+    # JSON schemas of the role's tools (rollout/tool_loop.py), rendered into the prompt by the chat template; None:
+    # no tools.
+    tools: list[dict] | None = None
 
 
 @dataclass

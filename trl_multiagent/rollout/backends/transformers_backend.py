@@ -76,7 +76,7 @@ class TransformersBackend:
         return self.renderer.prompt_ids(messages)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        prompts = [self.tokenize(request.messages) for request in requests]
+        prompts = [self.renderer.prompt_ids(request.messages, request.tools) for request in requests]
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
         one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
         for i, request in enumerate(requests):

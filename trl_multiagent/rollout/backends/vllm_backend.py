@@ -216,7 +216,7 @@ class VLLMBackend:
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.renderer.prompt_ids(r.messages) for r in requests]
+        prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
