@@ -97,7 +97,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             peft_config=peft_config,
         )
 
-        # The base models the roles sit on: the trainer's model, and under `role_models` the others, loaded now.
+        # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
         self.bases = Bases.from_config(
             args,
             peft_model=self.model,
