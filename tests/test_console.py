@@ -51,7 +51,7 @@ def test_a_training_run_prints_one_line_per_step_and_still_logs_every_metric(tin
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
         answer_checker=math_answer_checker,
     )
-    compact_console(trainer)
+    compact_console(trainer.callback_handler.callbacks)
     kinds = [type(callback) for callback in trainer.callback_handler.callbacks]
     assert ProgressCallback not in kinds and PrinterCallback not in kinds and RoleConsoleCallback in kinds
     trainer.train()

@@ -20,17 +20,31 @@ TRAINER = ("trainer", "grpo_seam")  # the trainer and its base class over TRL
 # room -> rooms (first component under trl_multiagent) it must never import
 FORBIDDEN = {
     "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy"),
-    "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training"),
+    # Tasks and workflows share the parse rules through the neutral `parse_rules` module, never each other.
+    "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training", "workflows"),
     "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config"),
-    "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config"),
+    # Adapters report what they measured; monitoring reads it.
+    "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config", "monitoring"),
     "training": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring"),
     "monitoring": TRAINER + ("training", "adapters", "checkpoints", "evaluation"),
     "checkpoints": TRAINER + ("evaluation",),
     "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
+    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy"),
 }
-THIRD_PARTY_FORBIDDEN = {"workflows": ("torch", "transformers", "peft", "trl", "accelerate")}
-# What tasks may read of workflows: the public parsers, never a workflow's own module.
-TASKS_MAY_IMPORT_FROM_WORKFLOWS = {"trl_multiagent.workflows", "trl_multiagent.workflows.parsing"}
+NO_TORCH = ("torch", "transformers", "peft", "trl", "accelerate")
+THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "parse_rules": NO_TORCH}
+# Rooms below the trainer: they get small explicit inputs (a tokenizer, a model handle, settings), never the trainer.
+LOWER_ROOMS = (
+    "adapters",
+    "checkpoints",
+    "config",
+    "evaluation",
+    "monitoring",
+    "rollout",
+    "tasks",
+    "training",
+    "workflows",
+)
 
 
 def module_name(path: Path) -> str:
@@ -77,9 +91,27 @@ def test_no_upward_import(module):
     imported = MODULES[module]
     bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
     bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
-    if here == "tasks":
-        bad += sorted(m for m in imported if room(m) == "workflows" and m not in TASKS_MAY_IMPORT_FROM_WORKFLOWS)
     assert not bad, f"{module} ({here}) imports {bad}"
+
+
+def test_the_layout_check_reads_the_rooms_it_names():
+    """The checks above pass vacuously if a room is renamed away: every room they name exists."""
+    rooms = {room(m) for m in MODULES}
+    named = set(FORBIDDEN) | set(LOWER_ROOMS) | {r for forbidden in FORBIDDEN.values() for r in forbidden}
+    assert named <= rooms, f"rooms named here but not in the package: {sorted(named - rooms)}"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if room(module_name(p)) in LOWER_ROOMS))
+def test_lower_rooms_never_take_the_trainer(path):
+    """No function below the trainer has a parameter named ``trainer`` (it would read whatever it likes of it,
+    duck-typed): the trainer builds a small input for it instead (``BackendContext``, ``LossScale``, ``Bases``)."""
+    taking = [
+        f"{node.name} (line {node.lineno})"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and "trainer" in {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+    ]
+    assert not taking, f"{module_name(path)}: {taking} take the trainer; pass what they need from it instead"
 
 
 def test_workflows_import_without_torch():

@@ -14,12 +14,14 @@ def test_per_role_balance_gives_each_role_type_an_equal_share():
     roles = ["generator", "generator", "generator", "aggregator"] * 5  # 5 Voting episodes
     tokens = torch.tensor([30.0, 10.0, 20.0, 5.0] * 5)
     for loss_type in ("grpo", "dapo"):  # sequence-level and token-level aggregation
-        weights = role_weights(roles, tokens, {}, "per_role", loss_type)
+        weights = role_weights(roles, tokens, role_loss_weights={}, balance="per_role", loss_type=loss_type)
         size = tokens if loss_type == "dapo" else torch.ones_like(tokens)
         share = {r: float(sum(weights[i] * size[i] for i, x in enumerate(roles) if x == r)) for r in set(roles)}
         assert abs(share["generator"] - share["aggregator"]) < 1e-4
         assert abs(sum(share.values()) - float(size.sum())) < 1e-3  # the total loss scale is unchanged
-    per_output = role_weights(roles, tokens, {"aggregator": 0.5}, "per_output", "grpo")
+    per_output = role_weights(
+        roles, tokens, role_loss_weights={"aggregator": 0.5}, balance="per_output", loss_type="grpo"
+    )
     assert per_output.tolist() == [1.0, 1.0, 1.0, 0.5] * 5
 
 

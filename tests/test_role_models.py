@@ -21,10 +21,10 @@ from tiny import tiny_trainer
 from transformers import AutoTokenizer, GenerationConfig
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer, OrchWorkers
-from trl_multiagent.adapters.role_models import adapters_on_bases, role_models_from_config
+from trl_multiagent.adapters.bases import Bases, adapters_on_bases
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
-from trl_multiagent.rollout.backends.from_config import TrainerContext, build_backend
+from trl_multiagent.rollout.backends.from_config import build_backend
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
 
@@ -64,7 +64,7 @@ def record_episodes(trainer) -> list:
 @pytest.mark.parametrize("frozen", ["generator", "evaluator"])
 def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny_judge_dir, tmp_path, frozen):
     trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, tmp_path, role_loss_weights={frozen: 0.0})
-    judge = trainer.adapters.role_models.extra[tiny_judge_dir]
+    judge = trainer.bases.extra[tiny_judge_dir]
     assert trainer.model.config.hidden_size == 64 and judge.model.config.hidden_size == 32
     main_tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = "What is 13 + 2? The evaluator answers \\boxed{Correct}"
@@ -88,7 +88,7 @@ def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny
     assert {c.role for c in calls} == {"generator", "evaluator"}
     for call in calls:
         tokenizer, base = (judge.tokenizer, tiny_judge_dir) if call.role == "evaluator" else (main_tokenizer, None)
-        assert call.base == (base or trainer.adapters.role_models.main)
+        assert call.base == (base or trainer.bases.main)
         assert call.prompt_ids == ChatRenderer(tokenizer).prompt_ids(call.messages)
 
     assert all(p.grad is None for p in judge.model.parameters())  # cleared after each step, as the Trainer's model's
@@ -110,7 +110,7 @@ def test_shared_policy_gets_one_adapter_per_base(tiny_model_dir, tiny_judge_dir,
         policy_sharing="shared", role_models=judging, monitor_role_grad_norms=True,
         reward_funcs=length_parity_reward,
     )  # fmt: skip
-    judge = trainer.adapters.role_models.extra[tiny_judge_dir]
+    judge = trainer.bases.extra[tiny_judge_dir]
     shared = f"shared-{tiny_judge_dir.rstrip('/').split('/')[-1]}"
     assert trainer.role_adapters == {"orchestrator": shared, "worker": "shared", "synthesizer": shared}
     # the two judging roles share the judge base's adapter: each gets a shadow there, for its own gradient norm
@@ -143,7 +143,7 @@ def test_role_model_naming_the_main_model_stays_on_it(tiny_model_dir, tmp_path):
         tiny_model_dir, tmp_path, EvalOpt(), dataset=addition_dataset(4), save_strategy="no",
         policy_sharing="shared", role_models={"evaluator": tiny_model_dir},
     )  # fmt: skip
-    assert trainer.adapters.role_models.extra == {}
+    assert trainer.bases.extra == {}
     assert trainer.role_adapters == {"generator": "shared", "evaluator": "shared"}
 
 
@@ -161,10 +161,10 @@ def trainer_greedy(trainer, prompts):
     sampling = trainer.generation_config
     trainer.generation_config = GenerationConfig(**{**trainer.generation_kwargs, "do_sample": False})
     try:
-        backend = build_backend(trainer.args, TrainerContext.of(trainer))
+        backend = build_backend(trainer.args, trainer.backend_context())
     finally:
         trainer.generation_config = sampling
-    engine = RolloutEngine(trainer.workflow, backend, trainer.role_adapters, base_for_role=trainer.adapters.role_base)
+    engine = RolloutEngine(trainer.workflow, backend, trainer.role_adapters, base_for_role=trainer.bases.role_base)
     return engine.run(prompts)
 
 
@@ -185,7 +185,7 @@ def test_saved_run_rebuilds_and_reproduces_greedy_outputs(trained, tiny_judge_di
     judge = loaded.bases[tiny_judge_dir]
     assert list(judge.model.peft_config) == ["evaluator"] and judge.model.config.hidden_size == 32
     assert loaded.role_bases == {"evaluator": tiny_judge_dir}
-    trained_judge = trainer.adapters.role_models.extra[tiny_judge_dir].model
+    trained_judge = trainer.bases.extra[tiny_judge_dir].model
     moved = {n: p for n, p in trained_judge.named_parameters() if "lora_B" in n}
     assert any(p.abs().sum() > 0 for p in moved.values())  # the judge's adapter trained away from its zero init
     reloaded = dict(judge.model.named_parameters())
@@ -229,7 +229,9 @@ def test_deepspeed_with_several_bases_is_refused(tiny_model_dir, tiny_judge_dir,
     args = trainer.args
     args.role_models = {"evaluator": tiny_judge_dir}
     with pytest.raises(ValueError, match="do not support DeepSpeed"):
-        role_models_from_config(trainer.model, trainer.role_adapters, args, "cpu", distributed="DeepSpeed")
+        Bases.from_config(
+            args, peft_model=trainer.model, role_adapters=trainer.role_adapters, device="cpu", distributed="DeepSpeed"
+        )
 
 
 @pytest.mark.parametrize("schedule", ["merged", "mini_batches"])

@@ -60,7 +60,9 @@ def test_reward_model_with_its_own_tokenizer(tiny_model_dir, tmp_path):
 def test_normalize_then_sum_follows_trl():
     rewards_per_func = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 4.0], [1.0, float("nan")]])
     weights = torch.tensor([1.0, 0.5])
-    rewards, advantages = outcome_advantages(rewards_per_func, weights, 2, "group", "normalize_then_sum")
+    rewards, advantages = outcome_advantages(
+        rewards_per_func, weights, num_generations=2, scale_rewards="group", aggregation="normalize_then_sum"
+    )
     # per function, per prompt of 2 episodes: (x - mean) / (std + 1e-4); then the weighted sum; then over the batch
     s = math.sqrt(0.5)
     f1 = [0.5 / (s + 1e-4), -0.5 / (s + 1e-4), 0.0, 0.0]

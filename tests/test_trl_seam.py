@@ -220,13 +220,19 @@ def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, b
         completion_mask=MASK,
         num_items_in_batch=num_items,
     )
-    scale = LossScale(2, trl_trainer.max_completion_length, 1, trl_trainer.args.steps_per_generation, training)
+    scale = LossScale(
+        gradient_accumulation_steps=2,
+        max_completion_length=trl_trainer.max_completion_length,
+        num_processes=1,
+        steps_per_generation=trl_trainer.args.steps_per_generation,
+        training=training,
+    )
     ours, _ = per_role_kl_loss(
         logps,
         batch,
         torch.full((4,), 0.7),
-        loss_type,
-        scale,
+        loss_type=loss_type,
+        scale=scale,
         bias_correction=bias_correction,
         importance_sampling_level=level,
     )
@@ -248,14 +254,16 @@ def test_the_kl_bias_correction_changes_the_term():
         completion_mask=MASK,
         num_items_in_batch=torch.tensor(13.0),
     )
-    scale = LossScale(1, 5, 1, 1, True)
+    scale = LossScale(
+        gradient_accumulation_steps=1, max_completion_length=5, num_processes=1, steps_per_generation=1, training=True
+    )
     terms = {
         correction: per_role_kl_loss(
             logps,
             batch,
             torch.full((4,), 0.5),
-            "grpo",
-            scale,
+            loss_type="grpo",
+            scale=scale,
             bias_correction=correction,
             importance_sampling_level="token",
         )[0]
@@ -287,6 +295,12 @@ def test_outcome_advantages_are_trls(trl_trainer, scale_rewards, aggregation, mo
     rows = [row for row in addition_dataset(2) for _ in range(4)]  # TRL's sampler repeats each prompt G times
     output = trl_trainer._generate_and_score_completions(rows)
     rewards_per_func = torch.tensor([[math.nan if v is None else v for v in column] for column in REWARDS]).T
-    _, ours = outcome_advantages(rewards_per_func, trl_trainer.reward_weights, 4, scale_rewards, aggregation)
+    _, ours = outcome_advantages(
+        rewards_per_func,
+        trl_trainer.reward_weights,
+        num_generations=4,
+        scale_rewards=scale_rewards,
+        aggregation=aggregation,
+    )
     assert torch.allclose(ours, output["advantages"], atol=1e-6)
     assert ours.abs().sum() > 0

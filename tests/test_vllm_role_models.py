@@ -37,7 +37,7 @@ def test_two_bases_train_through_one_vllm_engine_each(tiny_model_dir, tiny_judge
     )  # fmt: skip
     backend = trainer.rollout_backend
     assert isinstance(backend, PerBaseBackend)
-    main, judge = trainer.adapters.role_models.main, tiny_judge_dir
+    main, judge = trainer.bases.main, tiny_judge_dir
     assert set(backend.backends) == {main, judge}
     assert all(isinstance(b, VLLMBackend) for b in backend.backends.values())
     assert backend.backends[judge].folders.adapter_names == ["evaluator"]
@@ -45,7 +45,7 @@ def test_two_bases_train_through_one_vllm_engine_each(tiny_model_dir, tiny_judge
 
     batches, score = [], trainer.generate_and_score
     trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
-    judge_model = trainer.adapters.role_models.extra[judge].model
+    judge_model = trainer.bases.extra[judge].model
     before = {n: p.detach().clone() for n, p in [*trainer.model.named_parameters(), *judge_model.named_parameters()]}
     trainer.train()
 

@@ -572,11 +572,10 @@ UNSUPPORTED_TRL_ARGUMENTS = {
 }
 
 
-def check_rollout_ahead(args: MultiAgentGRPOConfig, trainer) -> bool:
+def check_rollout_ahead(args: MultiAgentGRPOConfig, num_processes: int) -> bool:
     """Whether ``rollout_ahead`` is on, once the rest of the run fits it (the config checked the fields alone)."""
     if not args.rollout_ahead:
         return False
-    num_processes = trainer.accelerator.num_processes
     if num_processes > 1 or args.num_iterations != 1 or args.steps_per_generation != args.gradient_accumulation_steps:
         raise ValueError(
             "rollout_ahead=1 reads the next generation batch one optimizer step early, which needs one training "

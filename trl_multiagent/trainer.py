@@ -21,7 +21,7 @@ import torch
 from accelerate.utils import gather, gather_object
 from trl.models.utils import disable_gradient_checkpointing
 
-from .adapters.role_models import role_models_of
+from .adapters.bases import Bases
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
@@ -31,7 +31,7 @@ from .grpo_seam import GRPOSeam
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
-from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
+from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
 from .rollout.tool_loop import build_role_tools
@@ -105,13 +105,27 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             peft_config=peft_config,
         )
 
-        self.role_adapters, role_models = role_models_of(self, args, lora, quantization_config)  # role_models' bases
+        # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
+        self.bases = Bases.from_config(
+            args,
+            peft_model=self.model,
+            role_adapters=self.role_adapters,
+            device=self.accelerator.device,
+            peft_config=lora,
+            quantization_config=quantization_config,
+            distributed="DeepSpeed" if self.is_deepspeed_enabled else None,
+        )
+        self.role_adapters = self.bases.role_adapters  # placed on the bases
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self.is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
-            self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
+            self.model,
+            args,
+            bases=self.bases,
+            measure_gradients=not self.is_deepspeed_enabled,
+            accelerator=self.accelerator,
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
@@ -121,20 +135,21 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self._synced_step = -1
-        self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
-        self.role_tools = self._build_role_tools(tools, role_tools, role_models)
+        self.rollout_backend = rollout_backend or build_backend(args, self.backend_context())
+        self.role_tools = self._build_role_tools(tools, role_tools)
         self.engine = RolloutEngine(
             workflow,
             self.rollout_backend,
             self.role_adapters,
             args.role_generation_kwargs,
             mode=args.rollout_mode,
-            base_for_role=self.adapters.role_base,
+            base_for_role=self.bases.role_base,
             role_tools=self.role_tools,
         )
-        self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
-        ahead = check_rollout_ahead(args, self)
-        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead)
+        # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
+        self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
+        ahead = check_rollout_ahead(args, self.accelerator.num_processes)
+        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead=ahead)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
@@ -144,11 +159,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.callback_handler.callbacks[:0] = first
         for callback in last:
             self.add_callback(callback)
-        compact_console(self)  # one line per step on the console; every metric still goes to report_to
+        compact_console(self.callback_handler.callbacks)  # one line per step; every metric still goes to report_to
 
-    def _build_role_tools(self, tools, role_tools, role_models) -> dict:
-        extra = role_models.extra if role_models is not None else {}
-        role_base = self.adapters.role_base or {}
+    def _build_role_tools(self, tools, role_tools) -> dict:
+        extra = self.bases.extra
+        role_base = self.bases.role_base or {}
         role_kwargs = self.args.role_generation_kwargs or {}
 
         def tokenizer_for_role(role: str):
@@ -167,6 +182,23 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         )
 
     # -------------------------------------------------------------------------------------------- rollout backend
+    def backend_context(self) -> BackendContext:
+        """What a rollout backend is built from, read from this trainer now (one context per base model)."""
+        context = BackendContext(
+            model=self.model,
+            adapter_names=self.adapter_names,
+            tokenizer=self.text_tokenizer,
+            router=self.router,
+            unwrapped_model=self.unwrapped_for_generation,
+            generation_config=self.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            chat_template_kwargs=self.chat_template_kwargs,
+            chat_rendering=self.args.chat_rendering,
+            process_index=self.accelerator.process_index,
+            num_processes=self.accelerator.num_processes,
+        )
+        return context.on_bases(self.bases, self.adapters.routers)
+
     def _run_episodes(self, rows: list[dict]) -> list:
         return self.early_rewards.run(rows, self.engine.run)
 
@@ -200,15 +232,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
             self.reward_weights,
-            num_generations,
-            self.scale_rewards,
-            self.multi_objective_aggregation,
+            num_generations=num_generations,
+            scale_rewards=self.scale_rewards,
+            aggregation=self.multi_objective_aggregation,
         )
         start = self.accelerator.process_index * len(prompts)
         local_rewards = rewards[start : start + len(prompts)].tolist()
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
-        role_rewards = self._role_rewards(episodes, inputs, local_rewards, mode)
+        role_rewards = self._role_rewards(episodes, inputs, outcome=local_rewards, mode=mode)
         advantages = call_advantages(
             episodes,
             first_episode=start,
@@ -224,30 +256,43 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         )
         calls = [c for e in episodes for c in e.calls]
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
-        pad = self.adapters.pad_token_ids(calls, self.text_tokenizer)
-        device = self.accelerator.device
-        batch = calls_to_batch(calls, advantages, episode_ids, pad, device, self.args.mask_truncated_completions)
+        batch = calls_to_batch(
+            calls,
+            advantages,
+            episode_ids,
+            pad_token_id=self.bases.pad_token_ids(calls, self.text_tokenizer),
+            device=self.accelerator.device,
+            mask_truncated_completions=self.args.mask_truncated_completions,
+        )
         tokens = batch.completion_mask.sum(dim=1)
-        balance = self.args.role_loss_balance
-        batch.sample_weights = role_weights(batch.roles, tokens, self.role_loss_weights, balance, self.loss_type)
+        batch.sample_weights = role_weights(
+            batch.roles,
+            tokens,
+            role_loss_weights=self.role_loss_weights,
+            balance=self.args.role_loss_balance,
+            loss_type=self.loss_type,
+        )
         totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
         batch.num_samples_in_batch = totals[0]
         batch.num_items_in_batch = totals[1]
         # Logged as TRL logs `reward`: the weighted sum of the functions' own outputs, under either aggregation.
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
-        self._log_rollout_metrics(mode, episodes, batch, logged, rewards_per_func, all_advantages, prompts)
-        self._log_workflow_metrics(mode, episodes, inputs, logged[start : start + len(prompts)].tolist())
+        self._log_rollout_metrics(mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func)
+        self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
+        self._log_workflow_metrics(mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist())
         self._add_logps_before_update(batch, mode)
         return batch
 
-    def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
+    def _role_rewards(self, episodes, rows: list[dict], *, outcome: list[float], mode: str):
         if self.role_reward_funcs:
             values = custom_role_rewards(self.role_reward_funcs, self.workflow.formats, episodes, rows)
         elif self.args.role_rewards is not None:
             values = builtin_role_rewards(self.args.role_rewards, self.workflow, episodes, rows, outcome, self._score)
         else:
             return None
-        sums = role_metrics.role_reward_sums(self.workflow.roles, episodes, values, self.accelerator.device)
+        sums = role_metrics.role_reward_sums(
+            self.workflow.roles, episodes, role_rewards=values, device=self.accelerator.device
+        )
         self.record_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
         return values
 
@@ -273,8 +318,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             with router.route(names):
                 return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
-        keys = self.adapters.forward_keys(batch.adapters)
-        return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward, keys)
+        return bounded_logps(
+            batch,
+            adapters,
+            max_samples=size,
+            max_tokens=self.args.max_tokens_per_micro_batch,
+            forward=forward,
+            keys=self.adapters.forward_keys(batch.adapters),
+        )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
@@ -292,7 +343,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         steps = self.args.steps_per_generation
         if self.micro_step % (steps * self.num_iterations) == 0 or self.buffered_micro_batches is None:
             batch = self.generate_and_score(generation_batch).shuffled()
-            chunks = generation_chunks(batch, steps, self.loss_type, self.accelerator.num_processes)
+            chunks = generation_chunks(
+                batch, steps=steps, loss_type=self.loss_type, num_processes=self.accelerator.num_processes
+            )
             self.buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
             self.record_metrics("train", {"workflow/samples_trained": float(trained)})
@@ -311,9 +364,13 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return loss
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        size = self.args.per_device_train_batch_size
-        budget = self.args.max_tokens_per_micro_batch
-        parts = split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
+        parts = split_for_memory(
+            batch,
+            max_samples=self.args.per_device_train_batch_size,
+            max_tokens=self.args.max_tokens_per_micro_batch,
+            loss_type=self.loss_type,
+            keys=self.adapters.forward_keys(batch.adapters),
+        )
         return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
@@ -336,11 +393,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         plan = mini_batch_plan(
             batch,
             self.adapter_names,
-            prompts * self.num_generations,
-            self.accelerator.num_processes,
-            lambda t: self.accelerator.reduce(t, reduction="sum"),
-            self.loss_type,
-            self.current_gradient_accumulation_steps,
+            mini_batch_size=prompts * self.num_generations,
+            num_processes=self.accelerator.num_processes,
+            sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
+            loss_type=self.loss_type,
+            accumulation_steps=self.current_gradient_accumulation_steps,
         )
         loss = torch.zeros((), device=self.accelerator.device)
         for k, (_, part) in enumerate(plan):
@@ -380,22 +437,38 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
+        scale = LossScale(
+            gradient_accumulation_steps=self.current_gradient_accumulation_steps,
+            max_completion_length=self.max_completion_length,
+            num_processes=self.accelerator.num_processes,
+            steps_per_generation=self.args.steps_per_generation,
+            training=self.model.training,
+        )
         loss, per_token_kl = per_role_kl_loss(
             per_token_logps,
             inputs,
             beta,
-            self.loss_type,
-            LossScale.of(self),
+            loss_type=self.loss_type,
+            scale=scale,
             bias_correction=self.args.use_bias_correction_kl,
             importance_sampling_level=self.importance_sampling_level,
         )
-        kl = role_metrics.role_kl_metrics(self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask)
+        kl = role_metrics.role_kl_metrics(
+            self.workflow.roles, inputs.roles, per_token_kl=per_token_kl, mask=inputs.completion_mask
+        )
         self.record_metrics("train" if self.model.training else "eval", kl)
         return loss
 
     def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: TrainingBatch) -> None:
         roles = self.workflow.roles
-        sums = role_metrics.token_stat_sums(roles, inputs, logps, entropies, self.epsilon_low, self.epsilon_high)
+        sums = role_metrics.token_stat_sums(
+            roles,
+            inputs,
+            logps=logps,
+            entropies=entropies,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
         sums = self.accelerator.reduce(sums, reduction="sum")
         mode = "train" if self.model.training else "eval"
         self.record_metrics(mode, role_metrics.token_stat_metrics(roles, sums))
@@ -430,7 +503,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return super().gradient_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
-        self.record_metrics("train", self.adapters.before_optimizer_step())
+        measured = self.adapters.before_optimizer_step()
+        self.record_metrics("train", role_metrics.update_metrics(measured, self.adapters.role_adapters))
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, model, trial) -> None:
@@ -469,11 +543,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def multiagent_config(self) -> dict:
         base_model = next(iter(self.model.peft_config.values())).base_model_name_or_path
         sharing = self.args.policy_sharing
-        role_models = self.adapters.role_models
-        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, role_models)
+        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, self.bases)
 
     # ---------------------------------------------------------------------------------------------------- metrics
-    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], rewards: list[float]) -> None:
+    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> None:
         checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
         answers = [row["answer"] for row in inputs] if checker else None
         values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
@@ -484,18 +557,25 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
             self.record_completion_column(f"role/{role}", column)
 
-    def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
+    def _log_rollout_metrics(self, mode: str, episodes, batch: TrainingBatch, *, rewards, rewards_per_func) -> None:
         roles = self.workflow.roles
-        names = self.reward_func_names
         tokens = batch.completion_mask.sum(dim=1)
         calls = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=self.accelerator.device))
-        sums = gather(role_metrics.rollout_sums(roles, batch.roles, tokens, batch.truncated, batch.advantages)[None])
-        values = role_metrics.rollout_metrics(roles, sums.sum(0), rewards, rewards_per_func, names, calls, batch)
+        sums = role_metrics.rollout_sums(
+            roles, batch.roles, completion_tokens=tokens, truncated=batch.truncated, advantages=batch.advantages
+        )
+        values = role_metrics.rollout_metrics(
+            roles,
+            gather(sums[None]).sum(0),
+            rewards=rewards,
+            rewards_per_func=rewards_per_func,
+            reward_names=self.reward_func_names,
+            calls_per_episode=calls,
+            batch=batch,
+        )
         self.record_metrics(mode, values)
         if self.role_tools:
             tool_roles = [r for r in roles if r in self.role_tools]
             tool_sums = gather(role_metrics.tool_sums(tool_roles, episodes, self.accelerator.device)[None]).sum(0)
             self.record_metrics(mode, role_metrics.tool_metrics(tool_roles, tool_sums, len(calls)))
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
-        completions = [e.final_answer for e in episodes]
-        self.record_completions(mode, prompts, completions, rewards_per_func, all_advantages)

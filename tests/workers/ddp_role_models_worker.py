@@ -32,7 +32,7 @@ def recording_score(inputs):
 
 
 trainer.generate_and_score = recording_score
-judge = trainer.adapters.role_models.extra[judge_dir].model
+judge = trainer.bases.extra[judge_dir].model
 before = {f"evaluator/{n}": p.detach().clone() for n, p in adapter_parameters(judge, "evaluator").items()}
 before.update(
     {f"generator/{n}": p.detach().clone() for n, p in adapter_parameters(trainer.model, "generator").items()}

@@ -23,7 +23,7 @@ class RolloutsAhead:
     this one. With ``ahead=False`` it syncs and runs each batch when asked, and reads nothing early."""
 
     def __init__(
-        self, run: Callable[[list], list], sync: Callable[[], None], more_steps: Callable[[], bool], ahead: bool
+        self, run: Callable[[list], list], sync: Callable[[], None], more_steps: Callable[[], bool], *, ahead: bool
     ):
         self.run, self.sync, self.more_steps, self.ahead = run, sync, more_steps, ahead
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")

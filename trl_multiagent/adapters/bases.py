@@ -1,4 +1,5 @@
-"""Roles on different base models (``role_models``): which base serves each role and adapter, and the extra bases.
+"""The base models the roles sit on (``Bases``), one object the trainer holds: which base serves each role and
+adapter, and the extra bases loaded for ``role_models``.
 
 Every role sits on one base model, the trainer's ``model`` unless ``role_models`` names another, and on one adapter
 of that base. An adapter lives on one base (its LoRA matrices have that base's shapes), so adapter names are unique
@@ -10,7 +11,8 @@ The main base is the trainer's own PEFT model (TRL builds, wraps and prepares it
 once, with its own tokenizer and chat template, gets the same ``peft_config``, TRL's fused LM head (the loss reads
 log-probs from it) and gradient checkpointing when the run asks for it, and lives on the training device beside
 the main base; ``AdapterUpdates`` installs its adapters and routes its forwards, and the optimizer steps its
-adapters with the main base's.
+adapters with the main base's. The other rooms read what they need from ``Bases`` (the rollout backend factory one
+engine per base, checkpoints the saved mapping) and never the configuration field.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def role_bases(roles: Sequence[str], role_models: Mapping[str, str] | None, main
 
 
 def adapters_on_bases(
-    role_adapters: dict[str, str], bases: dict[str, str], main: str, explicit: bool
+    role_adapters: dict[str, str], bases: dict[str, str], main: str, *, explicit: bool
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(role -> adapter, adapter -> base): ``role_adapters`` as resolved on one base, placed on the roles' bases.
 
@@ -98,6 +100,7 @@ def _labels(names: Sequence[str]) -> dict[str, str]:
 def load_role_base(
     name: str,
     peft_config,
+    *,
     model_init_kwargs: dict[str, Any],
     device: torch.device,
     temperature: float,
@@ -126,17 +129,22 @@ def load_role_base(
     return RoleBase(name=name, model=peft_model.to(device), tokenizer=tokenizer)
 
 
-class RoleModels:
+class Bases:
     """Which base serves each role and adapter; ``extra`` holds the bases other than the trainer's ``model``.
 
+    Without ``role_models`` there is one base, unnamed: ``main`` is None, every adapter's base is None and
+    ``role_base`` is None (model calls then carry no base name).
+
     Args:
-        main: the name of the trainer's base model.
+        main: the name of the trainer's base model (None: the run's one base, no ``role_models``).
         role_adapters: role type -> adapter, already placed on the bases (``adapters_on_bases``).
         adapter_base: adapter -> the name of its base.
         extra: base name -> ``RoleBase`` for every base but ``main``.
     """
 
-    def __init__(self, main: str, role_adapters: dict[str, str], adapter_base: dict[str, str], extra=None):
+    def __init__(
+        self, main: str | None, role_adapters: dict[str, str], adapter_base: dict[str, str | None], *, extra=None
+    ):
         self.main = main
         self.role_adapters = dict(role_adapters)
         self.adapter_base = dict(adapter_base)
@@ -147,74 +155,92 @@ class RoleModels:
         if missing:
             raise ValueError(f"Base model(s) {missing} serve adapters but were not loaded.")
 
+    @classmethod
+    def one(cls, role_adapters: dict[str, str]) -> Bases:
+        """Every role on the trainer's model (no ``role_models``)."""
+        return cls(None, role_adapters, dict.fromkeys(role_adapters.values()))
+
+    @classmethod
+    def from_config(
+        cls,
+        args,
+        *,
+        peft_model,
+        role_adapters: dict[str, str],
+        device,
+        peft_config=None,
+        quantization_config=None,
+        distributed: str | None = None,
+    ) -> Bases:
+        """The bases ``args.role_models`` asks for once TRL built ``peft_model`` (the trainer's), its extra bases
+        loaded; ``Bases.one`` without it. ``role_adapters``: role -> adapter as resolved on one base; ``peft_config``:
+        the trainer's, as the user gave it (before PEFT resolved ``"all-linear"`` for the main base);
+        ``distributed``: what the run is distributed with, which roles on several bases do not support."""
+        if not args.role_models:
+            return cls.one(role_adapters)
+        main_config = next(iter(peft_model.peft_config.values()))
+        config = peft_config if peft_config is not None else main_config
+        main = model_name(main_config.base_model_name_or_path)
+        bases = role_bases(list(role_adapters), args.role_models, main)
+        placed, adapter_base = adapters_on_bases(role_adapters, bases, main, explicit=bool(args.role_to_adapter))
+        extra_names = [b for b in dict.fromkeys(adapter_base.values()) if b != main]
+        refused = [
+            why
+            for why, on in (
+                (
+                    f"{distributed} (its engine holds one model and its optimizer: another base's adapters would be "
+                    "neither partitioned nor stepped by it)",
+                    distributed is not None,
+                ),
+                ("`cast_lm_head_to_fp32` (applied to the trainer's model only)", args.cast_lm_head_to_fp32),
+            )
+            if on
+        ]
+        if extra_names and refused:
+            raise ValueError(
+                f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
+                f"{'; '.join(refused)}. Train in one process without these, or put every role on one base."
+            )
+        kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
+        if quantization_config is not None:
+            kwargs["quantization_config"] = quantization_config
+        kept = {k: v for k, v in (args.gradient_checkpointing_kwargs or {}).items() if k not in _LAYOUT_KEYS}
+        extra = {
+            name: load_role_base(
+                name,
+                config,
+                model_init_kwargs=kwargs,
+                device=device,
+                temperature=args.temperature,
+                gradient_checkpointing=args.gradient_checkpointing,
+                gradient_checkpointing_kwargs=kept or None,
+                seed=args.seed,
+            )
+            for name in extra_names
+        }
+        return cls(main, placed, adapter_base, extra=extra)
+
     @property
-    def role_base(self) -> dict[str, str]:
+    def role_base(self) -> dict[str, str] | None:
+        """Role type -> the name of its base, or None with one unnamed base."""
+        if self.main is None:
+            return None
         return {role: self.adapter_base[adapter] for role, adapter in self.role_adapters.items()}
 
-    def base_of(self, adapter: str) -> str:
+    def base_of(self, adapter: str) -> str | None:
         return self.adapter_base[adapter]
 
-    def adapters_of(self, base: str) -> list[str]:
+    def adapters_of(self, base: str | None) -> list[str]:
         return [a for a, b in self.adapter_base.items() if b == base]
+
+    def pad_token_ids(self, calls, tokenizer) -> int | list[int]:
+        """The pad id of each call's own base (``tokenizer``'s for the trainer's), or one id for a single base."""
+        pads = {b.name: b.tokenizer.pad_token_id for b in self.extra.values()}
+        return [pads.get(c.base, tokenizer.pad_token_id) for c in calls] if pads else tokenizer.pad_token_id
 
     def saved_mapping(self) -> dict[str, str]:
         """Role -> base model name for the roles not on the main base (what ``multiagent_config.json`` stores)."""
-        return {role: model_name(base) for role, base in self.role_base.items() if base != self.main}
-
-
-def role_models_of(trainer, args, peft_config=None, quantization_config=None):
-    """``role_models_from_config`` for a ``MultiAgentGRPOTrainer`` once TRL has built its model (duck-typed)."""
-    distributed = "DeepSpeed" if trainer.is_deepspeed_enabled else None
-    return role_models_from_config(
-        trainer.model, trainer.role_adapters, args, trainer.accelerator.device, peft_config, quantization_config,
-        distributed,
-    )  # fmt: skip
-
-
-def role_models_from_config(
-    peft_model,
-    role_adapters: dict[str, str],
-    args,
-    device,
-    peft_config=None,
-    quantization_config=None,
-    distributed: str | None = None,
-) -> tuple[dict[str, str], RoleModels | None]:
-    """(role -> adapter, the run's ``RoleModels``) for ``args.role_models``; ``role_adapters`` unchanged and None
-    without it. ``peft_config``: the trainer's, as the user gave it (before PEFT resolved ``"all-linear"`` for the
-    main base); ``distributed``: what the run is distributed with, which roles on several bases do not support."""
-    if not args.role_models:
-        return role_adapters, None
-    main_config = next(iter(peft_model.peft_config.values()))
-    config = peft_config if peft_config is not None else main_config
-    main = model_name(main_config.base_model_name_or_path)
-    bases = role_bases(list(role_adapters), args.role_models, main)
-    placed, adapter_base = adapters_on_bases(role_adapters, bases, main, explicit=bool(args.role_to_adapter))
-    extra_names = [b for b in dict.fromkeys(adapter_base.values()) if b != main]
-    refused = [
-        why
-        for why, on in (
-            (f"{distributed} (its engine holds one model and its optimizer: another base's adapters would be neither "
-             "partitioned nor stepped by it)", distributed is not None),
-            ("`cast_lm_head_to_fp32` (applied to the trainer's model only)", args.cast_lm_head_to_fp32),
-        )
-        if on
-    ]  # fmt: skip
-    if extra_names and refused:
-        raise ValueError(
-            f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
-            f"{'; '.join(refused)}. Train in one process without these, or put every role on one base."
-        )
-    kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
-    if quantization_config is not None:
-        kwargs["quantization_config"] = quantization_config
-    kept = {k: v for k, v in (args.gradient_checkpointing_kwargs or {}).items() if k not in _LAYOUT_KEYS}
-    checkpointing = args.gradient_checkpointing, kept or None
-    extra = {
-        name: load_role_base(name, config, kwargs, device, args.temperature, *checkpointing, args.seed)
-        for name in extra_names
-    }
-    return placed, RoleModels(main, placed, adapter_base, extra)
+        return {role: model_name(base) for role, base in (self.role_base or {}).items() if base != self.main}
 
 
 _LAYOUT_KEYS = ("every_n_layers", "offload")  # Trainer-only gradient checkpointing keys, not for torch's checkpoint

@@ -1,9 +1,10 @@
 r"""Reading structured answers out of model text: boxed answers, code, verdicts, selections, strategies.
 
-Pure functions, no model. One rule per question, used everywhere it is asked: by the workflows (``formats.py``
-binds them to roles), by the rewards (``tasks.math.extract_boxed`` and ``tasks.code.extract_code`` are these
-functions), by the per-role metrics and by the evaluators. Small models under RL often drift from the requested
-format, so the workflow-facing readers have documented fallbacks instead of raising.
+Pure functions, no model, in neither the workflows nor the tasks so that both read them (``import re`` only: the
+workflows stay importable without torch). One rule per question, used everywhere it is asked: by the workflows
+(``workflows/formats.py`` binds them to roles), by the rewards (``tasks.math.extract_boxed`` and
+``tasks.code.extract_code`` are these functions), by the per-role metrics and by the evaluators. Small models under RL
+often drift from the requested format, so the workflow-facing readers have documented fallbacks instead of raising.
 
 Shared conventions:
 
@@ -101,7 +102,7 @@ def last_boxed(text: str) -> str | None:
 def check_rule(rule: str) -> str:
     """Return ``rule`` if it names a judges' reading rule, else raise a ``ValueError`` naming them."""
     if rule not in RULES:
-        raise ValueError(f"Unknown parsing rule {rule!r}; use one of {RULES} (see trl_multiagent.workflows.parsing).")
+        raise ValueError(f"Unknown parsing rule {rule!r}; use one of {RULES} (see trl_multiagent.parse_rules).")
     return rule
 
 
