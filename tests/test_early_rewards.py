@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import pytest
 from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
@@ -30,49 +29,62 @@ def judged_by_parity(requests, rng) -> list[str]:
     return outputs
 
 
-class SlowBoxedReward:
-    """`boxed_answer_reward`, 0.05 s per completion, recording each call."""
+class RecordedBoxedReward:
+    """`boxed_answer_reward`, recording each call (its size and thread) and writing "score" to a shared event log;
+    ``two_scored`` is set once two episodes were scored."""
 
     scores_each_episode = True
-    __name__ = "slow_boxed"
+    __name__ = "recorded_boxed"
 
-    def __init__(self):
-        self.calls: list[tuple[int, float, str]] = []
+    def __init__(self, events: list[str]):
+        self.calls: list[tuple[int, str]] = []
+        self.events = events
+        self.two_scored = threading.Event()
 
     def __call__(self, completions, answer, **kwargs):
-        self.calls.append((len(completions), time.monotonic(), threading.current_thread().name))
-        time.sleep(0.05 * len(completions))
+        self.calls.append((len(completions), threading.current_thread().name))
+        self.events.append("score")
+        if len(self.calls) >= 2:
+            self.two_scored.set()
         kwargs["log_extra"]("scored", [f"row {a}" for a in answer])
         return boxed_answer_reward(completions, answer)
 
 
 def test_each_episode_is_scored_as_it_ends_and_the_step_reads_those_scores(tiny_model_dir, tmp_path):
-    slow = SlowBoxedReward()
+    events: list[str] = []
+    scored = RecordedBoxedReward(events)
     backend = ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), judged_by_parity)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, reward_funcs=[slow, boxed_answer_reward],
-        dataset=addition_dataset(2), num_generations=2, policy_sharing="isolated", max_steps=1, save_strategy="no",
-        log_completions=True, seed=0,
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend,
+        reward_funcs=[scored, boxed_answer_reward], dataset=addition_dataset(2), num_generations=2,
+        policy_sharing="isolated", max_steps=1, save_strategy="no", log_completions=True, seed=0,
     )  # fmt: skip
     assert isinstance(trainer.reward_funcs[0], EpisodeScored) and trainer.reward_funcs[1] is boxed_answer_reward
-    ticks = []
     generate = backend.generate
-    backend.generate = lambda requests: (ticks.append(time.monotonic()), generate(requests))[1]
+
+    def logged_generate(requests):
+        if events.count("tick") == 3:  # the even problems' episodes ended after tick 2: they are being scored
+            scored.two_scored.wait(timeout=60)  # a bound only so that scoring held back to the end fails, not hangs
+        events.append("tick")
+        return generate(requests)
+
+    backend.generate = logged_generate
     trainer.train()
 
-    assert [size for size, *_ in slow.calls] == [1] * 4  # once per episode, never as a batch
-    assert all(name.startswith("episode-reward") for *_, name in slow.calls)
-    # the even problems' episodes ended after tick 2: their scoring started while ticks 3 and 4 generated
-    assert len(ticks) == 4 and sum(t < ticks[-1] for _, t, _ in slow.calls) >= 2
+    assert [size for size, _ in scored.calls] == [1] * 4  # once per episode, never as a batch
+    assert all(name.startswith("episode-reward") for _, name in scored.calls)
+    # the even problems' episodes were scored while the odd ones still generated: before the last tick
+    last_tick = len(events) - 1 - events[::-1].index("tick")
+    assert events.count("tick") == 4 and events[:last_tick].count("score") == 2
     rewards = trainer._logs["rewards"]
-    assert rewards["slow_boxed"] == rewards["boxed_answer_reward"]  # the same scores as the plain batch call
+    assert rewards["recorded_boxed"] == rewards["boxed_answer_reward"]  # the same scores as the plain batch call
     assert sorted(trainer._logs["extra"]["scored"]) == ["row 2", "row 2", "row 3", "row 3"]  # replayed per row
 
 
 def test_a_scored_reward_called_on_another_batch_fails():
     import concurrent.futures
 
-    scored = EpisodeScored(SlowBoxedReward(), concurrent.futures.ThreadPoolExecutor(1))
+    scored = EpisodeScored(RecordedBoxedReward([]), concurrent.futures.ThreadPoolExecutor(1))
     with pytest.raises(RuntimeError, match="not one whose episodes it scored"):
         scored(prompts=["x"], completions=["y"], answer=["1"])
 

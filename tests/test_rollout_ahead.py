@@ -30,11 +30,16 @@ class SyncRecording(ScriptedBackend):
 
 
 class StepEnds(TrainerCallback):
-    def __init__(self):
-        self.ended: dict[int, float] = {}
+    """Writes ("step end", n) to the event log; a step after which another batch follows waits (bounded, so that a
+    rollout that does not run ahead fails the test instead of hanging it) for that batch's rollout to start first."""
+
+    def __init__(self, events: list, started: dict[int, threading.Event], max_steps: int):
+        self.events, self.started, self.max_steps = events, started, max_steps
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.ended[state.global_step] = time.monotonic()
+        if state.global_step < self.max_steps:
+            self.started[state.global_step].wait(timeout=60)
+        self.events.append(("step end", state.global_step))
 
 
 def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
@@ -46,15 +51,19 @@ def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
         max_steps=3, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
     )  # fmt: skip
     backend.trainer = trainer
-    steps = StepEnds()
-    trainer.add_callback(steps)
-    runs, asked = [], []
+    events, started = [], {k: threading.Event() for k in range(3)}
+    trainer.add_callback(StepEnds(events, started, max_steps=3))
+    runs, asked, took = [], [], []
     run, episodes = trainer.rollouts.run, trainer.rollouts.episodes
 
     def recording_run(prompts):
-        runs.append((prompts, threading.current_thread().name, trainer.state.global_step, time.monotonic()))
-        time.sleep(0.3)  # a rollout that takes a while, so that overlapping it shows
-        return run(prompts)
+        runs.append((prompts, threading.current_thread().name, trainer.state.global_step))
+        events.append(("rollout", len(runs) - 1))
+        started[len(runs) - 1].set()
+        begun = time.perf_counter()
+        done = run(prompts)
+        took.append(time.perf_counter() - begun)
+        return done
 
     def recording_episodes(prompts, training=True):
         asked.append((prompts, trainer.state.global_step))
@@ -67,11 +76,19 @@ def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
     assert [prompts for prompts, *_ in runs] == [prompts for prompts, _ in asked]  # each batch run once, in order
     assert runs[0][1] == "MainThread" and [r[1] for r in runs[1:]] == ["rollout-ahead_0"] * 2
     assert [r[2] for r in runs] == [0, 0, 1]  # batch k+1 sampled with the adapters of step k
-    assert runs[1][3] < steps.ended[1] and runs[2][3] < steps.ended[2]  # started before the current step trained
+    # batch k+1's rollout started while step k trained (the step's end waits for it; without overlap it never would)
+    assert events == [
+        ("rollout", 0),
+        ("rollout", 1),
+        ("step end", 1),
+        ("rollout", 2),
+        ("step end", 2),
+        ("step end", 3),
+    ]
     assert backend.synced_at == [0, 1]  # before the first rollout, then the update of step 1 before batch 2 starts
     assert len([h for h in trainer.state.log_history if "loss" in h]) == 3
     waits = [h["timing/rollout_wait_s"] for h in trainer.state.log_history if "timing/rollout_wait_s" in h]
-    assert waits[0] >= 0.3 and len(waits) == 3
+    assert len(waits) == 3 and waits[0] >= took[0]  # the first step waited for its whole rollout, run on the spot
 
 
 @pytest.mark.parametrize(

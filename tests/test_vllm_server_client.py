@@ -26,7 +26,8 @@ from trl_multiagent.rollout.engine import EpisodeError, RolloutEngine
 
 class FakeVLLM(http.server.BaseHTTPRequestHandler):
     """Answers 503 to the first ``failures[route]`` requests of a route (a server still starting), then 200 (400 for
-    /v1/bad). ``/v1/completions`` answers one token (id 7) after ``delay`` seconds, and records what it was sent."""
+    /v1/bad). ``/v1/completions`` answers one token (id 7) after ``delay`` seconds (with ``stall``: once the test
+    releases it), and records what it was sent and how many it answered."""
 
     protocol_version = "HTTP/1.1"
 
@@ -47,11 +48,15 @@ class FakeVLLM(http.server.BaseHTTPRequestHandler):
             server.bodies.append(body)
             server.running += 1
             try:
-                time.sleep(server.delay)
+                if server.stall:
+                    server.release.wait(60)  # released at teardown; the bound only keeps a broken test from hanging
+                else:
+                    time.sleep(server.delay)
             finally:
                 server.running -= 1
             choice = {"index": 0, "token_ids": [7], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "length"}
             self._reply(200, json.dumps({"choices": [choice]}).encode())
+            server.answered += 1
         else:
             self._reply(200)
 
@@ -65,11 +70,12 @@ class FakeVLLM(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def start_fake(failures: dict | None = None, delay: float = 0.0):
+def start_fake(failures: dict | None = None, delay: float = 0.0, stall: bool = False):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     server.daemon_threads = True
     server.failures, server.seen, server.bodies = Counter(failures or {}), Counter(), []
-    server.delay, server.running = delay, 0
+    server.delay, server.running, server.answered = delay, 0, 0
+    server.stall, server.release = stall, threading.Event()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
@@ -84,6 +90,7 @@ def fakes():
 
     yield make
     for server, _ in started:
+        server.release.set()
         server.shutdown()
         server.server_close()
 
@@ -167,15 +174,14 @@ def test_concurrency_is_bounded_per_server(fakes):
 
 
 def test_a_stalled_server_fails_the_rollout_naming_it_and_nothing_keeps_running(fakes):
-    server, url = fakes(delay=5.0)
+    server, url = fakes(stall=True)
     backend = synced(client(url, request_timeout=0.5))
     engine = RolloutEngine(EvalOpt(), backend, {"generator": "generator", "evaluator": "evaluator"}, mode="async")
-    start = time.monotonic()
     with pytest.raises(EpisodeError, match=f"failed in episode \\d: vLLM server {url}/v1/completions did not answer "
                        "within 0.5 s") as error:  # fmt: skip
         engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(4)])
     assert isinstance(error.value.__cause__, ServerError) and "vllm_request_timeout" in str(error.value)
-    assert time.monotonic() - start < 3  # not the server's 5 s: the timeout, then every other request cancelled
+    assert server.answered == 0  # it failed on its own timeout while the server still held every request
     assert backend._loop.in_flight() == 0 and backend.in_flight == {url: 0}
 
 
