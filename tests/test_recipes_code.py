@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import needs_sandbox
 
 ROOT = Path(__file__).parent.parent
 DEEPCODER_FIXTURE = ROOT / "tests" / "fixtures" / "deepcoder_sample.jsonl"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the code reward's sandbox needs root")
+pytestmark = needs_sandbox
 
 
 def run(recipe: str, tiny_model_dir: str, output_dir: Path, *extra: str) -> str:

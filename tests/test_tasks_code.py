@@ -1,11 +1,11 @@
 """Code task: DeepCoder loader and test format, ```python extraction, and CodeReward in the sandbox."""
 
 import json
-import os
 import pickle
 from pathlib import Path
 
 import pytest
+from harness import needs_sandbox
 
 from trl_multiagent.tasks.code import (
     DEEPCODER_ID,
@@ -15,13 +15,12 @@ from trl_multiagent.tasks.code import (
     load_deepcoder,
     suite_from_deepcoder,
 )
-from trl_multiagent.tasks.sandbox import SandboxLimits, TestSuite, sandbox_available
+from trl_multiagent.tasks.sandbox import SandboxLimits, TestSuite
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DEEPCODER = FIXTURES / "deepcoder_sample.jsonl"
 RAW = [json.loads(line) for line in DEEPCODER.read_text().splitlines()]
 SOLUTIONS = json.loads((FIXTURES / "deepcoder_sample_solutions.json").read_text())["solutions"]
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the code sandbox needs root (namespaces, uid switch)")
 
 
 def fenced(code: str) -> str:
@@ -133,7 +132,7 @@ def _fixture_batch():
     return completions, tests + tests + tests[:2]
 
 
-@needs_root
+@needs_sandbox
 def test_code_reward_all_pass_on_reference_solutions():
     completions, tests = _fixture_batch()
     reward = CodeReward(max_workers=2, limits=SandboxLimits(cpu_seconds=2, wall_seconds=4))
@@ -142,7 +141,7 @@ def test_code_reward_all_pass_on_reference_solutions():
     assert pickle.loads(pickle.dumps(reward))(completions[:1], tests[:1]) == [1.0]  # fresh pool after unpickling
 
 
-@needs_root
+@needs_sandbox
 def test_code_reward_fraction_counts_passed_tests():
     completions, tests = _fixture_batch()
     rewards = CodeReward(mode="fraction", max_workers=2)(completions, tests)
@@ -297,7 +296,7 @@ REFERENCE_CASES = {  # name: (row, answer, the score the reference asserts), ref
 }
 
 
-@pytest.mark.skipif(not sandbox_available(), reason="the code sandbox needs root or user namespaces")
+@needs_sandbox
 def test_reference_code_reward_cases_score_as_the_reference_asserts():
     cases = list(REFERENCE_CASES.values())
     rows = [

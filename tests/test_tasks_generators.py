@@ -1,6 +1,5 @@
 """Offline task generators (arithmetic word problems, toy code problems) and the sandbox benchmark smoke run."""
 
-import os
 import random
 import re
 import subprocess
@@ -8,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import needs_sandbox
 
 from trl_multiagent.tasks import make_arithmetic_dataset, make_toy_code_dataset, math_reward
 from trl_multiagent.tasks.code import CodeReward
@@ -16,7 +16,6 @@ from trl_multiagent.tasks.sandbox import TestSuite
 from trl_multiagent.tasks.toy_code import PROBLEMS, make_toy_code_problem
 
 REPO = Path(__file__).resolve().parents[1]
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the code sandbox needs root (namespaces, uid switch)")
 
 
 def evaluate_word_problem(text: str) -> int:
@@ -72,7 +71,7 @@ def test_toy_code_rows_have_the_code_task_columns():
         assert row["prompt"][0]["role"] == "user" and "standard input" in row["prompt"][0]["content"]
 
 
-@needs_root
+@needs_sandbox
 def test_every_toy_problem_kind_is_solved_by_its_reference_and_failed_by_a_wrong_program():
     rng = random.Random(0)
     problems = [make_toy_code_problem(rng, kind, num_tests=3) for kind in sorted(PROBLEMS)]
@@ -83,7 +82,7 @@ def test_every_toy_problem_kind_is_solved_by_its_reference_and_failed_by_a_wrong
     assert reward(["```python\nprint(42)\n```"] * len(problems), tests) == [0.0] * len(problems)
 
 
-@needs_root
+@needs_sandbox
 def test_benchmark_smoke_run_prints_the_result_line():
     script = REPO / "benchmarks" / "sandbox_throughput.py"
     args = ["--programs", "10", "--tests", "3", "--workers", "2"]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from harness import needs_sandbox
 
 from trl_multiagent.tasks import sandbox
 from trl_multiagent.tasks.sandbox import (
@@ -29,7 +30,7 @@ from trl_multiagent.tasks.sandbox import (
     stdout_matches,
 )
 
-pytestmark = pytest.mark.skipif(not sandbox_available(), reason="the code sandbox needs root or user namespaces")
+pytestmark = needs_sandbox
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=2.5, memory_bytes=256 * 2**20, max_output_bytes=2**20)
 # Programs that must end on their own get room, so a loaded machine can't turn their outcome into a timeout.

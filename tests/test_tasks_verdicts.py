@@ -1,16 +1,14 @@
 """Evaluator verdicts on code judged against the sandbox's test outcomes, on toy code problems."""
 
 import asyncio
-import os
 import random
 
 import pytest
+from harness import needs_sandbox
 
 from trl_multiagent.tasks import SandboxLimits, SandboxPool, VerdictCheck, check_verdicts
 from trl_multiagent.tasks.toy_code import make_toy_code_problem
 from trl_multiagent.workflows import EvalOpt
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the code sandbox needs root (namespaces, uid switch)")
 
 _, SUITE, CORRECT = make_toy_code_problem(random.Random(0), "sum_two", num_tests=3)
 TESTS = SUITE.to_json()
@@ -20,7 +18,7 @@ SAYS_CORRECT = "It adds the two numbers as asked. \\boxed{Correct}"
 SAYS_INCORRECT = "It subtracts instead of adding. \\boxed{Incorrect}"
 
 
-@needs_root
+@needs_sandbox
 def test_each_verdict_is_right_iff_it_matches_the_test_outcome():
     verdicts = [SAYS_CORRECT, SAYS_INCORRECT, SAYS_CORRECT, SAYS_INCORRECT]
     solutions = [CORRECT_ANSWER, CORRECT_ANSWER, WRONG_ANSWER, WRONG_ANSWER]
@@ -34,7 +32,7 @@ def test_each_verdict_is_right_iff_it_matches_the_test_outcome():
     assert [check.right for check in checks] == [True, False, False, True]
 
 
-@needs_root
+@needs_sandbox
 def test_no_verdict_counts_as_incorrect_and_no_code_as_failing():
     """Eval-Opt retries on an unparseable verdict; a program-less answer scores 0 like CodeReward's."""
     verdicts = ["Looks fine to me.", "Looks fine to me.", SAYS_CORRECT, SAYS_INCORRECT]
@@ -48,7 +46,7 @@ def test_no_verdict_counts_as_incorrect_and_no_code_as_failing():
     ]
 
 
-@needs_root
+@needs_sandbox
 def test_an_eval_opt_episode_checked_through_a_pool():
     """The generator/evaluator outputs of a real Eval-Opt run, paired as the workflow pairs them."""
     replies = {"generator": [WRONG_ANSWER, CORRECT_ANSWER], "evaluator": [SAYS_INCORRECT, SAYS_INCORRECT]}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import needs_sandbox
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
@@ -98,7 +99,7 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     assert all(rate >= 0.9 for rate in rates.values()), rates
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the code reward's sandbox needs root")
+@needs_sandbox
 def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
     """Two steps of the toy code preset as a user launches it: programs graded in the sandbox, some of them pass."""
     output_dir = tmp_path / "run"
