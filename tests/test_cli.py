@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import ROOT, run_offline
 
 from trl_multiagent.cli import main, shipped_file, train_command, vllm_serve_command
 
-ROOT = Path(__file__).parent.parent
 # The toy preset, cut to one tiny step (8 episodes, short completions).
 TINY = ["--max_steps", "1", "--save_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4"]
 TINY += ["--max_completion_length", "24"]
@@ -50,12 +50,10 @@ def cli() -> list[str]:
 
 
 def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **env}
-    result = subprocess.run([*cli(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
+    return run_offline([*cli(), *args], cwd=tmp_path, env=env)
 
 
+@pytest.mark.slow
 def test_train_a_built_in_workflow_with_the_shipped_toy_preset(tmp_path):
     run(["train", "eval_opt", "--config", "toy", "--output_dir", "run", *TINY], tmp_path)
     saved = json.loads((tmp_path / "run" / "multiagent_config.json").read_text())
@@ -64,17 +62,19 @@ def test_train_a_built_in_workflow_with_the_shipped_toy_preset(tmp_path):
         assert (tmp_path / "run" / "checkpoint-1" / role / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_train_a_user_workflow_and_reward_by_name_under_accelerate(tmp_path):
     (tmp_path / "tests_module.py").write_text(USER_MODULE)
     args = ["train", "--workflow", "tests_module:UserWorkflow", "--reward_funcs", "tests_module.reward"]
     args += ["--accelerate_config", "cpu", "--config", "toy", "--output_dir", "run", *TINY]
-    run(args, tmp_path, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    run(args, tmp_path, PYTHONPATH=str(tmp_path))
     saved = json.loads((tmp_path / "run" / "multiagent_config.json").read_text())
     assert saved["role_to_adapter"] == {"drafter": "drafter", "critic": "critic"}
     for role in ("drafter", "critic"):
         assert (tmp_path / "run" / role / "adapter_model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_vllm_serve_dry_run_prints_the_lora_flags_the_trainer_needs(tmp_path):
     printed = run(["vllm-serve", "--config", "toy", "--workflow", "voting", "--port", "8011", "--dry-run"], tmp_path)
     line = printed.stdout.strip().splitlines()[-1]  # (wandb, when installed, may print a line first)

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
+import pytest
 import torch
+from harness import TESTS, run_offline
 
 from trl_multiagent.training.advantages import group_advantages
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes(tiny_model_dir, tmp_path):
-    tests_dir = Path(__file__).parent
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tests_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "OMP_NUM_THREADS": "1",
-    }
     command = [
         sys.executable,
         "-m",
@@ -28,12 +22,11 @@ def test_torchrun_two_processes(tiny_model_dir, tmp_path):
         "2",
         "--master_port",
         "29517",
-        str(tests_dir / "workers" / "ddp_worker.py"),
+        str(TESTS / "workers" / "ddp_worker.py"),
         tiny_model_dir,
         str(tmp_path),
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_offline(command)
 
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["world_size"] == 2 and r["steps"] == 2 for r in ranks)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from harness import ROOT, run_offline
 from presets import evaluation_settings, preset
 from tiny import tiny_trainer
 
@@ -23,7 +22,6 @@ from trl_multiagent.evaluation import (
     role_instability,
 )
 
-ROOT = Path(__file__).parent.parent
 TINY_EVAL = dict(task="math", dataset_name="arithmetic", limit=2, max_completion_length=6)
 
 
@@ -156,15 +154,14 @@ def test_transfer_and_generator_alone(tiny_model_dir, voting_run, tmp_path):
         evaluate(voting_run, "transfer", settings, workflow=Voting())  # two adapters: which one?
 
 
+@pytest.mark.slow
 def test_base_mode_through_the_script(tiny_model_dir, tmp_path):
     command = [
         sys.executable, "recipes/evaluate.py", "--mode", "base", "--workflow", "eval_opt", "--base_model",
         tiny_model_dir, "--output_dir", str(tmp_path), "--dataset_name", "arithmetic", "--limit", "2",
         "--max_completion_length", "6", "--device", "cpu",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = run_offline(command, cwd=ROOT)
     (base,) = read_results(tmp_path)
     assert (base["mode"], base["step"], base["workflow"], base["policy_sharing"]) == ("base", 0, "EvalOpt", None)
     assert base["temperature"] == 0.7  # the script's defaults are the paper's: sampled, thinking off

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).parent.parent
+from harness import ROOT, run_offline
 
 
 def grid(*args: str, timeout: int = 120) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(
-        [sys.executable, "recipes/grid.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result.stdout
+    return run_offline([sys.executable, "recipes/grid.py", *args], cwd=ROOT, timeout=timeout).stdout
 
 
+@pytest.mark.slow
 def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     out = grid(
         "--dry-run", "--models", "org/m1", "org/m2", "--tasks", "math", "code", "--workflows", "eval_opt", "voting",
@@ -92,6 +84,7 @@ def test_tiny_grid_end_to_end(tiny_model_dir, tmp_path):
     assert "| SingleAgent | isolated | trained |" in table
 
 
+@pytest.mark.slow
 def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
     out = grid(
         "--dry-run", "--models", "toy", "--tasks", "math", "code", "--output_root", str(tmp_path),

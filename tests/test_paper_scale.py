@@ -6,12 +6,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from harness import TESTS, run_offline
 from presets import preset
 from workers.step_size_worker import one_step
 
@@ -137,16 +135,12 @@ def test_bad_step_and_rollout_sizes_fail_early(tmp_path, fields, message):
 def test_a_paper_step_is_the_same_on_one_and_two_processes(tiny_model_dir, tmp_path):
     """The paper preset's batch fields scaled down (4 prompts per step, mini-batches of 2 prompts, 2 episodes per
     prompt, 2 micro-steps): one step trains the same episodes and each adapter takes the same optimizer steps."""
-    tests_dir = Path(__file__).parent
     one = one_step(tiny_model_dir, str(tmp_path / "1"), rank=0)
-    env = {**os.environ, "PYTHONPATH": f"{tests_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env["OMP_NUM_THREADS"] = "1"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29529",
-        str(tests_dir / "workers" / "step_size_worker.py"), tiny_model_dir, str(tmp_path),
+        str(TESTS / "workers" / "step_size_worker.py"), tiny_model_dir, str(tmp_path),
     ]  # fmt: skip
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_offline(command)
     two = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert one["per_device_train_batch_size"] == 4 and [r["per_device_train_batch_size"] for r in two] == [2, 2]
     assert one["episodes"] == 8 and sum(r["episodes"] for r in two) == 8  # 4 prompts x 2 episodes, in total
@@ -168,12 +162,11 @@ print(args.per_device_train_batch_size, config["train_micro_batch_size_per_gpu"]
 """
 
 
+@pytest.mark.slow
 def test_deepspeed_batch_sizes_follow_prompts_per_step(tmp_path):
     """TrainingArguments fills DeepSpeed's "auto" sizes before the per-process batch is divided: they are filled
     again from the divided one (in a fresh process: a DeepSpeed config sets up the process's distributed state)."""
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", DEEPSPEED_BATCH], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    result = run_offline(
+        [sys.executable, "-c", DEEPSPEED_BATCH], cwd=tmp_path, env={"DS_ACCELERATOR": "cpu"}, timeout=300
     )
-    assert result.returncode == 0, result.stderr[-4000:]
     assert result.stdout.split()[-3:] == ["2", "2", "8"]  # 4 prompts x 2 episodes = 2 processes x 2 micro-steps x 2

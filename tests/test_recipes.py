@@ -5,20 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from harness import ROOT, TESTS, run_offline
 
-ROOT = Path(__file__).parent.parent
-DAPO_FIXTURE = ROOT / "tests" / "fixtures" / "dapo_math_17k_sample.jsonl"
+DAPO_FIXTURE = TESTS / "fixtures" / "dapo_math_17k_sample.jsonl"
+pytestmark = pytest.mark.slow  # each test runs a recipe in a subprocess
 
 
 def run(command: list[str], tmp_path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    run_offline(command, cwd=ROOT)
 
 
 def small_run(recipe: str, tiny_model_dir, output_dir, *extra) -> list[str]:

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from harness import needs_sandbox
+from harness import ROOT, TESTS, needs_sandbox, run_offline
 
-ROOT = Path(__file__).parent.parent
-DEEPCODER_FIXTURE = ROOT / "tests" / "fixtures" / "deepcoder_sample.jsonl"
+DEEPCODER_FIXTURE = TESTS / "fixtures" / "deepcoder_sample.jsonl"
 
-pytestmark = needs_sandbox
+pytestmark = [needs_sandbox, pytest.mark.slow]  # each test runs a recipe in a subprocess
 
 
 def run(recipe: str, tiny_model_dir: str, output_dir: Path, *extra: str) -> str:
@@ -24,9 +21,7 @@ def run(recipe: str, tiny_model_dir: str, output_dir: Path, *extra: str) -> str:
         "--save_steps", "1", "--max_completion_length", "8", "--per_device_train_batch_size", "4",
         "--num_generations", "2", *extra,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = run_offline(command, cwd=ROOT)
     return result.stdout + result.stderr
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import transformers.trainer
+from harness import ROOT, TESTS, run_offline
 from preemption import assert_resume_after_sigkill_matches, launch_worker
 from safetensors.torch import load_file
 from scripted import addition_dataset
@@ -27,8 +25,6 @@ from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow
 from trl_multiagent.rollout.backends.from_config import TrainerContext, build_backend
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
-
-TESTS = Path(__file__).parent
 
 
 def length_parity_reward(completions, **kwargs) -> list[float]:
@@ -204,6 +200,7 @@ def test_saved_run_rebuilds_and_reproduces_greedy_outputs(trained, tiny_judge_di
     assert judged != [[c.completion_ids for c in e.calls if c.role == "evaluator"] for e in expected]
 
 
+@pytest.mark.slow
 def test_sigkill_after_checkpoint_then_resume_matches(tiny_model_dir, tiny_judge_dir, tmp_path):
     def launch(output_dir: str, *checkpoint: str):
         args = (tiny_model_dir, tiny_judge_dir, output_dir, *checkpoint)
@@ -232,6 +229,7 @@ def test_deepspeed_with_several_bases_is_refused(tiny_model_dir, tiny_judge_dir,
         role_models_from_config(trainer.model, trainer.role_adapters, args, "cpu", distributed="DeepSpeed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
 def test_two_processes_keep_every_base_in_step(tiny_model_dir, tiny_judge_dir, tmp_path, schedule):
     """torchrun, 2 processes (DDP over gloo): the ranks train on different episodes, and end with the same adapters
@@ -241,10 +239,7 @@ def test_two_processes_keep_every_base_in_step(tiny_model_dir, tiny_judge_dir, t
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
         str(TESTS / "workers" / "ddp_role_models_worker.py"), tiny_model_dir, tiny_judge_dir, str(tmp_path), schedule,
     ]  # fmt: skip
-    path = f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)  # a DDP hang times out
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_offline(command, timeout=300)  # a DDP hang times out
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["world_size"] == 2 for r in ranks)
     assert ranks[0]["completions"] != ranks[1]["completions"]  # each rank trained on its own episodes
@@ -256,6 +251,7 @@ def test_two_processes_keep_every_base_in_step(tiny_model_dir, tiny_judge_dir, t
         assert any(not torch.equal(before[k], weights[0][k]) for k in keys), role
 
 
+@pytest.mark.slow
 def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_dir, tmp_path):
     """recipes/configs/toy_two_models.yaml through the Eval-Opt recipe, its models swapped for the tiny ones."""
     command = [
@@ -264,9 +260,7 @@ def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_di
         "--output_dir", str(tmp_path), "--max_steps", "1", "--save_steps", "1", "--per_device_train_batch_size", "8",
         "--num_generations", "4", "--max_completion_length", "8", "--disable_tqdm", "true",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    run_offline(command, cwd=ROOT)
     config = json.loads((tmp_path / "multiagent_config.json").read_text())
     assert config["role_models"] == {"evaluator": tiny_judge_dir} and config["policy_sharing"] == "isolated"
     for adapter in ("generator", "evaluator"):

@@ -2,20 +2,16 @@
 
 import random
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from harness import needs_sandbox
+from harness import ROOT, needs_sandbox, run_offline
 
 from trl_multiagent.tasks import make_arithmetic_dataset, make_toy_code_dataset, math_reward
 from trl_multiagent.tasks.code import CodeReward
 from trl_multiagent.tasks.math import MATH_INSTRUCTION
 from trl_multiagent.tasks.sandbox import TestSuite
 from trl_multiagent.tasks.toy_code import PROBLEMS, make_toy_code_problem
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def evaluate_word_problem(text: str) -> int:
@@ -82,12 +78,12 @@ def test_every_toy_problem_kind_is_solved_by_its_reference_and_failed_by_a_wrong
     assert reward(["```python\nprint(42)\n```"] * len(problems), tests) == [0.0] * len(problems)
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_benchmark_smoke_run_prints_the_result_line():
-    script = REPO / "benchmarks" / "sandbox_throughput.py"
+    script = ROOT / "benchmarks" / "sandbox_throughput.py"
     args = ["--programs", "10", "--tests", "3", "--workers", "2"]
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert done.returncode == 0, done.stderr
+    done = run_offline([sys.executable, str(script), *args], cwd=ROOT, timeout=120)
     lines = done.stdout.strip().splitlines()
     assert lines[-2].startswith("ratio (stop / all)")
     assert re.fullmatch(r"RESULT sandbox_throughput value=\d+\.\d+ target>=\d+(\.\d+)?", lines[-1])

