@@ -208,3 +208,61 @@ def test_trainer_advantages_under_the_paper_groups_are_the_references(tiny_model
     expected = reference_advantages(episodes, trainer.num_generations, "eval_opt", scores)
     assert batches[0].advantages.tolist() == pytest.approx(expected, abs=1e-5)
     assert max(len(e.calls) for e in episodes) > 2 and len({round(a, 4) for a in expected}) > 1
+
+
+class StrictJudgeReward:
+    """A user's evaluator reward (TRL's signature plus the per-role context): 1 for rejecting a wrong attempt, 0.5
+    for accepting a right one, 0 otherwise; records what it was given."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+
+    def __call__(self, prompts, completions, completion_ids, judged, candidates, final_answer, answer, **columns):
+        self.calls.append(dict(completions=completions, judged=judged, answer=answer, final_answer=final_answer))
+        rewards = []
+        for verdict, attempt, expected in zip(completions, judged, answer):
+            if "Incorrect" in verdict:
+                rewards.append(float(not right(attempt, expected)))
+            else:
+                rewards.append(0.5 * right(attempt, expected))
+        return rewards
+
+
+def test_a_role_reward_func_scores_that_roles_calls_and_sets_their_advantages(tiny_model_dir, tmp_path):
+    """`role_reward_funcs={"evaluator": fn}`: fn gets the evaluator's calls of the batch (each with the attempt it
+    judged and its row's columns); under `advantage_groups="calls"` the evaluator's samples carry fn's rewards
+    normalised per prompt, while the generator, without a function, keeps the outcome reward."""
+    judge = StrictJudgeReward()
+    trainer = tiny_trainer(
+        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=scripted_eval_opt,
+        policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
+        role_reward_funcs={"evaluator": judge},
+    )  # fmt: skip
+    batches, episodes = [], []
+    score, run = trainer.generate_and_score, trainer.engine.run
+    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
+    trainer.train()
+
+    answers = [
+        str(int(re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1)) + 2) for e in episodes
+    ]
+    verdicts = [(e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if c.role == "evaluator"]
+    (given,) = judge.calls  # once for the batch, with the evaluator's calls only, in order
+    assert given["completions"] == [episodes[e].calls[i].text for e, i in verdicts]
+    assert given["judged"] == [episodes[e].calls[i - 1].text for e, i in verdicts]  # the attempt just before
+    assert given["answer"] == [answers[e] for e, _ in verdicts]
+    assert given["final_answer"] == [episodes[e].final_answer for e, _ in verdicts]
+
+    judged = dict(zip(verdicts, judge(**{**given, "prompts": [], "completion_ids": [], "candidates": []})))
+    scores = [
+        judged[e, i] if call.role == "evaluator" else float(right(episode.final_answer, answers[e]))
+        for e, episode in enumerate(episodes)
+        for i, call in enumerate(episode.calls)
+    ]
+    assert {judged[key] for key in verdicts} >= {0.0, 1.0}  # the judge's rewards differ, so its advantages do
+    expected = reference_advantages(episodes, trainer.num_generations, "eval_opt", scores)
+    assert batches[0].advantages.tolist() == pytest.approx(expected, abs=1e-5)
+    logs = trainer.state.log_history[0]
+    assert logs["role/evaluator/role_reward"] == pytest.approx(sum(judged.values()) / len(judged))
+    assert "role/generator/role_reward" not in logs  # no function for it: the outcome, not a role reward
