@@ -228,7 +228,7 @@ def test_several_urls_parse_from_the_command_line(tmp_path):
 
 
 def test_server_backend_sends_the_reference_prompt(fakes, tiny_model_dir):
-    from test_chat_rendering import REFERENCE_PROMPT, SECOND_EVALUATOR_CALL
+    from rollout.test_chat_rendering import REFERENCE_PROMPT, SECOND_EVALUATOR_CALL
 
     server, url = fakes()
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)

@@ -1,5 +1,6 @@
 """Per-role generation settings (`role_generation_kwargs`): the engine puts a role's settings on each of its calls,
-and the transformers backend generates those calls with them (the vLLM side: tests/test_vllm_backend.py)."""
+and the transformers backend generates those calls with them (the vLLM side:
+tests/rollout/vllm_backends/test_vllm_backend.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from harness import run_offline
 
-PACKAGE = Path(__file__).resolve().parents[1] / "trl_multiagent"
+PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
 TRAINER = ("trainer", "grpo_seam")  # the trainer and its base class over TRL
 

@@ -28,7 +28,7 @@ from trl_multiagent.training.loss_weights import (
     per_role_kl_loss,
 )
 
-PACKAGE = Path(__file__).resolve().parents[1] / "trl_multiagent"
+PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 SEAM = PACKAGE / "grpo_seam.py"
 
 

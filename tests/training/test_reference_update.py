@@ -21,7 +21,7 @@ from trl_multiagent.training.batch import TrainingBatch
 from trl_multiagent.training.loss_weights import loss_ready
 
 # What the paper preset sets for the loss and the update; the plain values are compared with the reference's config
-# files in tests/test_paper_preset.py.
+# files in tests/recipes/test_paper_preset.py.
 PAPER = preset("paper_math")
 PAPER_UPDATE = {
     k: PAPER[k]

@@ -12,7 +12,7 @@ from trl_multiagent.tasks import math as math_task
 from trl_multiagent.tasks.math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_reward
 from trl_multiagent.workflows import problem_text
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dapo_math_17k_sample.jsonl"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "dapo_math_17k_sample.jsonl"
 
 # (ground truth, boxed prediction, equivalent?)
 ANSWER_PAIRS = [

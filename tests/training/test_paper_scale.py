@@ -131,7 +131,7 @@ def test_bad_step_and_rollout_sizes_fail_early(tmp_path, fields, message):
         config(tmp_path, **fields)
 
 
-@pytest.mark.slow  # ~50 s with torchrun's start-up on a shared 2-core machine (tests/test_ddp.py: 57 s beside it)
+@pytest.mark.slow  # ~50 s with torchrun's start-up on a shared 2-core machine (training/test_ddp.py: 57 s beside it)
 def test_a_paper_step_is_the_same_on_one_and_two_processes(tiny_model_dir, tmp_path):
     """The paper preset's batch fields scaled down (4 prompts per step, mini-batches of 2 prompts, 2 episodes per
     prompt, 2 micro-steps): one step trains the same episodes and each adapter takes the same optimizer steps."""

@@ -9,7 +9,7 @@ from tiny import tiny_trainer
 
 
 def readme_workflow_class():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     block = re.search(r"<!-- user-workflow -->\s*```python\n(.*?)```", readme, re.S).group(1)
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)

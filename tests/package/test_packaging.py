@@ -13,7 +13,7 @@ from packaging.specifiers import SpecifierSet
 
 import trl_multiagent
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_installed_metadata_declares_python_311_and_the_console_command():

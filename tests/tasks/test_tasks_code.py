@@ -17,7 +17,7 @@ from trl_multiagent.tasks.code import (
 )
 from trl_multiagent.tasks.sandbox import SandboxLimits, TestSuite
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 DEEPCODER = FIXTURES / "deepcoder_sample.jsonl"
 RAW = [json.loads(line) for line in DEEPCODER.read_text().splitlines()]
 SOLUTIONS = json.loads((FIXTURES / "deepcoder_sample_solutions.json").read_text())["solutions"]

@@ -15,7 +15,7 @@ import pytest
 from trl_multiagent.evaluation.toy import WORKFLOWS, follows_format
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 
-SCRIPT = Path(__file__).parent.parent / "scripts" / "build_toy_model.py"
+SCRIPT = Path(__file__).parents[2] / "scripts" / "build_toy_model.py"
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import sys
 import pytest
 import torch
 import transformers.trainer
+from checkpoints.test_hub import FakeHubApi
 from harness import ROOT, TESTS, run_offline
 from preemption import assert_resume_after_sigkill_matches, launch_worker
 from safetensors.torch import load_file
 from scripted import addition_dataset
-from test_hub import FakeHubApi
 from tiny import tiny_trainer
 from transformers import AutoTokenizer, GenerationConfig
 

@@ -31,7 +31,7 @@ from trl_multiagent.workflows import (
     read_strategies,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 PROMPT = [{"role": "system", "content": "Be concise."}, {"role": "user", "content": "What is 2 + 3?"}]
 

@@ -535,7 +535,7 @@ def test_thresholds_are_checked(bad, match):
 
 
 # Drift-relevant metrics of the toy presets' own runs (scripts/toy_preset_logs.py): what a user's first run logs.
-PRESET_LOGS = json.loads((Path(__file__).parent / "fixtures" / "toy_preset_logs.json").read_text())["runs"]
+PRESET_LOGS = json.loads((Path(__file__).parents[1] / "fixtures" / "toy_preset_logs.json").read_text())["runs"]
 
 
 @pytest.mark.parametrize("preset", sorted(PRESET_LOGS))

@@ -11,7 +11,7 @@ from trl import GRPOConfig, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config_reference():
