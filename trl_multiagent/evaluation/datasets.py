@@ -21,7 +21,7 @@ TASKS = ("math", "code")
 DEFAULT_DATASETS = {"math": DAPO_MATH_ID, "code": DEEPCODER_ID}
 # Tokens per model call in checkpoint evaluation: the reference's evaluation lengths, longer than its training lengths
 # so that fewer answers are cut off; `use_training_lengths` evaluates at the training lengths (those of
-# recipes/configs/paper_<task>.yaml: tests/test_evaluation.py and tests/test_paper_preset.py compare both with the
+# recipes/configs/paper_<task>.yaml: tests/evaluation/test_evaluation.py and tests/recipes/test_paper_preset.py compare both with the
 # reference's files).
 EVAL_LENGTHS = {"math": 8192, "code": 5120}
 TRAINING_LENGTHS = {"math": 5120, "code": 2048}
