@@ -23,7 +23,7 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
+from trl_multiagent.tasks import CodeReward, get_task
 from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
 
@@ -51,12 +51,8 @@ if __name__ == "__main__":
     argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
     script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
 
-    if script_args.dataset_name == "toy_code":  # offline toy task for CPU runs
-        train_dataset = make_toy_code_dataset(n=1000, seed=training_args.seed)
-    else:
-        train_dataset = load_deepcoder(
-            split=script_args.dataset_train_split, path_or_id=script_args.dataset_name or DEEPCODER_ID
-        )
+    task = get_task("code")  # DeepCoder, or `toy_code`: the offline toy task for CPU runs
+    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
