@@ -21,7 +21,8 @@ from transformers import AutoTokenizer, GenerationConfig
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer, OrchWorkers
 from trl_multiagent.adapters.bases import Bases, adapters_on_bases
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow
+from trl_multiagent.evaluation import make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.from_config import build_backend
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine

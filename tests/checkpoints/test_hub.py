@@ -9,7 +9,8 @@ from scripted import addition_dataset
 from tiny import tiny_trainer
 
 from trl_multiagent import MultiAgentGRPOTrainer
-from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_trained_workflow
+from trl_multiagent.evaluation import make_generation_config, run_episodes
 
 
 class FakeHubApi:

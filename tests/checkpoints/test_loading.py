@@ -12,8 +12,9 @@ from tiny import tiny_trainer
 from transformers import GenerationConfig
 
 from trl_multiagent import EvalOpt, Voting
-from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_base_workflow, load_trained_workflow
 from trl_multiagent.checkpoints.load import workflow_from_config
+from trl_multiagent.evaluation import make_generation_config, run_episodes
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
 

@@ -27,7 +27,8 @@ FORBIDDEN = {
     "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config", "monitoring"),
     "training": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring"),
     "monitoring": TRAINER + ("training", "adapters", "checkpoints", "evaluation"),
-    "checkpoints": TRAINER + ("evaluation",),
+    # loading and saving only: running a loaded workflow (backends, engine, episodes) is evaluation's
+    "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring"),
     "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
     "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy"),
 }

@@ -14,7 +14,7 @@ import functools
 import pytest
 from presets import CONFIGS, ON_CPU, preset, recipe_trainer_kwargs
 
-from trl_multiagent.evaluation.datasets import DEFAULT_DATASETS
+from trl_multiagent.tasks import get_task
 
 # (field, the reference's value, where the reference sets it)
 REFERENCE_SETTINGS = [
@@ -99,7 +99,7 @@ def test_the_paper_completion_lengths_are_the_references(task, reference, where)
     for recipe in [r for r in TRAINING_RECIPES if r.endswith(f"_{task}") or (r, task) == ("train", "math")]:
         assert recipe_defaults(recipe)["args"].max_completion_length == reference, (recipe, where)
     # the dataset the recipes train on by default is the one the evaluation holds out from
-    assert preset(f"paper_{task}")["dataset_name"] == DEFAULT_DATASETS[task]
+    assert preset(f"paper_{task}")["dataset_name"] == get_task(task).dataset_id
 
 
 def test_every_recipe_trains_the_paper_model_and_workflows_by_default():

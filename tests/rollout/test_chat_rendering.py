@@ -19,8 +19,8 @@ from tokenizers import Tokenizer, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from trl_multiagent import MultiAgentGRPOConfig, SingleAgent
-from trl_multiagent.checkpoints import load_base_workflow, make_generation_config, run_episodes
-from trl_multiagent.checkpoints.load import eos_token_ids
+from trl_multiagent.checkpoints import load_base_workflow
+from trl_multiagent.evaluation import eos_token_ids, make_generation_config, run_episodes
 from trl_multiagent.evaluation.evaluator import EvalSettings
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend

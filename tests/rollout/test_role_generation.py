@@ -12,8 +12,8 @@ from scripted import ScriptedBackend
 from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, Voting
-from trl_multiagent.checkpoints import load_base_workflow, make_generation_config
-from trl_multiagent.checkpoints.load import eos_token_ids
+from trl_multiagent.checkpoints import load_base_workflow
+from trl_multiagent.evaluation import eos_token_ids, make_generation_config
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine

@@ -12,7 +12,7 @@ import torch
 from harness import ROOT, needs_sandbox, run_offline
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, sample_episodes
+from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, run_toy
 from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, model_name, resolve_model_name
 
 
@@ -54,7 +54,7 @@ def test_toy_model_follows_every_role_format(workflow, task):
     """Sampled at temperature 0.7 on 100 held-out problems of each task, each role's output parses >= 95% of the
     time."""
     trained = load_policy("toy", workflow, task)
-    episodes = sample_episodes(trained, list(held_out_dataset(100, task)["prompt"]), temperature=0.7, seed=0)
+    episodes = run_toy(trained, held_out_dataset(100, task).to_list(), task, temperature=0.7, seed=0)
     rates = format_rates(trained.workflow, episodes)
     assert set(rates) == set(trained.workflow.roles)
     assert all(rate >= 0.95 for rate in rates.values()), rates
@@ -89,7 +89,7 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     torch.manual_seed(0)
     trained = load_policy(str(output_dir), "eval_opt")
     assert sorted(trained.role_to_adapter.values()) == ["evaluator", "generator"]
-    episodes = sample_episodes(trained, list(held_out_dataset(30)["prompt"]), temperature=0.7, seed=0)
+    episodes = run_toy(trained, held_out_dataset(30).to_list(), "math", temperature=0.7, seed=0)
     rates = format_rates(trained.workflow, episodes)
     assert all(rate >= 0.9 for rate in rates.values()), rates
 

@@ -14,8 +14,8 @@ from presets import preset
 from workers.step_size_worker import one_step
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
-from trl_multiagent.checkpoints import load_base_workflow, make_generation_config
-from trl_multiagent.checkpoints.load import eos_token_ids
+from trl_multiagent.checkpoints import load_base_workflow
+from trl_multiagent.evaluation import eos_token_ids, make_generation_config
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend, token_bounded_batches
 
