@@ -153,6 +153,7 @@ class RolloutEngine:
                     truncated=result.truncated,
                     sampling_logprobs=result.sampling_logprobs,
                     base=base,
+                    provenance=result.provenance,
                 )
                 made.append((position, call))
                 return result.text

@@ -36,6 +36,7 @@ class TrainerContext:
     process_index: int
     num_processes: int
     base: str | None = None  # the name of this base model when roles sit on several (`role_models`)
+    weights_step: Callable[[], int] | None = None  # the optimizer step of the trained weights now (provenance stamps)
     extra: dict[str, TrainerContext] = field(default_factory=dict)  # the same for every other base, by name
 
     @classmethod
@@ -53,6 +54,7 @@ class TrainerContext:
             chat_rendering=trainer.args.chat_rendering,
             process_index=trainer.accelerator.process_index,
             num_processes=trainer.accelerator.num_processes,
+            weights_step=lambda: trainer.state.global_step,
         )
         role_models = trainer.adapters.role_models
         if role_models is None:
@@ -119,6 +121,7 @@ def _backend(args, context: TrainerContext, memory_share: float):
         max_batch_size=args.rollout_batch_size,
         max_batch_tokens=args.rollout_max_batch_tokens,
         chat_rendering=c.chat_rendering,
+        weights_step=c.weights_step,
     )
 
 
@@ -142,6 +145,7 @@ def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
         eos_token_ids=context.eos_token_ids,
         chat_template_kwargs=context.chat_template_kwargs,
         chat_rendering=context.chat_rendering,
+        weights_step=context.weights_step,
     )
     if args.vllm_mode == "server":
         urls = args.vllm_server_base_urls or [
