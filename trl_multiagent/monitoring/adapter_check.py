@@ -36,6 +36,7 @@ stamps are checked exactly. The outlier rule ignores gaps below ``NOISE_FLOOR`` 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,26 +67,31 @@ class AdapterMismatch:
     role: str
     adapter: str  # the role's routed adapter
     expected_version: int  # the step whose weights should have sampled the batch
-    served: Provenance | None  # the stamp of the first offending call; None where only the gap showed it
-    gap: float | None = None  # the role's mean |trainer - sampler| log-prob per token, when it showed the mismatch
-    gap_limit: float | None = None  # the value the gap crossed
+    served: Provenance | None  # the stamp of its first call (the first offending one); None: the backend stamps none
+    stamped_wrong: bool  # the stamp itself is not (adapter, expected_version)
+    gap: float | None = None  # the role's mean |trainer - sampler| log-prob per token, when it crossed a limit
+    gap_limit: float | None = None  # the limit it crossed
 
     @property
     def message(self) -> str:
         expected = f"adapter {self.adapter!r} at version {self.expected_version}"
-        if self.gap is None:
+        head = f"Adapter mismatch at step {self.step}: role {self.role!r} should be served by {expected}"
+        parts = []
+        if self.stamped_wrong:
             actual = f"adapter {self.served.adapter!r} at version {self.served.version} ({self.served.backend})"
-            return (
-                f"Adapter mismatch at step {self.step}: role {self.role!r} should be served by {expected}, but its "
-                f"calls were served by {actual}. A sync to the backend was missed or its LoRA slots are mapped to the "
-                "wrong adapters."
+            parts.append(
+                f"{head}, but its calls were served by {actual}: a sync to the backend was missed or its LoRA slots "
+                "are mapped to the wrong adapters."
             )
-        stamp = "" if self.served is None else f" (stamped {self.served.adapter!r} v{self.served.version})"
-        return (
-            f"Adapter mismatch at step {self.step}: role {self.role!r} should be served by {expected}{stamp}, but the "
-            f"sampler's log-probs differ from that adapter's by {self.gap:.3g} nats per token on average (limit "
-            f"{self.gap_limit:.3g}): the backend sampled with other weights (a swapped, evicted or stale LoRA slot)."
-        )
+        if self.gap is not None:
+            stamp = "" if self.served is None else f" (stamped {self.served.adapter!r} v{self.served.version})"
+            start = "Its" if parts else f"{head}{stamp}, but the"
+            parts.append(
+                f"{start} sampler's log-probs differ from that adapter's by {self.gap:.3g} nats per token on average "
+                f"(limit {self.gap_limit:.3g}): the backend sampled with other weights (a swapped, evicted or stale "
+                "LoRA slot)."
+            )
+        return " ".join(parts)
 
 
 def expected_version(step: int, ran_ahead: bool) -> int:
@@ -106,7 +112,7 @@ def provenance_mismatches(
             continue
         stale = adapter != BASE_MODEL and served.version is not None and served.version != version
         if served.adapter != adapter or stale:
-            found[call.role] = AdapterMismatch(step, call.role, adapter, version, served)
+            found[call.role] = AdapterMismatch(step, call.role, adapter, version, served, stamped_wrong=True)
     return found
 
 
@@ -238,9 +244,13 @@ class AdapterCheck:
             metrics = sampler_gap_metrics(self.roles, sums, largest)
             gaps = {r: v for r in self.roles if (v := metrics.get(f"role/{r}/sampler_gap_mean")) is not None}
             for role, limit in gap_outliers(gaps, self.gap_threshold, self.outlier_factor, self.floor).items():
+                if role in found:
+                    found[role] = dataclasses.replace(found[role], gap=gaps[role], gap_limit=limit)
+                    continue
                 stamps = [c.provenance for c in calls if c.role == role and c.provenance is not None]
                 stamp = stamps[0] if stamps else None
-                found[role] = AdapterMismatch(step, role, self.role_adapters[role], version, stamp, gaps[role], limit)
+                adapter = self.role_adapters[role]
+                found[role] = AdapterMismatch(step, role, adapter, version, stamp, False, gaps[role], limit)
         counts = gather(torch.tensor([[float(sum(c.role == r for c in calls)) for r in self.roles]], device=device))
         mismatched = [r for r, f in zip(self.roles, flagged.tolist()) if f or r in found]
         for role, calls_made in zip(self.roles, counts.sum(0).tolist()):
