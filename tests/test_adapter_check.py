@@ -136,7 +136,7 @@ def test_provenance_mismatches_name_the_role_and_both_versions():
         call("generator", Provenance("generator", 4, "vllm-colocate")),
         call("evaluator", Provenance("evaluator", 3, "vllm-colocate")),  # missed the last sync
         call("evaluator", Provenance("generator", 4, "vllm-colocate")),
-        call("judge", Provenance(BASE_MODEL, 0, "vllm-colocate")),  # the base model has no version to keep up with
+        call("judge", Provenance(BASE_MODEL, None, "vllm-colocate")),  # the base model has no version
         call("generator", None),  # a backend that does not stamp is not checked
     ]
     found = provenance_mismatches(calls, adapters, version=4, step=4)

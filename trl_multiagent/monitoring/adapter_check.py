@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..adapters.routing import BASE_MODEL
 from ..rollout.backends.base import Provenance
 from .role_metrics import role_rows
 
@@ -104,13 +103,13 @@ def provenance_mismatches(
     calls: Sequence, role_adapters: Mapping[str, str], version: int, step: int
 ) -> dict[str, AdapterMismatch]:
     """Role -> the first of its calls whose stamp is not (its routed adapter, ``version``). Calls a backend did not
-    stamp are not checked; neither is the version of the base model (``"__base__"``: no weights change)."""
+    stamp are not checked, nor the version where the stamp has none (the base model, ``"__base__"``: never trained)."""
     found: dict[str, AdapterMismatch] = {}
     for call in calls:
         served, adapter = call.provenance, role_adapters[call.role]
         if served is None or call.role in found:
             continue
-        stale = adapter != BASE_MODEL and served.version is not None and served.version != version
+        stale = served.version is not None and served.version != version
         if served.adapter != adapter or stale:
             found[call.role] = AdapterMismatch(step, call.role, adapter, version, served, stamped_wrong=True)
     return found

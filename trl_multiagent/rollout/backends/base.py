@@ -36,7 +36,7 @@ class Provenance:
     sync or a swapped slot shows."""
 
     adapter: str  # the adapter whose weights sampled the call ("__base__": none)
-    version: int | None  # the optimizer step of those weights; None where the backend was given no clock
+    version: int | None  # the optimizer step of those weights; None: the base model, or a backend given no clock
     backend: str  # "transformers" | "vllm-colocate" | "vllm-async" | "vllm-server"
 
 

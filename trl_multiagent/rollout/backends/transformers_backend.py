@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ...adapters.routing import AdapterRouter
+from ...adapters.routing import BASE_MODEL, AdapterRouter
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult, Provenance, settings_key
 
@@ -97,7 +97,8 @@ class TransformersBackend:
                         adapters = [requests[i].adapter for i in chunk]
                         batch = self._generate_batch(model, [prompts[i] for i in chunk], adapters, config)
                         for i, adapter, result in zip(chunk, adapters, batch):
-                            result.provenance = Provenance(adapter, version, "transformers")
+                            trained = adapter != BASE_MODEL  # the base model's weights have no optimizer step
+                            result.provenance = Provenance(adapter, version if trained else None, "transformers")
                             results[i] = result
             finally:
                 model.train(was_training)

@@ -93,12 +93,13 @@ class AdapterFolders:
         if name in self.paths:
             self._old.setdefault(name, []).append(self.paths[name])
         self.paths[name] = path
-        self._saved[name] = self.weights_step() if self.weights_step is not None else None
+        trained = name != BASE_MODEL and self.weights_step is not None  # the zero adapter stands for the base model
+        self._saved[name] = self.weights_step() if trained else None
         return path
 
     def loaded(self, name: str) -> None:
         """vLLM now holds the newest folder of ``name`` in its slot: requests to that slot are served by it."""
-        self.slots[self.ids[name]] = (name, self._saved[name])
+        self.slots[self.ids[name]] = (name, self._saved.get(name))
 
     def provenance(self, name: str, backend: str) -> Provenance:
         """What a request routed to ``name`` is served by: what was last loaded into ``name``'s slot."""
