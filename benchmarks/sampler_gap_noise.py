@@ -12,12 +12,14 @@ sequence-level ratio exp(mean gap), for the role's own adapter (noise), for the 
 and, for the generator, for weights one optimizer step newer than vLLM's (every LoRA weight moved by 1e-3, Adam's
 first step at lr 1e-3: a missed sync).
 
-Measured 2026-12-01 at commit 7d8195c, vLLM 0.32 CPU build, torch 2.13 CPU, 2 shared cores with other jobs beside it
-(mean gap per token; the two roles):
-    float32   noise 4.6e-7 / 4.2e-7 (max 1.8e-5, ratio std 4.5e-7 / 3.1e-7); swapped 0.10 / 0.10 (max 3.6);
-              one step stale 3.1e-3 (max 0.073)
-    bfloat16  noise 4.8e-3 / 6.6e-3 (max 0.27, ratio std 5.6e-3 / 5.0e-3); swapped 0.095 / 0.11 (max 3.9);
-              one step stale 9.5e-3 (max 0.16)
+Measured 2026-12-01 on the tree of commit 7d8195c plus the provenance stamps, vLLM 0.32 CPU build, torch 2.13 CPU,
+2 cores shared with other jobs (mean gap per token; generator / evaluator):
+    float32   noise 6.1e-7 / 6.8e-7 (max 1.8e-5, ratio std 4.3e-7 / 6.4e-7); swapped 0.11 / 0.14 (max 5.4);
+              one step stale 7.1e-3 (max 0.19)
+    bfloat16  noise 7.0e-3 / 8.4e-3 (max 0.24, ratio std 5.7e-3 / 4.3e-3); swapped 0.14 / 0.12 (max 5.1);
+              one step stale 1.0e-2 (max 0.24)
+A first run with other question wording ("Put the answer in \boxed{}") gave fp32 noise 4.6e-7 / 4.2e-7, swapped
+0.10 / 0.10, stale 3.1e-3; bf16 noise 4.8e-3 / 6.6e-3, swapped 0.095 / 0.11, stale 9.5e-3.
 """
 
 from __future__ import annotations

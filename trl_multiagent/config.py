@@ -266,10 +266,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "- sampler log-prob| per token (`role/<role>/sampler_gap_mean`, logged where the backend reports "
             "sampling log-probs: vLLM) is above this many nats was sampled with other weights than its adapter's. "
             "`None`: 1e-3 in fp32, 3e-2 under bf16/fp16 (measured on the toy model with vLLM on CPU, mean gap per "
-            "token: fp32 noise 4.6e-7, bf16 noise 6.6e-3, another role's adapter 0.10, one lr 1e-3 step stale "
-            "3.1e-3 in fp32; `benchmarks/sampler_gap_noise.py`). Raise it for samplers that truncate the "
-            "distribution (top_p < 1, top_k), whose log-probs are renormalised. Where the loss needs no log-probs "
-            "from before the update, the gap costs one extra no-grad forward pass of each generation batch.",
+            "token: fp32 noise at most 6.8e-7, bf16 noise at most 8.4e-3, another role's adapter 0.095-0.14, one "
+            "lr 1e-3 step stale 3.1e-3-7.1e-3 in fp32; `benchmarks/sampler_gap_noise.py`). Raise it for samplers "
+            "that truncate the distribution (top_p < 1, top_k), whose log-probs are renormalised. Where the loss "
+            "needs no log-probs from before the update, the gap costs one extra no-grad forward pass of each "
+            "generation batch.",
         },
     )
     adapter_mismatch_outlier: float = field(
