@@ -259,6 +259,38 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "Stop training at the first drift alarm.",
         },
     )
+    adapter_mismatch_gap: float | None = field(
+        default=None,
+        metadata={
+            "help": "The `adapter_mismatch` check (monitoring/adapter_check.py): a role whose mean |trainer log-prob "
+            "- sampler log-prob| per token (`role/<role>/sampler_gap_mean`, logged where the backend reports "
+            "sampling log-probs: vLLM) is above this many nats was sampled with other weights than its adapter's. "
+            "`None`: 1e-3 in fp32, 3e-2 under bf16/fp16 (measured on the toy model with vLLM on CPU, mean gap per "
+            "token: fp32 noise at most 6.8e-7, bf16 noise at most 8.4e-3, another role's adapter 0.095-0.14, one "
+            "lr 1e-3 step stale 3.1e-3-7.1e-3 in fp32; `benchmarks/sampler_gap_noise.py`). Raise it for samplers "
+            "that truncate the distribution (top_p < 1, top_k), whose log-probs are renormalised. Where the loss "
+            "needs no log-probs from before the update, the gap costs one extra no-grad forward pass of each "
+            "generation batch.",
+        },
+    )
+    adapter_mismatch_outlier: float = field(
+        default=10.0,
+        metadata={
+            "help": "The `adapter_mismatch` check also flags a role whose mean sampler gap is above this times the "
+            "median of the other roles' (and above the precision's noise: 1e-5 in fp32, 1e-2 in bf16/fp16), "
+            "whatever `adapter_mismatch_gap` is.",
+        },
+    )
+    fail_on_adapter_mismatch: bool = field(
+        default=False,
+        metadata={
+            "help": "Stop training with an error when a role's calls were not served by its routed adapter at the "
+            "expected version (the optimizer step synced for the batch: the current one, the one before under "
+            "`rollout_ahead=1`) as the backend stamps them, or when its sampler gap crosses the limits above. "
+            "Without it, each such role gets a warning naming the adapter and both versions, and the "
+            "`adapter_mismatch` alarm of `drift_alarms`.",
+        },
+    )
     training_summary: bool = field(
         default=True,
         metadata={

@@ -29,6 +29,7 @@ from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
+from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
@@ -129,6 +130,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
+        self.adapter_check = AdapterCheck.for_run(args, workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
@@ -196,6 +198,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             chat_rendering=self.args.chat_rendering,
             process_index=self.accelerator.process_index,
             num_processes=self.accelerator.num_processes,
+            weights_step=lambda: self.state.global_step,
         )
         return context.on_bases(self.bases, self.adapters.routers)
 
@@ -281,6 +284,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
         self._log_workflow_metrics(mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist())
         self._add_logps_before_update(batch, mode)
+        self._check_adapters(episodes, batch, mode)
         return batch
 
     def _role_rewards(self, episodes, rows: list[dict], *, outcome: list[float], mode: str):
@@ -308,6 +312,23 @@ class MultiAgentGRPOTrainer(GRPOSeam):
                 batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
+
+    def _check_adapters(self, episodes, batch: TrainingBatch, mode: str) -> None:
+        """Each role served by its own adapter at the synced version, per the backend's stamps and the gap between
+        the sampler's log-probs and the trainer's before the update (monitoring/adapter_check.py)."""
+        logps = batch.old_per_token_logps
+        if batch.sampling_per_token_logps is None:
+            logps = None
+        elif logps is None:  # the loss's forward of these weights comes too late for the check
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                logps = self._routed_logps(batch, batch.adapters, mode)
+        ahead = self.rollouts.ran_ahead and mode == "train"
+        calls = [c for e in episodes for c in e.calls]
+        step = self.state.global_step
+        metrics = self.adapter_check.check(
+            calls=calls, batch=batch, trainer_logps=logps, step=step, ran_ahead=ahead, gather=gather
+        )
+        self.record_metrics(mode, metrics)
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""

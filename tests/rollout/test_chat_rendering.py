@@ -301,6 +301,7 @@ def test_colocated_vllm_backends_send_the_reference_prompt(engine, fake_vllm, to
         chat_rendering="reference_qwen",
     )
     backend.folders.paths["generator"] = "/adapters/generator"  # what sync_adapters records
+    backend.folders.loaded("generator")
     request = GenerationRequest("generator", SECOND_EVALUATOR_CALL)
     results = backend.generate([request])
     if engine == "AsyncVLLMBackend":  # one call at a time as well (rollout_mode="async")

@@ -184,6 +184,7 @@ class RolloutEngine:
                     base=base,
                     tools=schemas,
                     turn=turn,
+                    provenance=result.provenance,
                 )
                 made.append((position, call))
                 return result, call

@@ -37,6 +37,7 @@ class BackendContext:
     process_index: int
     num_processes: int
     base: str | None = None  # the name of this base model when roles sit on several
+    weights_step: Callable[[], int] | None = None  # the optimizer step of the trained weights now (provenance stamps)
     extra: dict[str, BackendContext] = field(default_factory=dict)  # the same for every other base, by name
 
     def on_bases(self, bases, routers: Mapping[str | None, Any]) -> BackendContext:
@@ -104,6 +105,7 @@ def _backend(args, context: BackendContext, memory_share: float):
         max_batch_size=args.rollout_batch_size,
         max_batch_tokens=args.rollout_max_batch_tokens,
         chat_rendering=c.chat_rendering,
+        weights_step=c.weights_step,
     )
 
 
@@ -127,6 +129,7 @@ def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
         eos_token_ids=context.eos_token_ids,
         chat_template_kwargs=context.chat_template_kwargs,
         chat_rendering=context.chat_rendering,
+        weights_step=context.weights_step,
     )
     if args.vllm_mode == "server":
         urls = args.vllm_server_base_urls or [
