@@ -40,6 +40,7 @@ from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
 from trl_multiagent.evaluation import format_table, paper_table, read_log_history, read_results, role_instability
+from trl_multiagent.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 SA_RL = "single_agent"
@@ -55,7 +56,10 @@ class GridArguments:
     models: list[str] = field(
         default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"], metadata={"help": "Models."}
     )
-    tasks: list[str] = field(default_factory=lambda: ["math", "code"], metadata={"help": "math and/or code."})
+    tasks: list[str] = field(
+        default_factory=lambda: list(TASKS),
+        metadata={"help": "Tasks (trl_multiagent.tasks.TASKS).", "choices": list(TASKS)},
+    )
     output_root: str = field(default="runs/grid", metadata={"help": "Runs go to <root>/<model>/<task>/<cell>."})
     seed: int = field(default=42, metadata={"help": "Seed of every run and evaluation."})
     max_steps: int = field(default=500, metadata={"help": "Training steps of every run (the paper: 500)."})

@@ -21,13 +21,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
 from trl_multiagent.shipped import recipe_argv
-from trl_multiagent.tasks import (
-    DAPO_MATH_ID,
-    load_dapo_math,
-    make_arithmetic_dataset,
-    math_answer_checker,
-    math_reward,
-)
+from trl_multiagent.tasks import get_task
 from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
 
@@ -45,12 +39,8 @@ if __name__ == "__main__":
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
-    if script_args.dataset_name == "arithmetic":  # offline toy task for CPU runs
-        train_dataset = make_arithmetic_dataset(n=1000, seed=training_args.seed)
-    else:
-        train_dataset = load_dapo_math(
-            split=script_args.dataset_train_split, path_or_id=script_args.dataset_name or DAPO_MATH_ID
-        )
+    task = get_task("math")  # DAPO-Math-17K, or `arithmetic`: the offline toy task for CPU runs
+    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
@@ -60,11 +50,11 @@ if __name__ == "__main__":
             parsing=options.parsing,
             workers=options.workers,
         ),
-        reward_funcs=math_reward,
+        reward_funcs=task.make_reward(),
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
-        answer_checker=math_answer_checker,  # per-role regrading against `answer`
+        answer_checker=task.answer_checker,  # per-role regrading against `answer`
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

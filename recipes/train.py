@@ -17,7 +17,6 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from datasets import load_dataset
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
@@ -25,17 +24,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
 from trl_multiagent.shipped import recipe_argv
-from trl_multiagent.tasks import (
-    DAPO_MATH_ID,
-    DEEPCODER_ID,
-    CodeReward,
-    load_dapo_math,
-    load_deepcoder,
-    make_arithmetic_dataset,
-    make_toy_code_dataset,
-    math_answer_checker,
-    math_reward,
-)
+from trl_multiagent.tasks import TASKS, get_task
 from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
 
@@ -59,7 +48,7 @@ class WorkflowArguments:
     reward_funcs: list[str] = field(
         default_factory=list, metadata={"help": "Reward functions as package.module.function (default: the task's)."}
     )
-    task: Literal["math", "code"] = field(default="math", metadata={"help": "The default reward and datasets."})
+    task: str = field(default="math", metadata={"help": "The default reward and datasets.", "choices": list(TASKS)})
 
 
 def train_dataset(script_args: ScriptArguments, seed: int):
@@ -68,14 +57,9 @@ def train_dataset(script_args: ScriptArguments, seed: int):
         raise ValueError(
             "Set --dataset_name (or dataset_name in the --config file): arithmetic, toy_code, a file or a Hub id."
         )
-    if name == "arithmetic":
-        return make_arithmetic_dataset(n=1000, seed=seed)
-    if name == "toy_code":
-        return make_toy_code_dataset(n=1000, seed=seed)
-    if name == DAPO_MATH_ID:
-        return load_dapo_math(split=script_args.dataset_train_split)
-    if name == DEEPCODER_ID:
-        return load_deepcoder(split=script_args.dataset_train_split)
+    for task in TASKS.values():  # a built-in task's dataset or offline generator, whichever --task is
+        if name in (task.generated, task.dataset_id):
+            return task.train_dataset(name, script_args.dataset_train_split, seed)
     if name.endswith((".json", ".jsonl")):
         return load_dataset("json", data_files=name, split="train")
     return load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
@@ -91,9 +75,10 @@ if __name__ == "__main__":
     if workflow_args.reward_funcs:
         reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
     else:
-        reward_funcs = math_reward if workflow_args.task == "math" else CodeReward()
+        reward_funcs = get_task(workflow_args.task).make_reward()
     dataset = train_dataset(script_args, training_args.seed)
-    regrade = workflow_args.task == "math" and "answer" in dataset.column_names  # per-role regrading
+    checker = get_task(workflow_args.task).answer_checker  # per-role regrading against the ground truth
+    regrade = checker is not None and get_task(workflow_args.task).ground_truth in dataset.column_names
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
         workflow=workflow,
@@ -101,7 +86,7 @@ if __name__ == "__main__":
         args=training_args,
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
-        answer_checker=math_answer_checker if regrade else None,
+        answer_checker=checker if regrade else None,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

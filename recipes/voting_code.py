@@ -24,7 +24,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.shipped import recipe_argv
-from trl_multiagent.tasks import DEEPCODER_ID, CodeReward, load_deepcoder, make_toy_code_dataset
+from trl_multiagent.tasks import CodeReward, get_task
 from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
 
@@ -52,12 +52,8 @@ if __name__ == "__main__":
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"))
     script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
 
-    if script_args.dataset_name == "toy_code":  # offline toy task for CPU runs
-        train_dataset = make_toy_code_dataset(n=1000, seed=training_args.seed)
-    else:
-        train_dataset = load_deepcoder(
-            split=script_args.dataset_train_split, path_or_id=script_args.dataset_name or DEEPCODER_ID
-        )
+    task = get_task("code")  # DeepCoder, or `toy_code`: the offline toy task for CPU runs
+    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),

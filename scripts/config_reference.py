@@ -5,7 +5,7 @@ The help metadata in trl_multiagent/config.py is the one place a field is descri
     python scripts/config_reference.py           # rewrites docs/configuration.md
     python scripts/config_reference.py --check   # exits 1 when docs/configuration.md differs from the metadata
 
-tests/test_config_reference.py fails when the committed file is not what this script writes.
+tests/package/test_config_reference.py fails when the committed file is not what this script writes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     python scripts/docs_screenshots.py --out /tmp/shots   # elsewhere
 
 Needs `mkdocs` (`pip install -e ".[docs]"`) and Chromium (Debian: `apt-get install chromium`). The same functions
-back `tests/test_docs_site.py`, which checks that the pages render with their navigation and code blocks.
+back `tests/package/test_docs_site.py`, which checks that the pages render with their navigation and code blocks.
 """
 
 from __future__ import annotations

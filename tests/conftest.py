@@ -1,4 +1,10 @@
 import os
+import sys
+from pathlib import Path
+
+# The shared helpers (harness, tiny, scripted, presets, reference_rules, preemption, workers/) live here, beside the
+# rooms (training/, rollout/, ...): every room imports them by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

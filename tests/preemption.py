@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,20 +10,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import TESTS, launch_offline
 from safetensors.torch import load_file
-
-TESTS = Path(__file__).parent
 
 
 def launch_worker(script: str, *args: str, log: str) -> subprocess.Popen:
-    """Start ``tests/workers/<script>`` with ``args``, its output into the file ``log`` (a full pipe would block)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "OMP_NUM_THREADS": "1",
-    }
-    command = [sys.executable, str(TESTS / "workers" / script), *args]
-    return subprocess.Popen(command, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    """Start ``tests/workers/<script>`` with ``args``, its output into the file ``log``."""
+    return launch_offline([sys.executable, str(TESTS / "workers" / script), *args], log=log)
 
 
 def assert_resume_after_sigkill_matches(
@@ -39,10 +31,10 @@ def assert_resume_after_sigkill_matches(
 
     victim = launch(str(killed))
     checkpoint = killed / f"checkpoint-{kill_after}"
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + 600  # only so that a run that never checkpoints fails instead of hanging
     while not (checkpoint / "trainer_state.json").is_file():
         assert victim.poll() is None, f"the run ended before its step-{kill_after} checkpoint"
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, tail(killed)
         time.sleep(0.05)
     time.sleep(0.2)  # let the checkpoint's last files land, as a preemption usually does
     victim.send_signal(signal.SIGKILL)

@@ -30,7 +30,7 @@ class ScriptedBackend:
         self.batch_sizes.append(len(requests))
         results = []
         for request, text in zip(requests, self.respond(requests, self.rng)):
-            prompt_ids = ChatRenderer(self.tokenizer).prompt_ids(request.messages)
+            prompt_ids = ChatRenderer(self.tokenizer).prompt_ids(request.messages, request.tools)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
             results.append(GenerationResult(prompt_ids=prompt_ids, completion_ids=ids, text=text, truncated=False))
         return results

@@ -65,6 +65,7 @@ def tiny_trainer(
     reward_processing_classes=None,
     answer_checker=None,
     backend=None,
+    role_reward_funcs=None,
     **config,
 ) -> MultiAgentGRPOTrainer:
     """A trainer of ``workflow`` (``Voting()`` by default) on ``dataset`` (``addition_dataset()``), its adapters as
@@ -89,4 +90,5 @@ def tiny_trainer(
         reward_processing_classes=reward_processing_classes,
         rollout_backend=backend,
         answer_checker=answer_checker,
+        role_reward_funcs=role_reward_funcs,
     )

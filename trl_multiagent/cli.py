@@ -33,7 +33,6 @@ from typing import Any
 from .shipped import read_preset, shipped_dir, shipped_file
 
 BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
-TASKS = ("math", "code")
 
 
 def import_object(spec: str) -> Any:
@@ -75,8 +74,10 @@ def train_command(argv: Sequence[str]) -> list[str]:
         raise SystemExit(
             f"Unknown workflow {name!r}: built in are {sorted(BUILT_IN)}; yours: --workflow pkg.mod:Class."
         )
+    from .tasks import TASKS  # here, not at the top: `trl-multiagent --help` should not load the datasets library
+
     parser = argparse.ArgumentParser(prog="trl-multiagent train", add_help=False)
-    parser.add_argument("--task", choices=TASKS, default="math")
+    parser.add_argument("--task", choices=list(TASKS), default="math")
     parser.add_argument("--workflow")
     parser.add_argument("--accelerate_config")
     known, rest = parser.parse_known_args(argv[1:] if name else argv)

@@ -259,6 +259,38 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "Stop training at the first drift alarm.",
         },
     )
+    adapter_mismatch_gap: float | None = field(
+        default=None,
+        metadata={
+            "help": "The `adapter_mismatch` check (monitoring/adapter_check.py): a role whose mean |trainer log-prob "
+            "- sampler log-prob| per token (`role/<role>/sampler_gap_mean`, logged where the backend reports "
+            "sampling log-probs: vLLM) is above this many nats was sampled with other weights than its adapter's. "
+            "`None`: 1e-3 in fp32, 3e-2 under bf16/fp16 (measured on the toy model with vLLM on CPU, mean gap per "
+            "token: fp32 noise at most 6.8e-7, bf16 noise at most 8.4e-3, another role's adapter 0.095-0.14, one "
+            "lr 1e-3 step stale 3.1e-3-7.1e-3 in fp32; `benchmarks/sampler_gap_noise.py`). Raise it for samplers "
+            "that truncate the distribution (top_p < 1, top_k), whose log-probs are renormalised. Where the loss "
+            "needs no log-probs from before the update, the gap costs one extra no-grad forward pass of each "
+            "generation batch.",
+        },
+    )
+    adapter_mismatch_outlier: float = field(
+        default=10.0,
+        metadata={
+            "help": "The `adapter_mismatch` check also flags a role whose mean sampler gap is above this times the "
+            "median of the other roles' (and above the precision's noise: 1e-5 in fp32, 1e-2 in bf16/fp16), "
+            "whatever `adapter_mismatch_gap` is.",
+        },
+    )
+    fail_on_adapter_mismatch: bool = field(
+        default=False,
+        metadata={
+            "help": "Stop training with an error when a role's calls were not served by its routed adapter at the "
+            "expected version (the optimizer step synced for the batch: the current one, the one before under "
+            "`rollout_ahead=1`) as the backend stamps them, or when its sampler gap crosses the limits above. "
+            "Without it, each such role gets a warning naming the adapter and both versions, and the "
+            "`adapter_mismatch` alarm of `drift_alarms`.",
+        },
+    )
     training_summary: bool = field(
         default=True,
         metadata={
@@ -360,6 +392,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": list(CHAT_RENDERINGS),
         },
     )
+    # Roles with tools (the trainer's `tools` and `role_tools`, a workflow's `tools`); the number of tool rounds per
+    # call is TRL's `max_tool_calling_iterations`.
+    tool_timeout: float = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds one tool call may take; a call that takes longer becomes a tool turn holding the "
+            "timeout error (a sync tool is left to finish on its worker thread). Tool loops stop after "
+            "`max_tool_calling_iterations` rounds of tools (None: no cap) or once the turns since the role's first "
+            "prompt (its completions and the tool outputs) hold its `max_tokens` (`role_generation_kwargs`, else "
+            "`max_completion_length`) tokens, as TRL bounds its tool-calling completion.",
+        },
+    )
 
     def __post_init__(self):
         asked_batch_size = self._whole_step_batch()  # before TRL derives its sizes from the per-process batch
@@ -416,6 +460,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 self.num_generations,
                 batch_prompts,
             )
+        if self.tool_timeout <= 0:
+            raise ValueError(f"`tool_timeout` must be > 0 seconds, got {self.tool_timeout}.")
         if self.role_coherence_window < 1:
             raise ValueError(f"`role_coherence_window` must be >= 1, got {self.role_coherence_window}.")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
@@ -551,17 +597,17 @@ def _check_role_numbers(name: str, value: Any) -> None:
 
 
 UNSUPPORTED_TRL_ARGUMENTS = {
-    "tools": "tool calling inside one completion",
-    "rollout_func": "a custom single-completion rollout",
-    "environment_factory": "environments",
+    "rollout_func": "`rollout_func` replaces GRPOTrainer's generation with one function returning the token ids of "
+    "single completions, while here the workflow makes every model call and each call becomes a sample of its role",
+    "environment_factory": "`environment_factory` runs one environment per single-completion rollout inside "
+    "GRPOTrainer's generation, which the rollout engine replaces",
 }
 
 
-def check_rollout_ahead(args: MultiAgentGRPOConfig, trainer) -> bool:
+def check_rollout_ahead(args: MultiAgentGRPOConfig, num_processes: int) -> bool:
     """Whether ``rollout_ahead`` is on, once the rest of the run fits it (the config checked the fields alone)."""
     if not args.rollout_ahead:
         return False
-    num_processes = trainer.accelerator.num_processes
     if num_processes > 1 or args.num_iterations != 1 or args.steps_per_generation != args.gradient_accumulation_steps:
         raise ValueError(
             "rollout_ahead=1 reads the next generation batch one optimizer step early, which needs one training "
@@ -592,8 +638,10 @@ def check_trainer_arguments(
             raise TypeError(f"MultiAgentGRPOTrainer got an unexpected keyword argument {name!r}.")
         if value is not None:
             raise ValueError(
-                f"`{name}` ({what}) is a GRPOTrainer feature that multi-agent rollouts do not support: the workflow "
-                "makes the model calls. Write the steps as a Workflow (its `run` may call tools between its calls)."
+                f"MultiAgentGRPOTrainer does not take {what}. Write the rollout as a Workflow instead: its `run` "
+                "calls `generate(role, messages)` per model call and may keep any state (an environment) per episode; "
+                "give a role functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's "
+                "`tools`, and score the final answer with `reward_funcs`."
             )
     if args is None:
         args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")

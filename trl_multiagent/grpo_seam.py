@@ -3,7 +3,7 @@
 ``MultiAgentGRPOTrainer`` subclasses it. Each private hook of TRL's training loop is overridden here and forwards, with
 the same arguments, to a public method whose default is TRL's own behaviour, so the trainer overrides public names
 only. Each private attribute the trainer reads or writes is reached through a method or property here. Nothing else
-in the package names a TRL-private member (tests/test_trl_seam.py checks it), so a TRL release that moves one of them
+in the package names a TRL-private member (tests/trl_compat/test_trl_seam.py checks it), so a TRL release that moves one of them
 changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does.
 """
 

@@ -21,7 +21,7 @@ import torch
 from accelerate.utils import gather, gather_object
 from trl.models.utils import disable_gradient_checkpointing
 
-from .adapters.role_models import role_models_of
+from .adapters.bases import Bases
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
@@ -29,11 +29,13 @@ from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
+from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
-from .rollout.backends.from_config import TrainerContext, build_backend, sync_adapters
+from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.probe import check_prompt_column, probe_first_row
+from .rollout.tool_loop import build_role_tools
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completions
@@ -56,6 +58,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             `args.rollout_backend` (tests pass scripted backends here).
         answer_checker: `(text, answer) -> bool`, with the dataset's `answer` column, regrades every answering role's
             own outputs (`workflow/regraded/<role>`, pass@N over voters or workers, verdict accuracy).
+        tools: Python functions (sync or async; type hints and a Google-style docstring) every role may call, as
+            GRPOTrainer's `tools`: each `generate` runs a tool loop (rollout/tool_loop.py), every model call of it a
+            training sample whose prompt holds the earlier turns and tool outputs; up to `max_tool_calling_iterations`
+            rounds; the chat template must support tools.
+        role_tools: `{role: [function, ...]}`: tools for some roles only (added to the workflow's declared `tools`).
     """
 
     def __init__(
@@ -75,6 +82,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         answer_checker=None,
         role_reward_funcs=None,
         quantization_config=None,
+        tools=None,
+        role_tools=None,
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
@@ -97,34 +106,52 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             peft_config=peft_config,
         )
 
-        self.role_adapters, role_models = role_models_of(self, args, lora, quantization_config)  # role_models' bases
+        # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
+        self.bases = Bases.from_config(
+            args,
+            peft_model=self.model,
+            role_adapters=self.role_adapters,
+            device=self.accelerator.device,
+            peft_config=lora,
+            quantization_config=quantization_config,
+            distributed="DeepSpeed" if self.is_deepspeed_enabled else None,
+        )
+        self.role_adapters = self.bases.role_adapters  # placed on the bases
         probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self.is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self.adapters = AdapterUpdates.from_config(
-            self.model, self.role_adapters, args, not self.is_deepspeed_enabled, role_models, self.accelerator
+            self.model,
+            args,
+            bases=self.bases,
+            measure_gradients=not self.is_deepspeed_enabled,
+            accelerator=self.accelerator,
         )
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
+        self.adapter_check = AdapterCheck.for_run(args, workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
         self._synced_step = -1
-        self.rollout_backend = rollout_backend or build_backend(args, TrainerContext.of(self))
+        self.rollout_backend = rollout_backend or build_backend(args, self.backend_context())
+        self.role_tools = self._build_role_tools(tools, role_tools)
         self.engine = RolloutEngine(
             workflow,
             self.rollout_backend,
             self.role_adapters,
             args.role_generation_kwargs,
             mode=args.rollout_mode,
-            base_for_role=self.adapters.role_base,
+            base_for_role=self.bases.role_base,
+            role_tools=self.role_tools,
         )
-        self.early_rewards = EarlyRewards(self)  # reward funcs that `scores_each_episode` start as episodes end
-        ahead = check_rollout_ahead(args, self)
-        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead)
+        # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
+        self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
+        ahead = check_rollout_ahead(args, self.accelerator.num_processes)
+        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead=ahead)
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
@@ -134,9 +161,47 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.callback_handler.callbacks[:0] = first
         for callback in last:
             self.add_callback(callback)
-        compact_console(self)  # one line per step on the console; every metric still goes to report_to
+        compact_console(self.callback_handler.callbacks)  # one line per step; every metric still goes to report_to
+
+    def _build_role_tools(self, tools, role_tools) -> dict:
+        extra = self.bases.extra
+        role_base = self.bases.role_base or {}
+        role_kwargs = self.args.role_generation_kwargs or {}
+
+        def tokenizer_for_role(role: str):
+            base = role_base.get(role)
+            return extra[base].tokenizer if base in extra else self.text_tokenizer
+
+        return build_role_tools(
+            roles=self.workflow.roles,
+            declared=self.workflow.tools,
+            tools=tools,
+            role_tools=role_tools,
+            tokenizer_for_role=tokenizer_for_role,
+            max_iterations=self.args.max_tool_calling_iterations,
+            max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
+            timeout=self.args.tool_timeout,
+        )
 
     # -------------------------------------------------------------------------------------------- rollout backend
+    def backend_context(self) -> BackendContext:
+        """What a rollout backend is built from, read from this trainer now (one context per base model)."""
+        context = BackendContext(
+            model=self.model,
+            adapter_names=self.adapter_names,
+            tokenizer=self.text_tokenizer,
+            router=self.router,
+            unwrapped_model=self.unwrapped_for_generation,
+            generation_config=self.generation_config,
+            eos_token_ids=self.eos_token_ids,
+            chat_template_kwargs=self.chat_template_kwargs,
+            chat_rendering=self.args.chat_rendering,
+            process_index=self.accelerator.process_index,
+            num_processes=self.accelerator.num_processes,
+            weights_step=lambda: self.state.global_step,
+        )
+        return context.on_bases(self.bases, self.adapters.routers)
+
     def _run_episodes(self, rows: list[dict]) -> list:
         return self.early_rewards.run(rows, self.engine.run)
 
@@ -170,15 +235,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
             self.reward_weights,
-            num_generations,
-            self.scale_rewards,
-            self.multi_objective_aggregation,
+            num_generations=num_generations,
+            scale_rewards=self.scale_rewards,
+            aggregation=self.multi_objective_aggregation,
         )
         start = self.accelerator.process_index * len(prompts)
         local_rewards = rewards[start : start + len(prompts)].tolist()
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
-        role_rewards = self._role_rewards(episodes, inputs, local_rewards, mode)
+        role_rewards = self._role_rewards(episodes, inputs, outcome=local_rewards, mode=mode)
         advantages = call_advantages(
             episodes,
             first_episode=start,
@@ -194,30 +259,44 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         )
         calls = [c for e in episodes for c in e.calls]
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
-        pad = self.adapters.pad_token_ids(calls, self.text_tokenizer)
-        device = self.accelerator.device
-        batch = calls_to_batch(calls, advantages, episode_ids, pad, device, self.args.mask_truncated_completions)
+        batch = calls_to_batch(
+            calls,
+            advantages,
+            episode_ids,
+            pad_token_id=self.bases.pad_token_ids(calls, self.text_tokenizer),
+            device=self.accelerator.device,
+            mask_truncated_completions=self.args.mask_truncated_completions,
+        )
         tokens = batch.completion_mask.sum(dim=1)
-        balance = self.args.role_loss_balance
-        batch.sample_weights = role_weights(batch.roles, tokens, self.role_loss_weights, balance, self.loss_type)
+        batch.sample_weights = role_weights(
+            batch.roles,
+            tokens,
+            role_loss_weights=self.role_loss_weights,
+            balance=self.args.role_loss_balance,
+            loss_type=self.loss_type,
+        )
         totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
         batch.num_samples_in_batch = totals[0]
         batch.num_items_in_batch = totals[1]
         # Logged as TRL logs `reward`: the weighted sum of the functions' own outputs, under either aggregation.
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
-        self._log_rollout_metrics(mode, episodes, batch, logged, rewards_per_func, all_advantages, prompts)
-        self._log_workflow_metrics(mode, episodes, inputs, logged[start : start + len(prompts)].tolist())
+        self._log_rollout_metrics(mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func)
+        self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
+        self._log_workflow_metrics(mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist())
         self._add_logps_before_update(batch, mode)
+        self._check_adapters(episodes, batch, mode)
         return batch
 
-    def _role_rewards(self, episodes, rows: list[dict], outcome: list[float], mode: str):
+    def _role_rewards(self, episodes, rows: list[dict], *, outcome: list[float], mode: str):
         if self.role_reward_funcs:
             values = custom_role_rewards(self.role_reward_funcs, self.workflow.formats, episodes, rows)
         elif self.args.role_rewards is not None:
             values = builtin_role_rewards(self.args.role_rewards, self.workflow, episodes, rows, outcome, self._score)
         else:
             return None
-        sums = role_metrics.role_reward_sums(self.workflow.roles, episodes, values, self.accelerator.device)
+        sums = role_metrics.role_reward_sums(
+            self.workflow.roles, episodes, role_rewards=values, device=self.accelerator.device
+        )
         self.record_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
         return values
 
@@ -234,6 +313,23 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
 
+    def _check_adapters(self, episodes, batch: TrainingBatch, mode: str) -> None:
+        """Each role served by its own adapter at the synced version, per the backend's stamps and the gap between
+        the sampler's log-probs and the trainer's before the update (monitoring/adapter_check.py)."""
+        logps = batch.old_per_token_logps
+        if batch.sampling_per_token_logps is None:
+            logps = None
+        elif logps is None:  # the loss's forward of these weights comes too late for the check
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                logps = self._routed_logps(batch, batch.adapters, mode)
+        ahead = self.rollouts.ran_ahead and mode == "train"
+        calls = [c for e in episodes for c in e.calls]
+        step = self.state.global_step
+        metrics = self.adapter_check.check(
+            calls=calls, batch=batch, trainer_logps=logps, step=step, ran_ahead=ahead, gather=gather
+        )
+        self.record_metrics(mode, metrics)
+
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
@@ -243,8 +339,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             with router.route(names):
                 return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
-        keys = self.adapters.forward_keys(batch.adapters)
-        return bounded_logps(batch, adapters, size, self.args.max_tokens_per_micro_batch, forward, keys)
+        return bounded_logps(
+            batch,
+            adapters,
+            max_samples=size,
+            max_tokens=self.args.max_tokens_per_micro_batch,
+            forward=forward,
+            keys=self.adapters.forward_keys(batch.adapters),
+        )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
@@ -262,7 +364,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         steps = self.args.steps_per_generation
         if self.micro_step % (steps * self.num_iterations) == 0 or self.buffered_micro_batches is None:
             batch = self.generate_and_score(generation_batch).shuffled()
-            chunks = generation_chunks(batch, steps, self.loss_type, self.accelerator.num_processes)
+            chunks = generation_chunks(
+                batch, steps=steps, loss_type=self.loss_type, num_processes=self.accelerator.num_processes
+            )
             self.buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
             self.record_metrics("train", {"workflow/samples_trained": float(trained)})
@@ -281,9 +385,13 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return loss
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        size = self.args.per_device_train_batch_size
-        budget = self.args.max_tokens_per_micro_batch
-        parts = split_for_memory(batch, size, budget, self.loss_type, self.adapters.forward_keys(batch.adapters))
+        parts = split_for_memory(
+            batch,
+            max_samples=self.args.per_device_train_batch_size,
+            max_tokens=self.args.max_tokens_per_micro_batch,
+            loss_type=self.loss_type,
+            keys=self.adapters.forward_keys(batch.adapters),
+        )
         return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
@@ -306,11 +414,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         plan = mini_batch_plan(
             batch,
             self.adapter_names,
-            prompts * self.num_generations,
-            self.accelerator.num_processes,
-            lambda t: self.accelerator.reduce(t, reduction="sum"),
-            self.loss_type,
-            self.current_gradient_accumulation_steps,
+            mini_batch_size=prompts * self.num_generations,
+            num_processes=self.accelerator.num_processes,
+            sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
+            loss_type=self.loss_type,
+            accumulation_steps=self.current_gradient_accumulation_steps,
         )
         loss = torch.zeros((), device=self.accelerator.device)
         for k, (_, part) in enumerate(plan):
@@ -350,22 +458,38 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
+        scale = LossScale(
+            gradient_accumulation_steps=self.current_gradient_accumulation_steps,
+            max_completion_length=self.max_completion_length,
+            num_processes=self.accelerator.num_processes,
+            steps_per_generation=self.args.steps_per_generation,
+            training=self.model.training,
+        )
         loss, per_token_kl = per_role_kl_loss(
             per_token_logps,
             inputs,
             beta,
-            self.loss_type,
-            LossScale.of(self),
+            loss_type=self.loss_type,
+            scale=scale,
             bias_correction=self.args.use_bias_correction_kl,
             importance_sampling_level=self.importance_sampling_level,
         )
-        kl = role_metrics.role_kl_metrics(self.workflow.roles, inputs.roles, per_token_kl, inputs.completion_mask)
+        kl = role_metrics.role_kl_metrics(
+            self.workflow.roles, inputs.roles, per_token_kl=per_token_kl, mask=inputs.completion_mask
+        )
         self.record_metrics("train" if self.model.training else "eval", kl)
         return loss
 
     def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: TrainingBatch) -> None:
         roles = self.workflow.roles
-        sums = role_metrics.token_stat_sums(roles, inputs, logps, entropies, self.epsilon_low, self.epsilon_high)
+        sums = role_metrics.token_stat_sums(
+            roles,
+            inputs,
+            logps=logps,
+            entropies=entropies,
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
         sums = self.accelerator.reduce(sums, reduction="sum")
         mode = "train" if self.model.training else "eval"
         self.record_metrics(mode, role_metrics.token_stat_metrics(roles, sums))
@@ -400,7 +524,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return super().gradient_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
-        self.record_metrics("train", self.adapters.before_optimizer_step())
+        measured = self.adapters.before_optimizer_step()
+        self.record_metrics("train", role_metrics.update_metrics(measured, self.adapters.role_adapters))
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, model, trial) -> None:
@@ -439,11 +564,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def multiagent_config(self) -> dict:
         base_model = next(iter(self.model.peft_config.values())).base_model_name_or_path
         sharing = self.args.policy_sharing
-        role_models = self.adapters.role_models
-        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, role_models)
+        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, self.bases)
 
     # ---------------------------------------------------------------------------------------------------- metrics
-    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], rewards: list[float]) -> None:
+    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> None:
         checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
         answers = [row["answer"] for row in inputs] if checker else None
         values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
@@ -454,14 +578,25 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
             self.record_completion_column(f"role/{role}", column)
 
-    def _log_rollout_metrics(self, mode, episodes, batch, rewards, rewards_per_func, all_advantages, prompts):
+    def _log_rollout_metrics(self, mode: str, episodes, batch: TrainingBatch, *, rewards, rewards_per_func) -> None:
         roles = self.workflow.roles
-        names = self.reward_func_names
         tokens = batch.completion_mask.sum(dim=1)
         calls = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=self.accelerator.device))
-        sums = gather(role_metrics.rollout_sums(roles, batch.roles, tokens, batch.truncated, batch.advantages)[None])
-        values = role_metrics.rollout_metrics(roles, sums.sum(0), rewards, rewards_per_func, names, calls, batch)
+        sums = role_metrics.rollout_sums(
+            roles, batch.roles, completion_tokens=tokens, truncated=batch.truncated, advantages=batch.advantages
+        )
+        values = role_metrics.rollout_metrics(
+            roles,
+            gather(sums[None]).sum(0),
+            rewards=rewards,
+            rewards_per_func=rewards_per_func,
+            reward_names=self.reward_func_names,
+            calls_per_episode=calls,
+            batch=batch,
+        )
         self.record_metrics(mode, values)
+        if self.role_tools:
+            tool_roles = [r for r in roles if r in self.role_tools]
+            tool_sums = gather(role_metrics.tool_sums(tool_roles, episodes, self.accelerator.device)[None]).sum(0)
+            self.record_metrics(mode, role_metrics.tool_metrics(tool_roles, tool_sums, len(calls)))
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
-        completions = [e.final_answer for e in episodes]
-        self.record_completions(mode, prompts, completions, rewards_per_func, all_advantages)

@@ -1,14 +1,14 @@
-"""Run by tests/test_role_models.py under `torchrun --nproc_per_node 2`: Eval-Opt with the evaluator on a second
-base, 2 steps; each rank saves both bases' adapter weights and the completions it trained on."""
+"""Run by tests/adapters/test_role_models.py under `torchrun --nproc_per_node 2`: Eval-Opt with the evaluator on a
+second base, 2 steps; each rank saves both bases' adapter weights and the completions it trained on."""
 
 import json
 import os
 import sys
 
 import torch
+from adapters.test_role_models import length_parity_reward
 from safetensors.torch import save_file
 from scripted import addition_dataset
-from test_role_models import length_parity_reward
 from tiny import tiny_trainer
 
 from trl_multiagent import EvalOpt
@@ -32,7 +32,7 @@ def recording_score(inputs):
 
 
 trainer.generate_and_score = recording_score
-judge = trainer.adapters.role_models.extra[judge_dir].model
+judge = trainer.bases.extra[judge_dir].model
 before = {f"evaluator/{n}": p.detach().clone() for n, p in adapter_parameters(judge, "evaluator").items()}
 before.update(
     {f"generator/{n}": p.detach().clone() for n, p in adapter_parameters(trainer.model, "generator").items()}

@@ -1,4 +1,5 @@
-"""Run by tests/test_ddp.py under `torchrun --nproc_per_node 2`: trains 2 steps, records what each rank saw."""
+"""Run by tests/training/test_ddp.py under `torchrun --nproc_per_node 2`: trains 2 steps, records what each rank
+saw."""
 
 import json
 import os

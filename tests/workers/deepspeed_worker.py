@@ -1,5 +1,5 @@
-"""Run by tests/test_deepspeed.py under `deepspeed --num_gpus 1` (CPU accelerator): 2 steps of Voting through the
-DeepSpeed engine (the ZeRO stage comes from the config file), every role adapter's move measured."""
+"""Run by tests/training/test_deepspeed.py under `deepspeed --num_gpus 1` (CPU accelerator): 2 steps of Voting
+through the DeepSpeed engine (the ZeRO stage comes from the config file), every role adapter's move measured."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""Run by tests/test_kill_resume.py: 8 training steps with a checkpoint every 4, optionally resumed."""
+"""Run by tests/checkpoints/test_kill_resume.py: 8 training steps with a checkpoint every 4, optionally resumed."""
 
 import json
 import sys

@@ -1,11 +1,11 @@
-"""Run by tests/test_role_models.py: Eval-Opt with the evaluator on a second base model, 8 steps with a checkpoint
-every 4, optionally resumed."""
+"""Run by tests/adapters/test_role_models.py: Eval-Opt with the evaluator on a second base model, 8 steps with a
+checkpoint every 4, optionally resumed."""
 
 import json
 import sys
 
 import torch
-from test_role_models import length_parity_reward
+from adapters.test_role_models import length_parity_reward
 from tiny import tiny_trainer
 
 from trl_multiagent import EvalOpt

@@ -1,4 +1,4 @@
-"""One training step with the paper preset's batch fields scaled down: run by tests/test_paper_scale.py under
+"""One training step with the paper preset's batch fields scaled down: run by tests/training/test_paper_scale.py under
 `torchrun --nproc_per_node 2`, and in the test's own process for one process. Records the per-process batch, the
 episodes generated on this process and each adapter's optimizer steps."""
 

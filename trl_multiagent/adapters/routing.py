@@ -95,7 +95,7 @@ def adapter_parameters(peft_model, adapter: str) -> dict[str, torch.nn.Parameter
 
 
 def paired_parameters(
-    peft_model, adapter: str, other: str, lora_only: bool = True
+    peft_model, adapter: str, other: str, *, lora_only: bool = True
 ) -> Iterator[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
     """Each parameter of ``adapter`` with the same parameter of ``other`` (a copy or shadow of the same config)."""
     for name, param in peft_model.named_parameters():

@@ -3,7 +3,7 @@
 1. ``routing(adapters, roles, training)``: the adapter of every sample of a micro-batch, for its forward (and
    the recomputation of checkpointed layers in backward); training routes to shadows where a schedule needs them;
 2. ``before_optimizer_step()``: once the gradients are complete: per-role shadow gradients merged back, gradient
-   norms measured, coherence damping applied; returns the metrics;
+   norms measured, coherence damping applied; returns what it measured (``GradientNorms``: monitoring reads it);
 3. ``clip(max_norm)``: per-adapter gradient clipping (``clip_grad_norm_per_adapter``), and ``keep_only(adapter)``
    before a step that updates one adapter (a mini-batch of ``update_schedule="mini_batches"``);
 4. ``after_optimizer_step()``: shadows take the new weights (hooked into the optimizer's ``step``).
@@ -17,16 +17,25 @@ from __future__ import annotations
 import types
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
-from ..monitoring.role_metrics import grad_norm_metrics
+from .bases import Bases
 from .coherence import CoherenceDamping
 from .lr_steps import UpdateCallScheduler
 from .role_gradients import RoleGradientSplit
-from .role_models import RoleModels
 from .routing import AdapterRouter, adapter_parameters, install_role_adapters, set_adapters_trainable, unique_adapters
+
+
+@dataclass(frozen=True)
+class GradientNorms:
+    """What one optimizer step's gradients measured before clipping (``monitoring.role_metrics.update_metrics``
+    turns it into the ``adapter/`` and ``role/`` metrics)."""
+
+    adapter_squares: dict[str, float]  # adapter -> squared norm of its gradient
+    role_squares: dict[str, float]  # role of a shared adapter -> squared norm of its shadow's gradient
+    coherence: dict[str, tuple[float, float]]  # adapter -> (cosine, scale) of its coherence damping, when damped
 
 
 class AdapterUpdates:
@@ -38,8 +47,8 @@ class AdapterUpdates:
         monitor_role_grad_norms: measure each role's gradient under a shared adapter through role shadows.
         coherence_lambda, coherence_window: per-role coherence damping (``role_coherence_lambda``).
         measure_gradients: False where the gradients are not in ``.grad`` (DeepSpeed partitions them).
-        role_models: the bases of a run whose roles sit on several base models (``role_models``): each extra base's
-            adapters are installed on its own PEFT model and routed by its own router.
+        bases: the base models the roles sit on (``Bases``; None: all on ``peft_model``): each extra base's adapters
+            are installed on its own PEFT model and routed by its own router.
         lr_per_update: step the learning-rate scheduler once per adapter update call (``lr_scheduler_steps``).
     """
 
@@ -47,11 +56,12 @@ class AdapterUpdates:
         self,
         peft_model,
         role_adapters: dict[str, str],
+        *,
         monitor_role_grad_norms: bool = False,
         coherence_lambda: dict[str, float] | None = None,
         coherence_window: int = 10,
         measure_gradients: bool = True,
-        role_models: RoleModels | None = None,
+        bases: Bases | None = None,
         mix_adapters_in_forward: bool = False,
         lr_per_update: bool = False,
     ):
@@ -60,15 +70,14 @@ class AdapterUpdates:
         self.adapter_names = unique_adapters(self.role_adapters)
         self.measure_gradients = measure_gradients
         self._params: dict[str, dict[str, torch.nn.Parameter]] = {}  # each adapter's LoRA weights, found once
-        # One PEFT model per base: the trainer's (main) and those of `role_models`' extra bases, each with its adapters
-        main = role_models.main if role_models is not None else None
-        self.role_models = role_models
-        self.models = {main: peft_model, **{n: b.model for n, b in (role_models.extra if role_models else {}).items()}}
-        self.base_of = {a: role_models.base_of(a) if role_models else None for a in self.adapter_names}
+        # One PEFT model per base: the trainer's (main) and those of the extra bases, each with its adapters
+        bases = bases if bases is not None else Bases.one(self.role_adapters)
+        self.models = {bases.main: peft_model, **{n: b.model for n, b in bases.extra.items()}}
+        self.base_of = {a: bases.base_of(a) for a in self.adapter_names}
         for base, model in self.models.items():
             install_role_adapters(model, [a for a in self.adapter_names if self.base_of[a] == base])
         self.routers = {base: AdapterRouter(model) for base, model in self.models.items()}
-        self.router = self.routers[main]
+        self.router = self.routers[bases.main]
         self.mixes_adapters = all(router.mixes_adapters for router in self.routers.values())
         self.mix_in_forward = mix_adapters_in_forward and self.mixes_adapters
         self.role_splits: list[RoleGradientSplit] = []
@@ -90,17 +99,18 @@ class AdapterUpdates:
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
 
     @classmethod
-    def from_config(cls, peft_model, role_adapters, args, measure_gradients: bool, role_models=None, accelerator=None):
-        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for; with several processes (``accelerator``)
-        the other bases' gradients are averaged over processes before each step, as DDP averages the trainer's."""
+    def from_config(cls, peft_model, args, *, bases: Bases, measure_gradients: bool, accelerator=None):
+        """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for, one per adapter of ``bases``; with several
+        processes (``accelerator``) the other bases' gradients are averaged over processes before each step, as DDP
+        averages the trainer's."""
         updates = cls(
             peft_model,
-            role_adapters,
+            bases.role_adapters,
             monitor_role_grad_norms=args.monitor_role_grad_norms,
             coherence_lambda=args.role_coherence_lambda,
             coherence_window=args.role_coherence_window,
             measure_gradients=measure_gradients,
-            role_models=role_models,
+            bases=bases,
             mix_adapters_in_forward=args.mix_adapters_in_forward,
             lr_per_update=args.lr_scheduler_steps == "per_update",
         )
@@ -165,18 +175,6 @@ class AdapterUpdates:
             base: (model, [a for a in self.adapter_names if self.base_of[a] == base]) for base, model in models.items()
         }
 
-    @property
-    def role_base(self) -> dict[str, str] | None:
-        """Role type -> base model name when roles sit on several bases (``role_models``), else None."""
-        return self.role_models.role_base if self.role_models is not None else None
-
-    def pad_token_ids(self, calls, tokenizer) -> int | list[int]:
-        """The pad id of each call's own base (``tokenizer``'s for the trainer's), or one id for a single base."""
-        pads = {
-            b.name: b.tokenizer.pad_token_id for b in (self.role_models.extra if self.role_models else {}).values()
-        }
-        return [pads.get(c.base, tokenizer.pad_token_id) for c in calls] if pads else tokenizer.pad_token_id
-
     def extend_optimizer(self, optimizer, weight_decay: float, decay_parameter_names) -> None:
         """Add the extra bases' trainable parameters to ``optimizer`` (one optimizer steps every base), with the
         Trainer's weight-decay split (``decay_parameter_names(model)``); those already in it are left alone."""
@@ -210,8 +208,9 @@ class AdapterUpdates:
                 names = split.routing(names, roles)
         return names
 
-    def before_optimizer_step(self) -> dict[str, float]:
-        """2. Complete each adapter's gradient, measure it, damp it; returns the `adapter/` and `role/` metrics."""
+    def before_optimizer_step(self) -> GradientNorms | None:
+        """2. Complete each adapter's gradient, measure it, damp it; returns what was measured (None where the
+        gradients are not in ``.grad``)."""
         if self.average is not None:
             self._average_extra_gradients()
         role_squares = {}
@@ -219,16 +218,15 @@ class AdapterUpdates:
             role_squares.update(split.role_squares())
             split.merge()
         if not self.measure_gradients:
-            return {}
-        metrics = grad_norm_metrics(self._adapter_squares(), self.role_adapters, role_squares)
+            return None
+        adapter_squares = self._adapter_squares()
+        coherence = {}
         if self.coherence is not None:
             for adapter in self.coherence.lambdas:
                 grads = [p.grad for p in self.adapter_params(adapter).values() if p.grad is not None]
                 if grads:
-                    cosine, scale = self.coherence.apply(adapter, grads)
-                    metrics[f"adapter/{adapter}/coherence_cos"] = cosine
-                    metrics[f"adapter/{adapter}/coherence_scale"] = scale
-        return metrics
+                    coherence[adapter] = self.coherence.apply(adapter, grads)
+        return GradientNorms(adapter_squares, role_squares, coherence)
 
     def clip(self, max_norm: float) -> torch.Tensor:
         """3. Clip each adapter's gradient to ``max_norm`` on its own; returns the norm over all of them."""

@@ -1,15 +1,16 @@
-"""Checkpoints: what a run saves beside TRL's, resuming role adapters, rebuilding a trained workflow, model cards."""
+"""Checkpoints: what a run saves beside TRL's, resuming role adapters, loading a trained workflow, model cards.
+
+Loading and saving only: running a loaded workflow (backends, generation settings, episodes) is
+``trl_multiagent.evaluation``'s.
+"""
 
 from .load import (
     BUILT_IN_WORKFLOWS,
     CONFIG_NAME,
     TrainedWorkflow,
-    eos_token_ids,
     load_base_workflow,
     load_trained_workflow,
-    make_generation_config,
     read_multiagent_config,
-    run_episodes,
     workflow_from_config,
 )
 
@@ -17,11 +18,8 @@ __all__ = [
     "BUILT_IN_WORKFLOWS",
     "CONFIG_NAME",
     "TrainedWorkflow",
-    "eos_token_ids",
     "load_base_workflow",
     "load_trained_workflow",
-    "make_generation_config",
     "read_multiagent_config",
-    "run_episodes",
     "workflow_from_config",
 ]

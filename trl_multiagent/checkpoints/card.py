@@ -81,7 +81,8 @@ Run the trained workflow, every role with its adapter:
 
 ```python
 from huggingface_hub import snapshot_download
-from trl_multiagent.checkpoints import load_trained_workflow, make_generation_config, run_episodes
+from trl_multiagent.checkpoints import load_trained_workflow
+from trl_multiagent.evaluation import make_generation_config, run_episodes
 
 trained = load_trained_workflow({source})
 episodes = run_episodes(trained, [[{{"role": "user", "content": "What is 2 + 3?"}}]],

@@ -1,16 +1,15 @@
-"""Rebuild a trained workflow from a checkpoint folder and run it, greedily or sampled, through the rollout engine.
+"""Rebuild a trained workflow from a checkpoint folder: its base model(s), role adapters, tokenizer(s) and workflow.
 
 A checkpoint (``run_dir/checkpoint-N`` or the final ``run_dir``) holds one sub-folder per role adapter and
 ``multiagent_config.json``: the base model, the workflow's ``config_dict()``, the policy sharing and the
 role-to-adapter mapping (and, for a run with roles on several base models, ``adapter_models``: the base of every
 adapter not on ``base_model``; each base is loaded once, with its own tokenizer). ``load_trained_workflow`` reads
-them back; ``run_episodes`` runs the result with the same engine, backend and routing the trainer uses, so a greedy
-rerun of a checkpoint reproduces the trainer's greedy outputs.
+them back; ``trl_multiagent.evaluation.run_episodes`` runs the result with the engine, backend and routing the
+trainer uses.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -20,16 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..adapters.routing import BASE_MODEL, AdapterRouter, unique_adapters
-from ..rollout.backends.from_config import base_eos_token_ids
-from ..rollout.backends.per_base import PerBaseBackend
-from ..rollout.backends.transformers_backend import TransformersBackend
-from ..rollout.engine import RolloutEngine
-from ..rollout.records import Episode
 from ..toy import resolve_model_name
-from ..workflows import EvalOpt, Messages, OrchWorkers, SingleAgent, Voting, Workflow
+from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
 
 CONFIG_NAME = "multiagent_config.json"
 BUILT_IN_WORKFLOWS = {cls.__name__: cls for cls in (EvalOpt, Voting, OrchWorkers, SingleAgent)}
@@ -37,7 +31,7 @@ BUILT_IN_WORKFLOWS = {cls.__name__: cls for cls in (EvalOpt, Voting, OrchWorkers
 
 @dataclass
 class TrainedWorkflow:
-    """A workflow with the model behind its roles, ready for ``run_episodes``."""
+    """A workflow with the model behind its roles, ready for ``trl_multiagent.evaluation.run_episodes``."""
 
     workflow: Workflow
     model: torch.nn.Module  # a PeftModel holding every routed adapter under its name; the bare model in base mode
@@ -201,68 +195,3 @@ def load_base_workflow(
 
 def _load_base(name: str, device: str, dtype: str | torch.dtype | None) -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(name, dtype=dtype if dtype is not None else "auto").to(device)
-
-
-def eos_token_ids(trained: TrainedWorkflow) -> list[int]:
-    """Every id that ends a completion: the model's declared EOS ids and the tokenizer's, as TRL collects them."""
-    ids = trained.model.generation_config.eos_token_id
-    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
-    return ids if trained.tokenizer.eos_token_id in ids else [trained.tokenizer.eos_token_id, *ids]
-
-
-def make_generation_config(
-    trained: TrainedWorkflow, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0
-) -> GenerationConfig:
-    """Greedy decoding when ``temperature == 0``, else sampling at ``temperature`` / ``top_p``.
-
-    ``top_k=0`` as in TRL's sampler: otherwise a model's own ``generation_config.json`` (Qwen3: top_k=20) would
-    silently narrow evaluation sampling relative to training.
-    """
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if temperature > 0 else {}
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        **(sampling or {"do_sample": False}),
-        pad_token_id=trained.tokenizer.pad_token_id,
-        eos_token_id=eos_token_ids(trained),
-        disable_compile=True,
-    )
-
-
-def run_episodes(
-    trained: TrainedWorkflow,
-    prompts: list[Messages],
-    generation_config: GenerationConfig,
-    rollout_batch_size: int | None = None,
-    chat_template_kwargs: dict[str, Any] | None = None,
-    role_generation_kwargs: dict[str, dict[str, Any]] | None = None,
-    chat_rendering: str = "tokenizer",
-) -> list[Episode]:
-    """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing
-    (``role_generation_kwargs``: a role's own sampling settings, ``chat_rendering``: how prompts are rendered, as in
-    training)."""
-
-    def backend(model, tokenizer, router, eos, config=generation_config) -> TransformersBackend:
-        return TransformersBackend(
-            unwrapped_model=lambda: _as_context(model), tokenizer=tokenizer, router=router, generation_config=config,
-            eos_token_ids=eos, chat_template_kwargs=chat_template_kwargs, max_batch_size=rollout_batch_size,
-            chat_rendering=chat_rendering,
-        )  # fmt: skip
-
-    main = backend(trained.model, trained.tokenizer, trained.router, eos_token_ids(trained))
-    role_bases = None
-    if trained.bases:  # one backend per base, each with its own tokenizer and end tokens
-        backends = {None: main}
-        for name, base in trained.bases.items():
-            eos, config = base_eos_token_ids(base.model, base.tokenizer), copy.deepcopy(generation_config)
-            config.update(pad_token_id=base.tokenizer.pad_token_id, eos_token_id=eos)
-            backends[name] = backend(base.model, base.tokenizer, base.router, eos, config)
-        main, role_bases = PerBaseBackend(backends), {r: trained.role_bases.get(r) for r in trained.workflow.roles}
-    engine = RolloutEngine(
-        trained.workflow, main, trained.role_to_adapter, role_generation_kwargs, base_for_role=role_bases
-    )
-    return engine.run(prompts)
-
-
-@contextmanager
-def _as_context(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
-    yield model

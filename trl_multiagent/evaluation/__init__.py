@@ -1,14 +1,18 @@
-"""Evaluation: rebuild trained workflows, score them on a task's test split (pass@1, pass@k), tabulate and plot.
+"""Evaluation: run loaded workflows, score them on a task's test split (pass@1, pass@k), tabulate and plot.
 
-- ``evaluate(run_dir, mode, settings)``: every checkpoint of a run -> rows in ``eval_results.jsonl`` + episode JSON;
+- ``evaluate(run_dir, mode, settings)``: every checkpoint of a run -> rows in ``eval_results.jsonl`` + episode JSON
+  (success: ``workflows.correctness.solved``, a task reward of at least 1); ``toy.py`` is the same evaluator on the
+  toy tasks, with per-role format and quality;
+- ``run_episodes(trained, prompts, make_generation_config(trained, max_new_tokens))``: a workflow loaded by
+  ``trl_multiagent.checkpoints`` run through the trainer's rollout engine and backends;
 - ``paper_table(rows)``: peak (and step), final, drop from peak, residual vs SA-RL per cell;
 - ``role_instability(read_log_history(run_dir))``: per-role policy ratio, gradient norm and entropy summaries;
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
 
 from ..monitoring.pass_at_k import pass_at_k
-from .datasets import eval_dataset, task_reward
-from .evaluator import EvalSettings, evaluate, list_checkpoints, score
+from .evaluator import EvalSettings, evaluate, final_answer_rewards, list_checkpoints, sample_episodes, score
+from .generation import eos_token_ids, make_generation_config, run_episodes
 from .instability import read_log_history, role_instability, role_series
 from .modes import MODES, ModePlan, plan_mode
 from .results import RESULTS_FILE, read_results
@@ -20,10 +24,12 @@ __all__ = [
     "EvalSettings",
     "ModePlan",
     "accuracy_curves",
-    "eval_dataset",
+    "eos_token_ids",
     "evaluate",
+    "final_answer_rewards",
     "format_table",
     "list_checkpoints",
+    "make_generation_config",
     "paper_table",
     "pass_at_k",
     "plan_mode",
@@ -31,6 +37,7 @@ __all__ = [
     "read_results",
     "role_instability",
     "role_series",
+    "run_episodes",
+    "sample_episodes",
     "score",
-    "task_reward",
 ]

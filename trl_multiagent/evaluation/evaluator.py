@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,15 +22,17 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from ..checkpoints import CONFIG_NAME, TrainedWorkflow, make_generation_config, run_episodes
-from ..checkpoints.load import eos_token_ids
+from ..checkpoints import CONFIG_NAME, TrainedWorkflow
 from ..monitoring.pass_at_k import pass_at_k
 from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from ..rollout.engine import RolloutEngine
+from ..rollout.records import Episode
+from ..tasks import TASKS, get_task
 from ..toy import resolve_model_name
 from ..workflows import Workflow
-from .datasets import DEFAULT_DATASETS, EVAL_LENGTHS, TASKS, TRAINING_LENGTHS, check_task, eval_dataset, task_reward
+from ..workflows.correctness import solved
 from .episodes import episode_record, write_episode
+from .generation import eos_token_ids, make_generation_config, run_episodes
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 
@@ -95,7 +98,7 @@ class EvalSettings:
     dtype: str | None = field(default=None, metadata={"help": "e.g. bfloat16; default: the checkpoint's own."})
 
     def __post_init__(self):
-        check_task(self.task)
+        task = get_task(self.task)
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}.")
         if self.k > 1 and self.temperature <= 0:
@@ -104,8 +107,7 @@ class EvalSettings:
                 "(the paper trains at 0.7)."
             )
         if self.max_completion_length is None:
-            lengths = TRAINING_LENGTHS if self.use_training_lengths else EVAL_LENGTHS
-            self.max_completion_length = lengths[self.task]
+            self.max_completion_length = task.training_length if self.use_training_lengths else task.eval_length
         if isinstance(self.chat_template_kwargs, str):
             self.chat_template_kwargs = json.loads(self.chat_template_kwargs)
         if isinstance(self.role_generation_kwargs, str):
@@ -157,7 +159,7 @@ def evaluate(
     checkpoints = list_checkpoints(run_dir) if run_dir is not None else [(0, None)]
     if mode == "base":  # the checkpoint only names the workflow and base model
         checkpoints = [(0, checkpoints[-1][1])]
-    dataset = eval_dataset(settings.task, settings.dataset_name, settings.limit)
+    dataset = get_task(settings.task).eval_dataset(settings.dataset_name, settings.limit)
     done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
     new_rows, engine = [], None
     for step, checkpoint in tqdm(
@@ -199,7 +201,7 @@ def describe(
         "policy_sharing": plan.policy_sharing,
         "checkpoint": plan.checkpoint,
         "task": settings.task,
-        "dataset": settings.dataset_name or DEFAULT_DATASETS[settings.task],
+        "dataset": settings.dataset_name or get_task(settings.task).dataset_id,
         "num_problems": num_problems,
         **{name: getattr(settings, name) for name in ("k", "temperature", "top_p", "max_completion_length", "seed")},
         # only when not the default, so rows recorded before this field existed keep their identity
@@ -247,24 +249,55 @@ def score(
     episodes_dir: Path | None = None,
     backend=None,
 ) -> dict[str, Any]:
-    """Run ``k`` episodes per problem, reward each final answer, and summarise (success = reward 1.0).
+    """Run ``k`` episodes per problem, reward each final answer, and summarise (success: ``solved``, a reward of at
+    least 1).
 
     ``backend``: a synced ``VLLMBackend`` to generate with; by default the transformers backend of ``run_episodes``.
     """
+    rows = dataset.to_list()
+    reward_func = get_task(settings.task).make_reward()
+    rewards, calls, truncated = [], 0, 0
+    role_tokens: dict[str, list[int]] = defaultdict(list)
+    progress = tqdm(total=len(rows) * settings.k, desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
+    for chunk, episodes in sample_episodes(trained, rows, settings, backend):
+        chunk_rewards = final_answer_rewards(reward_func, episodes, [rows[problem] for problem, _ in chunk])
+        for (problem, sample), episode, reward in zip(chunk, episodes, chunk_rewards):
+            calls += len(episode.calls)
+            truncated += sum(call.truncated for call in episode.calls)
+            for call in episode.calls:
+                role_tokens[call.role].append(len(call.completion_ids))
+            if episodes_dir is not None:
+                record = episode_record(episode, rows[problem], sample, reward, trained.workflow, settings.task)
+                write_episode(episodes_dir, problem, record)
+        rewards += chunk_rewards
+        progress.update(len(chunk))
+        progress.set_postfix(success=f"{sum(map(solved, rewards)) / len(rewards):.3f}")
+    progress.close()
+    k, jobs = settings.k, len(rewards)
+    correct = [sum(map(solved, rewards[p * k : (p + 1) * k])) for p in range(len(rows))]
+    return {
+        "accuracy": sum(correct) / max(jobs, 1),  # pass@1, averaged over the k samples
+        "pass_at_k": sum(pass_at_k(k, c, k) for c in correct) / max(len(rows), 1),
+        "mean_reward": sum(rewards) / max(jobs, 1),
+        "mean_calls": calls / max(jobs, 1),
+        "truncated_fraction": truncated / max(calls, 1),
+        "role_completion_tokens": {role: sum(t) / len(t) for role, t in sorted(role_tokens.items())},
+    }
+
+
+def sample_episodes(
+    trained: TrainedWorkflow, rows: list[dict[str, Any]], settings: EvalSettings, backend=None
+) -> Iterator[tuple[list[tuple[int, int]], list[Episode]]]:
+    """``k`` episodes per row (problem-major), ``episodes_per_batch`` at a time: each batch's ``(problem, sample)``
+    pairs and episodes. The seed is set once, before the first batch."""
     set_seed(settings.seed)
-    reward_func = task_reward(settings.task)
     generation_config = make_generation_config(
         trained, settings.max_completion_length, settings.temperature, settings.top_p
     )
-    rows = dataset.to_list()
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
-    rewards, calls, truncated = [], 0, 0
-    role_tokens: dict[str, list[int]] = defaultdict(list)
-    progress = tqdm(total=len(jobs), desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
-        chunk_rows = [rows[problem] for problem, _ in chunk]
-        prompts = [row["prompt"] for row in chunk_rows]
+        prompts = [rows[problem]["prompt"] for problem, _ in chunk]
         if backend is not None:
             engine = RolloutEngine(trained.workflow, backend, trained.role_to_adapter, settings.role_generation_kwargs)
             episodes = engine.run(prompts)
@@ -273,40 +306,16 @@ def score(
                 trained,
                 prompts,
                 generation_config,
-                settings.rollout_batch_size,
-                settings.chat_template_kwargs,
-                settings.role_generation_kwargs,
+                rollout_batch_size=settings.rollout_batch_size,
+                chat_template_kwargs=settings.chat_template_kwargs,
+                role_generation_kwargs=settings.role_generation_kwargs,
                 chat_rendering=settings.chat_rendering,
             )
-        chunk_rewards = _rewards(reward_func, episodes, chunk_rows)
-        for (problem, sample), episode, row, reward in zip(chunk, episodes, chunk_rows, chunk_rewards):
-            calls += len(episode.calls)
-            truncated += sum(call.truncated for call in episode.calls)
-            for call in episode.calls:
-                role_tokens[call.role].append(len(call.completion_ids))
-            if episodes_dir is not None:
-                write_episode(
-                    episodes_dir,
-                    problem,
-                    episode_record(episode, row, sample, reward, trained.workflow, settings.task),
-                )
-        rewards += chunk_rewards
-        progress.update(len(chunk))
-        progress.set_postfix(success=f"{sum(r >= 1.0 for r in rewards) / len(rewards):.3f}")
-    progress.close()
-    k = settings.k
-    correct = [sum(r >= 1.0 for r in rewards[p * k : (p + 1) * k]) for p in range(len(rows))]
-    return {
-        "accuracy": sum(correct) / max(len(jobs), 1),  # pass@1, averaged over the k samples
-        "pass_at_k": sum(pass_at_k(k, c, k) for c in correct) / max(len(rows), 1),
-        "mean_reward": sum(rewards) / max(len(rewards), 1),
-        "mean_calls": calls / max(len(jobs), 1),
-        "truncated_fraction": truncated / max(calls, 1),
-        "role_completion_tokens": {role: sum(t) / len(t) for role, t in sorted(role_tokens.items())},
-    }
+        yield chunk, episodes
 
 
-def _rewards(reward_func, episodes, rows: list[dict[str, Any]]) -> list[float]:
+def final_answer_rewards(reward_func: Callable, episodes: list[Episode], rows: list[dict[str, Any]]) -> list[float]:
+    """The task reward of each episode's final answer against its row (None or NaN: 0)."""
     columns = {name: [row[name] for row in rows] for name in rows[0] if name != "prompt"}
     completions = [[{"role": "assistant", "content": episode.final_answer}] for episode in episodes]
     rewards = reward_func(prompts=[row["prompt"] for row in rows], completions=completions, **columns)

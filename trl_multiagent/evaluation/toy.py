@@ -5,11 +5,13 @@ r"""Measure a policy on held-out toy problems: success per workflow and format-f
     python -m trl_multiagent.evaluation.toy --task code                      # toy_code, graded in the sandbox
 
 ``--policy`` is ``toy``, a model folder (every role on the base model), or the ``output_dir`` of a training run
-(its role adapters, routed as in training). Episodes run through ``trl_multiagent.checkpoints``: the trainer's rollout
-engine, transformers backend and routing. Success is the task's reward on the final answer (``math_reward`` on
-``arithmetic``; ``CodeReward``, every test passing in the sandbox, on ``toy_code``), greedy and as pass@1 (the mean
-over ``--samples`` sampled runs at temperature 0.7). A role follows its format when its output parses without
-the workflow's fallback (``FORMATS``); role quality says how often each role is right, judges against chance.
+(its role adapters, routed as in training). This is the evaluator (``evaluator.py``: its episodes, task rewards and
+success) on the toy tasks, with the toy preset's workflows and lengths: success is the task's reward on the final
+answer (``math_reward`` on ``arithmetic``; ``CodeReward``, every test passing in the sandbox, on ``toy_code``) being
+at least 1, greedy and as pass@1 (the mean over ``--samples`` sampled runs at temperature 0.7, each with its own
+seed). A role follows its format when its output parses without the workflow's fallback (its declared format's
+``parse``); role quality says how often each role is right (``workflows.correctness``, as monitoring and the
+per-role rewards grade roles), judges against chance.
 """
 
 from __future__ import annotations
@@ -22,18 +24,15 @@ from collections import defaultdict
 import torch
 from datasets import Dataset
 
-from ..checkpoints import (
-    CONFIG_NAME,
-    load_base_workflow,
-    load_trained_workflow,
-    make_generation_config,
-    run_episodes,
-)
+from ..checkpoints import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load_trained_workflow
+from ..rollout.records import Episode
 from ..shipped import read_preset
+from ..tasks import TASKS, get_task
 from ..toy import resolve_model_name
 from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
+from ..workflows.correctness import grade_calls, solved
 from ..workflows.options import WorkflowOptions
-from .datasets import GENERATED, eval_dataset, task_reward
+from .evaluator import EvalSettings, final_answer_rewards, sample_episodes
 
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
 TOY_PRESET = read_preset("toy")  # recipes/configs/toy.yaml
@@ -60,7 +59,8 @@ WORKFLOWS = {
 def held_out_dataset(n: int = 300, task: str = "math") -> Dataset:
     """The first ``n`` held-out problems of the task's offline generator (``arithmetic`` or ``toy_code``): the rows
     ``recipes/evaluate.py --dataset_name arithmetic|toy_code`` scores with ``--limit n``."""
-    return eval_dataset(task, GENERATED[task][0], limit=n)
+    spec = get_task(task)
+    return spec.eval_dataset(spec.generated, limit=n)
 
 
 def follows_format(workflow: Workflow, role: str, text: str) -> bool:
@@ -68,7 +68,9 @@ def follows_format(workflow: Workflow, role: str, text: str) -> bool:
     return workflow.formats[role].parse(text) is not None
 
 
-def load_policy(policy: str, workflow_name: str, task: str = "math", role_models: dict[str, str] | None = None):
+def load_policy(
+    policy: str, workflow_name: str, task: str = "math", role_models: dict[str, str] | None = None
+) -> TrainedWorkflow:
     """``policy`` is ``"toy"`` or a model folder (every role on the base model, or on its ``role_models`` entry), or
     a run's ``output_dir`` (whose saved config names each role's base)."""
     workflow = WORKFLOWS[workflow_name](task)
@@ -80,10 +82,30 @@ def load_policy(policy: str, workflow_name: str, task: str = "math", role_models
     return load_trained_workflow(path, workflow=workflow)
 
 
-def sample_episodes(trained, prompts: list, temperature: float, seed: int = 0) -> list:
-    """One episode per prompt through the trainer's rollout engine; ``temperature=0`` is greedy."""
-    torch.manual_seed(seed)
-    return run_episodes(trained, prompts, make_generation_config(trained, MAX_NEW_TOKENS, temperature))
+def toy_settings(task: str, n: int, temperature: float, seed: int = 0) -> EvalSettings:
+    """The evaluator's settings for one run over the first ``n`` held-out toy problems: one episode each, all in one
+    batch, at the toy preset's completion length."""
+    return EvalSettings(
+        task=task,
+        dataset_name=get_task(task).generated,
+        limit=n,
+        temperature=temperature,
+        max_completion_length=MAX_NEW_TOKENS,
+        seed=seed,
+        episodes_per_batch=max(n, 1),
+        device="cpu",
+    )
+
+
+def run_toy(trained: TrainedWorkflow, rows: list[dict], task: str, temperature: float, seed: int = 0) -> list[Episode]:
+    """One episode per row through the evaluator, all in one batch (``temperature=0``: greedy)."""
+    settings = toy_settings(task, len(rows), temperature, seed)
+    return [episode for _, batch in sample_episodes(trained, rows, settings) for episode in batch]
+
+
+def successes(task: str, episodes: list[Episode], rows: list[dict]) -> list[bool]:
+    """Whether each episode solved its row: the evaluator's success (``solved``) of the task reward."""
+    return [solved(reward) for reward in final_answer_rewards(get_task(task).make_reward(), episodes, rows)]
 
 
 def format_rates(workflow: Workflow, episodes) -> dict[str, float]:
@@ -97,37 +119,44 @@ def format_rates(workflow: Workflow, episodes) -> dict[str, float]:
 def graded(task: str, texts: list[str], rows: list[dict]) -> list[bool]:
     """Whether each text is a right answer to its row, under the task's reward (one batch: the sandbox runs the
     programs of a code batch in parallel)."""
-    column = "answer" if task == "math" else "tests"
+    spec = get_task(task)
     completions = [[{"role": "assistant", "content": text}] for text in texts]
-    return [reward == 1.0 for reward in task_reward(task)(completions, **{column: [row[column] for row in rows]})]
+    rewards = spec.make_reward()(completions, **{spec.ground_truth: [row[spec.ground_truth] for row in rows]})
+    return [solved(reward) for reward in rewards]
 
 
-def role_quality(workflow: Workflow, episodes, rows: list[dict], task: str = "math") -> dict[str, float]:
-    """How often each role is right: solvers' answers, evaluator verdicts on the attempt they review, and the
-    aggregator's and synthesizer's picks on problems whose candidates disagree (``.../chance``: a random pick)."""
-    # Every solver and synthesizer output, graded in one batch.
-    keys = [(e, c) for e, episode in enumerate(episodes) for c, call in enumerate(episode.calls)]
-    keys = [(e, c) for e, c in keys if episodes[e].calls[c].role in ("generator", "worker", "synthesizer")]
-    right = dict(zip(keys, graded(task, [episodes[e].calls[c].text for e, c in keys], [rows[e] for e, _ in keys])))
+def role_quality(
+    workflow: Workflow, episodes: list[Episode], rows: list[dict], task: str = "math"
+) -> dict[str, float]:
+    """How often each role is right (``grade_calls``, a verdict that does not parse counting as wrong): every answer
+    role (solvers), the verdicts on the attempts they review, and, where the candidates before it disagree, a
+    selection's pick and an answer written from other roles' answers (``.../chance``: a random pick)."""
+    formats = workflow.formats
+    # Every answer, graded in one batch.
+    keys = [
+        (e, c) for e, ep in enumerate(episodes) for c, call in enumerate(ep.calls) if _kind(formats, call) == "answer"
+    ]
+    right = graded(task, [episodes[e].calls[c].text for e, c in keys], [rows[e] for e, _ in keys])
+    answer_right: list[dict[int, bool]] = [{} for _ in episodes]
+    for (e, c), value in zip(keys, right):
+        answer_right[e][c] = value
     outcomes = defaultdict(list)
     for e, episode in enumerate(episodes):
-        latest: dict[int, bool] = {}  # instance -> is its latest solution right
-        for c, call in enumerate(episode.calls):
-            if call.role in ("generator", "worker"):
-                latest[call.instance] = right[e, c]
-                outcomes[f"{call.role}/accuracy"].append(latest[call.instance])
-            elif call.role == "evaluator":
-                outcomes["evaluator/accuracy"].append(workflow.formats["evaluator"].parse(call.text) == latest[0])
-            elif call.role in ("aggregator", "synthesizer"):
-                candidates = [latest[i] for i in sorted(latest)]
-                if any(candidates) and not all(candidates):
-                    if call.role == "aggregator":
-                        picked = candidates[workflow.formats["aggregator"].read(call.text)]
-                    else:
-                        picked = right[e, c]
-                    outcomes[f"{call.role}/accuracy"].append(picked)
-                    outcomes[f"{call.role}/chance"].append(sum(candidates) / len(candidates))
+        for call, grade in zip(
+            episode.calls, grade_calls(formats, episode.calls, answer_right[e], strict_verdicts=True)
+        ):
+            if grade.right is None:
+                continue
+            if not grade.candidates:
+                outcomes[f"{call.role}/accuracy"].append(grade.right)
+            elif any(grade.candidates) and not all(grade.candidates):
+                outcomes[f"{call.role}/accuracy"].append(grade.right)
+                outcomes[f"{call.role}/chance"].append(sum(grade.candidates) / len(grade.candidates))
     return {key: sum(values) / len(values) for key, values in sorted(outcomes.items())}
+
+
+def _kind(formats, call) -> str | None:
+    return getattr(formats.get(call.role), "kind", None)
 
 
 def evaluate(
@@ -142,19 +171,18 @@ def evaluate(
     """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
     (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
     trained = load_policy(policy, workflow_name, task, role_models)
-    rows = list(held_out_dataset(n, task))
-    prompts = [row["prompt"] for row in rows]
-    greedy = sample_episodes(trained, prompts, temperature=0.0)
-    sampled = [sample_episodes(trained, prompts, temperature=0.7, seed=seed + k) for k in range(samples)]
-    every_sampled = [episode for episodes in sampled for episode in episodes]
-    final = [episode.final_answer or "" for episode in greedy + every_sampled]
-    successes = graded(task, final, rows * (samples + 1))
+    rows = held_out_dataset(n, task).to_list()
+    greedy = run_toy(trained, rows, task, temperature=0.0)
+    every_sampled = [e for k in range(samples) for e in run_toy(trained, rows, task, temperature=0.7, seed=seed + k)]
+    solved_all = successes(
+        task, greedy + every_sampled, rows * (samples + 1)
+    )  # one batch: the sandbox runs it at once
     return {
         "workflow": workflow_name,
         "task": task,
         "problems": n,
-        "greedy": sum(successes[:n]) / n,
-        "pass@1": sum(successes[n:]) / (n * samples),
+        "greedy": sum(solved_all[:n]) / n,
+        "pass@1": sum(solved_all[n:]) / (n * samples),
         "format_greedy": format_rates(trained.workflow, greedy),
         "format_sampled": format_rates(trained.workflow, every_sampled),
         "roles_sampled": role_quality(trained.workflow, every_sampled, rows * samples, task),
@@ -164,16 +192,18 @@ def evaluate(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="toy", help="'toy', a model folder, or a training run's output_dir")
-    parser.add_argument("--task", default="math", choices=list(GENERATED), help="math: arithmetic; code: toy_code")
+    parser.add_argument("--task", default="math", choices=list(TASKS), help="math: arithmetic; code: toy_code")
     parser.add_argument("--workflows", nargs="+", default=list(WORKFLOWS), choices=list(WORKFLOWS))
     parser.add_argument("--problems", type=int, default=300)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
-        "--role_models", type=json.loads, default=None,
+        "--role_models",
+        type=json.loads,
+        default=None,
         help='untrained roles on other base models, e.g. \'{"evaluator": "toy-judge"}\' (a run names its own)',
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.workflows:

@@ -1,5 +1,6 @@
 """Monitoring: per-role metrics of each generation batch and alarms on the drift signatures the paper reports."""
 
+from .adapter_check import AdapterMismatchError
 from .drift import DriftAlarm, DriftThresholds, RoleDriftCallback
 from .summary import TrainingSummaryCallback, plot_summary, summary_table
 from .workflow_metrics import workflow_metrics
@@ -15,6 +16,7 @@ def monitoring_callbacks(args) -> tuple[list, list]:
 
 
 __all__ = [
+    "AdapterMismatchError",
     "DriftAlarm",
     "DriftThresholds",
     "RoleDriftCallback",

@@ -1,7 +1,7 @@
 """One compact console line per training step; every metric still goes to ``report_to`` and ``trainer_state.json``.
 
 A multi-agent step logs 40-60 keys (``role/<role>/...`` for every role, ``workflow/...``, TRL's own): printed as a
-dict each step they bury the progress bar. ``compact_console(trainer)`` replaces that dict with a line such as::
+dict each step they bury the progress bar. ``compact_console(callbacks)`` replaces that dict with a line such as::
 
     step 12/100 | success 0.531 | generator len 41.2 correct 0.52 | evaluator len 30.1 | verdict_accuracy 0.781
 
@@ -62,14 +62,13 @@ class _QuietProgressCallback(ProgressCallback):
         pass
 
 
-def compact_console(trainer) -> None:
-    """Replace the trainer's per-log metrics dict on the console with one ``console_line`` per step (once: the
-    trainer does it itself; calling it again changes nothing)."""
-    callbacks = trainer.callback_handler.callbacks
+def compact_console(callbacks: list[TrainerCallback]) -> None:
+    """Replace the per-log metrics dict on the console with one ``console_line`` per step, in a trainer's callback
+    list (``trainer.callback_handler.callbacks``, changed in place; once: calling it again changes nothing)."""
     callbacks[:] = [
         _QuietProgressCallback() if type(callback) is ProgressCallback else callback
         for callback in callbacks
         if not isinstance(callback, PrinterCallback)  # what Trainer prints logs with when disable_tqdm=True
     ]
     if not any(isinstance(callback, RoleConsoleCallback) for callback in callbacks):
-        trainer.add_callback(RoleConsoleCallback())
+        callbacks.append(RoleConsoleCallback())

@@ -27,6 +27,8 @@ _MEANING = {
     "length_cap": "the role's outputs hit the length cap (p95 at the cap), often with a collapsing median",
     "perplexity_rise": "one role's perplexity rose while accuracy has not fallen yet: the paper's early warning",
     "entropy_rise": "one role's entropy rose while accuracy has not fallen yet: the paper's early warning",
+    "adapter_mismatch": "the role's calls were not sampled by its own adapter at the version trained (a missed sync, "
+    "a swapped or evicted LoRA slot); the trainer's warning names the adapter and the versions",
 }
 
 
@@ -107,7 +109,7 @@ class DriftAlarm:
 
     step: int  # state.global_step of the log that raised it
     role: str
-    kind: str  # judge_code | judge_length | length_drift | length_cap | perplexity_rise | entropy_rise
+    kind: str  # a key of _MEANING: judge_code, length_drift, perplexity_rise, adapter_mismatch, ...
     metric: str  # the logged key that crossed, e.g. "role/evaluator/code_block_fraction"
     value: float
     threshold: float  # the value it crossed (for a downward length drift, the lower bound)
@@ -136,6 +138,9 @@ class RoleDriftCallback(TrainerCallback):
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
       x its baseline (entropy also ``entropy_min_rise`` above it) while ``workflow/success`` is still >= its
       baseline - ``success_tolerance`` (or not logged).
+    - ``adapter_mismatch``: a role's ``adapter_mismatch`` > 0: in a logged step, its calls were not served by its
+      own adapter at the expected version (``monitoring/adapter_check.py`` decides, per generation batch, from the
+      backend's stamps and the sampler gap; no baseline needed, so it can fire at the first step).
 
     The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``) are the research's signatures of a role
     *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which cites every line of
@@ -255,6 +260,7 @@ class RoleDriftCallback(TrainerCallback):
                 return
             above(kind, metric, threshold, reported)
 
+        above("adapter_mismatch", "adapter_mismatch", 0.0)
         if role in self.judge_roles:
             code = f"role/{role}/code_block_fraction"
             signature("judge_code", "code_block_fraction", t.judge_code_fraction, code, t.judge_code_fraction)

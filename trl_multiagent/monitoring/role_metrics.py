@@ -21,7 +21,13 @@ def role_rows(roles: Sequence[str], sample_roles: Sequence[str], device: torch.d
 
 
 def token_stat_sums(
-    roles: Sequence[str], batch, logps: torch.Tensor, entropies: torch.Tensor, epsilon_low: float, epsilon_high: float
+    roles: Sequence[str],
+    batch,
+    *,
+    logps: torch.Tensor,
+    entropies: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
 ) -> torch.Tensor:
     """`[R, 6]` masked token sums per role of entropy, negative log-prob, policy ratio, (ratio - 1)^2, clipped, count.
 
@@ -51,7 +57,7 @@ def token_stat_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, fl
     return metrics
 
 
-def role_kl_metrics(roles: Sequence[str], sample_roles: Sequence[str], per_token_kl, mask) -> dict[str, float]:
+def role_kl_metrics(roles: Sequence[str], sample_roles: Sequence[str], *, per_token_kl, mask) -> dict[str, float]:
     """`role/<role>/kl` for each role with samples here: mean per-token KL to the base model over its tokens."""
     present = [role for role in roles if role in sample_roles]
     rows = role_rows(present, sample_roles, mask.device)
@@ -63,6 +69,7 @@ def role_kl_metrics(roles: Sequence[str], sample_roles: Sequence[str], per_token
 def rollout_sums(
     roles: Sequence[str],
     sample_roles: Sequence[str],
+    *,
     completion_tokens: torch.Tensor,
     truncated: torch.Tensor,
     advantages: torch.Tensor,
@@ -75,6 +82,7 @@ def rollout_sums(
 def rollout_metrics(
     roles: Sequence[str],
     sums: torch.Tensor,
+    *,
     rewards: torch.Tensor,
     rewards_per_func: torch.Tensor,
     reward_names: Sequence[str],
@@ -131,7 +139,19 @@ def grad_norm_metrics(
     return metrics
 
 
-def role_reward_sums(roles: Sequence[str], episodes, role_rewards, device: torch.device) -> torch.Tensor:
+def update_metrics(measured, role_adapters: dict[str, str]) -> dict[str, float]:
+    """The ``adapter/`` and ``role/`` metrics of one optimizer step from what the adapters measured before it
+    (``AdapterUpdates.before_optimizer_step``'s ``GradientNorms``; None: nothing measured, no metric)."""
+    if measured is None:
+        return {}
+    metrics = grad_norm_metrics(measured.adapter_squares, role_adapters, measured.role_squares)
+    for adapter, (cosine, scale) in measured.coherence.items():
+        metrics[f"adapter/{adapter}/coherence_cos"] = cosine
+        metrics[f"adapter/{adapter}/coherence_scale"] = scale
+    return metrics
+
+
+def role_reward_sums(roles: Sequence[str], episodes, *, role_rewards, device: torch.device) -> torch.Tensor:
     """`[R, 2]` per role: sum and count of the per-role rewards of this process's calls (None: not counted)."""
     sums = torch.zeros(len(roles), 2, device=device)
     for episode, rewards in zip(episodes, role_rewards):
@@ -144,3 +164,30 @@ def role_reward_sums(roles: Sequence[str], episodes, role_rewards, device: torch
 def role_reward_metrics(roles: Sequence[str], sums: torch.Tensor) -> dict[str, float]:
     """`role/<role>/role_reward`: the mean per-role reward of each role that has one."""
     return {f"role/{role}/role_reward": total / count for role, (total, count) in zip(roles, sums.tolist()) if count}
+
+
+def tool_sums(roles: Sequence[str], episodes, device: torch.device) -> torch.Tensor:
+    """`[R, 4]` per role of ``roles`` (the roles with tools) over this process's episodes: `generate` calls (tool
+    loops), model calls, tool calls, failed tool calls."""
+    sums = torch.zeros(len(roles), 4, device=device)
+    for call in (c for e in episodes for c in e.calls if c.role in roles):
+        sums[roles.index(call.role)] += torch.tensor(
+            [float(call.turn == 0), 1.0, call.tool_calls, call.tool_errors], device=device
+        )
+    return sums
+
+
+def tool_metrics(roles: Sequence[str], sums: torch.Tensor, num_episodes: int) -> dict[str, float]:
+    """Per role with tools and calls: `role/<role>/tool_calls` and `tool_errors` (per `generate`) and
+    `turns_per_call` (model calls per `generate`); over every role, TRL's `tools/call_frequency` (tool calls per
+    episode) and `tools/failure_frequency` (the failed share of tool calls)."""
+    metrics = {}
+    for role, (loops, calls, tool_calls, errors) in zip(roles, sums.tolist()):
+        if loops:
+            metrics[f"role/{role}/tool_calls"] = tool_calls / loops
+            metrics[f"role/{role}/tool_errors"] = errors / loops
+            metrics[f"role/{role}/turns_per_call"] = calls / loops
+    tool_calls, errors = sums[:, 2].sum().item(), sums[:, 3].sum().item()
+    metrics["tools/call_frequency"] = tool_calls / num_episodes if num_episodes else 0.0
+    metrics["tools/failure_frequency"] = errors / tool_calls if tool_calls else 0.0
+    return metrics

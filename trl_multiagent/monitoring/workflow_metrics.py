@@ -16,8 +16,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..rollout.records import Episode, ModelCall
+from ..rollout.records import Episode
 from ..workflows import OutputFormat, Workflow
+from ..workflows.correctness import grade_calls
 from ..workflows.formats import references
 from .pass_at_k import pass_at_k
 
@@ -115,10 +116,14 @@ def _declared_metrics(
     answers: Sequence[Any] | None,
 ) -> dict[str, float]:
     kind = {role: fmt.kind for role, fmt in formats.items()}
-    answer_calls = [(i, call) for i, e in enumerate(episodes) for call in e.calls if kind.get(call.role) == "answer"]
-    parallel = {call.role for _, call in answer_calls if call.instance > 0}
+    answer_calls = [
+        (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if kind.get(c.role) == "answer"
+    ]
+    parallel = {episodes[e].calls[i].role for e, i in answer_calls if episodes[e].calls[i].instance > 0}
     graded = answer_checker is not None
-    right_of = {id(call): bool(answer_checker(call.text, answers[i])) for i, call in answer_calls} if graded else {}
+    right_of: dict[int, dict[int, bool]] = defaultdict(dict)  # episode -> answer call -> is it right
+    for e, i in answer_calls if graded else ():
+        right_of[e][i] = bool(answer_checker(episodes[e].calls[i].text, answers[e]))
     group_role = next((role for role in formats if role in parallel), None)  # pass@k over the first parallel one
     unreadable: dict[str, list[bool]] = defaultdict(list)
     right: dict[str, list[bool]] = defaultdict(list)
@@ -127,38 +132,36 @@ def _declared_metrics(
     # A selection format's candidate count, when it declares one, so that never-picked candidates log 0.
     selectors = [fmt for fmt in formats.values() if fmt.kind == "selection"]
     picks = [0] * max((getattr(fmt, "n_candidates", 0) for fmt in selectors), default=0)
-    for episode in episodes:
+    for e, episode in enumerate(episodes):
         judged_roles = set()
-        for call, ref in zip(episode.calls, references(formats, episode.calls)):
+        grades = grade_calls(formats, episode.calls, right_of[e]) if graded else None
+        for i, (call, ref) in enumerate(zip(episode.calls, references(formats, episode.calls))):
             fmt = formats.get(call.role)
             if fmt is None:
                 continue
             unreadable[call.role].append(fmt.parse(call.text) is None)
             if fmt.kind == "answer":
                 if graded:
-                    right[call.role].append(right_of[id(call)])
+                    right[call.role].append(grades[i].right)
             elif fmt.kind == "verdict":
-                said = fmt.parse(call.text)
-                verdicts.append(said)
+                verdicts.append(fmt.parse(call.text))
                 if ref.judged is not None:
-                    judged = episode.calls[ref.judged]
-                    judged_roles.add(judged.role)
+                    judged_roles.add(episode.calls[ref.judged].role)
                     if graded:
-                        verdict_right.append((said is True) == right_of[id(judged)])
+                        verdict_right.append(grades[i].right)
             elif fmt.kind == "selection":
-                candidates = [episode.calls[k] for k in ref.candidates]
-                if candidates:
-                    index = min(fmt.read(call.text), len(candidates) - 1)
+                if ref.candidates:
+                    index = min(fmt.read(call.text), len(ref.candidates) - 1)
                     picks += [0] * (index + 1 - len(picks))
                     picks[index] += 1
-                    if graded and any(right_of[id(c)] for c in candidates):
-                        selection_right.append(right_of[id(candidates[index])])
+                    if graded and any(grades[i].candidates):
+                        selection_right.append(grades[i].right)
             elif fmt.kind == "plan":
                 plan_sizes.append(len(fmt.read(call.text)))
         for role in judged_roles:
             iterations.append(sum(call.role == role for call in episode.calls))
         if graded and group_role is not None:
-            group = [right_of[id(call)] for call in _calls(episode, group_role)]
+            group = [right_of[e][i] for i in _indices(episode, group_role)]
             if group:
                 groups.append(group)
 
@@ -188,9 +191,10 @@ def _declared_metrics(
     return metrics
 
 
-def _calls(episode: Episode, role: str) -> list[ModelCall]:
+def _indices(episode: Episode, role: str) -> list[int]:
     """The episode's calls of one role type: parallel instances by instance, sequential calls in call order."""
-    return sorted((call for call in episode.calls if call.role == role), key=lambda call: call.instance)
+    calls = episode.calls
+    return sorted((i for i, call in enumerate(calls) if call.role == role), key=lambda i: calls[i].instance)
 
 
 def _share(flags: Iterable[bool]) -> float:

@@ -23,13 +23,14 @@ class RolloutsAhead:
     this one. With ``ahead=False`` it syncs and runs each batch when asked, and reads nothing early."""
 
     def __init__(
-        self, run: Callable[[list], list], sync: Callable[[], None], more_steps: Callable[[], bool], ahead: bool
+        self, run: Callable[[list], list], sync: Callable[[], None], more_steps: Callable[[], bool], *, ahead: bool
     ):
         self.run, self.sync, self.more_steps, self.ahead = run, sync, more_steps, ahead
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rollout-ahead")
         self._peeked: list = []  # the item after the current step's, read early and handed out first next time
         self._ahead: tuple[list, concurrent.futures.Future] | None = None  # (prompts, their running episodes)
         self.waited_s = 0.0  # how long the last step waited for its episodes (ahead: small, the rollout overlapped)
+        self.ran_ahead = False  # the last episodes handed out ran during the step before (sampled one step earlier)
 
     def around(self, epoch_iterator: Iterator, take: Callable[[Iterator], Any]) -> Any:
         """``take(batches)`` on the trainer's data iterator, the item read early last time first; then read the
@@ -49,9 +50,10 @@ class RolloutsAhead:
             self.settle()  # nothing else uses the backend while a rollout runs ahead (an evaluation waits)
             self.sync()
             episodes = self.run(rows)
-            self.waited_s = time.perf_counter() - started
+            self.waited_s, self.ran_ahead = time.perf_counter() - started, False
             return episodes
-        if self._ahead is not None and self._ahead[0] == prompts:
+        self.ran_ahead = self._ahead is not None and self._ahead[0] == prompts
+        if self.ran_ahead:
             episodes = self._ahead[1].result()  # a failed rollout raises here, naming its episode
         else:
             self.settle()

@@ -65,13 +65,24 @@ class ChatRenderer:
             )
         return _reference_qwen_text(messages)
 
-    def prompt_ids(self, messages: list[dict[str, Any]] | str) -> list[int]:
+    def prompt_ids(self, messages: list[dict[str, Any]] | str, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """``tools``: JSON schemas of the role's tools, rendered by the chat template (its tool format)."""
         if isinstance(messages, str):
+            if tools:
+                raise ValueError("A plain-text prompt has no chat template to describe tools in; use chat messages.")
             return self.tokenizer(text=messages)["input_ids"]
         if self.chat_rendering == "tokenizer":
+            extra = {"tools": tools} if tools else {}  # only when given: the rendering without tools stays as it was
             return self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=False, **self.chat_template_kwargs
+                messages,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **extra,
+                **self.chat_template_kwargs,
             )
+        if tools:
+            raise ValueError("chat_rendering='reference_qwen' renders no tools; use chat_rendering='tokenizer'.")
         # The reference tokenizes its rendered text with no special tokens added around it.
         return self.tokenizer.encode(self.text(messages), add_special_tokens=False)
 

@@ -25,6 +25,7 @@ from typing import Any
 from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
 from .records import Episode, ModelCall
+from .tool_loop import RoleTools, tool_loop
 
 # How many event-loop turns with no new model call count as "every episode is waiting on the backend". asyncio.gather
 # needs a couple of turns to start its child tasks; extra turns only cost microseconds.
@@ -56,6 +57,10 @@ class RolloutEngine:
 
     ``mode``: ``"ticks"`` (``backend.generate`` on each tick's batch) or ``"async"`` (``backend.agenerate`` per call,
     for backends that batch continuously).
+
+    ``role_tools`` (role type -> ``RoleTools``): each ``generate`` of such a role runs its tool loop
+    (``rollout.tool_loop``), one ``ModelCall`` per model call of the loop; required when the workflow declares
+    ``tools`` (``{}`` runs those roles without them).
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class RolloutEngine:
         *,
         mode: str = "ticks",
         base_for_role: Mapping[str, str] | None = None,
+        role_tools: Mapping[str, RoleTools] | None = None,
     ):
         if mode not in ROLLOUT_MODES:
             raise ValueError(f"Rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}.")
@@ -84,6 +90,18 @@ class RolloutEngine:
                 f"`role_generation_kwargs` names role(s) {unknown}; {type(workflow).__name__}'s roles are "
                 f"{list(workflow.roles)}."
             )
+        if role_tools is None and workflow.tools:
+            raise ValueError(
+                f"{type(workflow).__name__} gives tools to role(s) {sorted(workflow.tools)}, and this engine was "
+                "built without `role_tools`: pass role_tools=rollout.tool_loop.build_role_tools(...) (it needs each "
+                "role's tokenizer to read tool calls), or role_tools={} to run the roles without their tools."
+            )
+        unknown = sorted(set(role_tools or {}) - set(workflow.roles))
+        if unknown:
+            raise ValueError(
+                f"Tools are given to role(s) {unknown}; {type(workflow).__name__}'s roles are {workflow.roles}."
+            )
+        self.role_tools = dict(role_tools or {})
         self.workflow = workflow
         self.backend = backend
         self.mode = mode
@@ -130,11 +148,22 @@ class RolloutEngine:
                         f"generate({role!r}, messages) needs a list of chat message dicts or a plain-text prompt, "
                         f"got {messages!r}"
                     )
+                tools = self.role_tools.get(role)
+                if tools is None:
+                    return (await call_model(role, messages, instance, None, 0))[0].text
+                return await tool_loop(
+                    lambda history, turn: call_model(role, history, instance, tools, turn), messages, tools
+                )
+
+            async def call_model(
+                role: str, messages: Messages, instance: int, tools: RoleTools | None, turn: int
+            ) -> tuple[GenerationResult, ModelCall]:
                 adapter, position = self.adapter_for_role[role], next(order)
                 settings = dict(self.role_generation_kwargs.get(role, {}))
                 base = self.base_for_role.get(role)
+                schemas = tools.schemas if tools is not None else None
                 request = GenerationRequest(
-                    adapter, messages, settings, session=(id(self), run, episode.index), base=base
+                    adapter, messages, settings, session=(id(self), run, episode.index), base=base, tools=schemas
                 )
                 if self.mode == "async":
                     result: GenerationResult = await self.backend.agenerate(request)
@@ -153,9 +182,12 @@ class RolloutEngine:
                     truncated=result.truncated,
                     sampling_logprobs=result.sampling_logprobs,
                     base=base,
+                    tools=schemas,
+                    turn=turn,
+                    provenance=result.provenance,
                 )
                 made.append((position, call))
-                return result.text
+                return result, call
 
             return generate
 

@@ -20,7 +20,8 @@ class _EmptyBackend:
 
 def probe_episode(workflow: Workflow, role_adapters: Mapping[str, str], prompt: Messages) -> Episode:
     """One episode of ``workflow`` on ``prompt`` where every model call returns empty text."""
-    return RolloutEngine(workflow, _EmptyBackend(), role_adapters).run([prompt])[0]
+    # Empty outputs call no tools: the roles run without them.
+    return RolloutEngine(workflow, _EmptyBackend(), role_adapters, role_tools={}).run([prompt])[0]
 
 
 def probe_first_row(workflow: Workflow, role_adapters: Mapping[str, str], dataset) -> Episode | None:

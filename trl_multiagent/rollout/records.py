@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..workflows.base import Messages
+from .backends.base import Provenance
 
 
 @dataclass
@@ -21,6 +22,13 @@ class ModelCall:
     truncated: bool  # stopped by the length limit, no EOS
     sampling_logprobs: list[float] | None = None  # one per completion token, from backends that report them
     base: str | None = None  # the base model it ran on when roles sit on several (`role_models`); None: the one base
+    provenance: Provenance | None = None  # the adapter, version and backend that served it, as the backend stamped
+    # Roles with tools (rollout/tool_loop.py): the tool schemas rendered into the prompt, the call's position in its
+    # `generate`'s tool loop (0: the first call), and how many tool calls it made and how many of those failed.
+    tools: list[dict] | None = None
+    turn: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """Tasks and rewards: datasets as TRL rows (a conversational ``prompt`` plus ground truth) and their rewards.
 
+- ``TASKS`` / ``get_task(name)`` (``registry.py``): the one registry, name -> dataset loader, offline generator,
+  reward, training and evaluation lengths, read by the recipes, the CLI and the evaluators;
 - math: DAPO-Math-17K (``answer``), graded by ``math_reward`` (last ``\\boxed{}``, math-verify equivalence);
 - code: DeepCoder PrimeIntellect (``tests``), graded by ``CodeReward`` in the sandbox (``sandbox.py``);
 - code evaluator verdicts judged against test outcomes: ``check_verdicts`` (Eval-Opt's verdict accuracy);
@@ -9,6 +11,7 @@
 from .arithmetic import make_arithmetic_dataset
 from .code import DEEPCODER_ID, CodeReward, extract_code, load_deepcoder
 from .math import DAPO_MATH_ID, extract_boxed, load_dapo_math, math_answer_checker, math_reward
+from .registry import TASKS, Task, get_task
 from .sandbox import Outcome, SandboxLimits, SandboxPool, TestCase, TestReport, TestSuite, execute, run_tests
 from .toy_code import make_toy_code_dataset
 from .verdicts import VerdictCheck, check_verdicts
@@ -20,6 +23,8 @@ __all__ = [
     "Outcome",
     "SandboxLimits",
     "SandboxPool",
+    "TASKS",
+    "Task",
     "TestCase",
     "TestReport",
     "TestSuite",
@@ -28,6 +33,7 @@ __all__ = [
     "execute",
     "extract_boxed",
     "extract_code",
+    "get_task",
     "load_dapo_math",
     "load_deepcoder",
     "make_arithmetic_dataset",

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from datasets import Dataset
 
-from ..workflows.parsing import last_code_block
+from ..parse_rules import last_code_block
 from .math import completion_text
 from .rows import check_split, field, load_rows, take
 from .sandbox import SandboxLimits, SandboxPool, TestCase, TestSuite
@@ -120,7 +120,7 @@ def load_deepcoder(split: str = "train", path_or_id: str = DEEPCODER_ID, limit: 
 def extract_code(text: str) -> str | None:
     """The last complete ```python (or untagged) block after any ``</think>``; None when there is none.
 
-    ``workflows.parsing.last_code_block``: one rule for the reward, the workflows and the metrics.
+    ``parse_rules.last_code_block``: one rule for the reward, the workflows and the metrics.
     """
     return last_code_block(text)
 

@@ -6,7 +6,7 @@ truth as LaTeX text, e.g. ``"34"`` or ``"\frac{3}{28}"``. DAPO's problem is its 
 wrapper included, as the paper gives it to its workflows; ``strip_answer_wrapper=True`` removes the wrapper.
 
 The reward follows the paper's grader: text after ``</think>`` if present, the last ``\boxed{...}`` (the rule of
-``workflows.parsing.last_boxed``, which the workflows and the metrics use too), 1.0 when
+``parse_rules.last_boxed``, which the workflows and the metrics use too), 1.0 when
 ``math-verify`` finds it equivalent to the ground truth (``\dfrac{1}{2}`` = ``0.5`` = ``1/2``, ``x = 3`` = ``3``,
 units, ``\%``, ``\$``, thousands separators and spacing ignored), else 0.0; no box scores 0.0.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from datasets import Dataset
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from ..workflows.parsing import last_boxed
+from ..parse_rules import last_boxed
 from .rows import check_split, field, load_rows, take
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def load_dapo_math(
 def extract_boxed(text: str) -> str | None:
     r"""Content of the last ``\boxed{...}`` (or ``\fbox``, or ``\boxed 5``) after any ``</think>``; None if absent.
 
-    ``workflows.parsing.last_boxed``: one rule for the reward, the workflows and the metrics.
+    ``parse_rules.last_boxed``: one rule for the reward, the workflows and the metrics.
     """
     return last_boxed(text)
 

@@ -52,6 +52,7 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
 def outcome_advantages(
     rewards_per_func: torch.Tensor,
     weights: torch.Tensor,
+    *,
     num_generations: int,
     scale_rewards: str,
     aggregation: str = "sum_then_normalize",
@@ -95,7 +96,7 @@ def trajectory_advantages(
             "none" by nothing. The std carries eps 1e-6. A group of one gets advantage 0.
     """
     keys = [(episode // num_generations, role, instance) for episode, role, instance in trajectories]
-    return _normalise_in_groups(keys, rewards, scale_rewards, lone_keeps_score=False)
+    return _normalise_in_groups(keys, rewards, scale_rewards=scale_rewards, lone_keeps_score=False)
 
 
 def call_group_advantages(
@@ -105,11 +106,11 @@ def call_group_advantages(
     uid): mean and unbiased std per group, eps 1e-6; a group of one keeps its raw score (verl's mean 0, std 1).
     NaN rewards are unscorable: left out of their group's statistics (a group with one scorable sample is a group of
     one) and given advantage 0. ``scale_rewards`` as in ``trajectory_advantages``."""
-    return _normalise_in_groups(keys, rewards, scale_rewards, lone_keeps_score=True)
+    return _normalise_in_groups(keys, rewards, scale_rewards=scale_rewards, lone_keeps_score=True)
 
 
 def _normalise_in_groups(
-    keys: Sequence[Hashable], rewards: Sequence[float], scale_rewards: str, lone_keeps_score: bool
+    keys: Sequence[Hashable], rewards: Sequence[float], *, scale_rewards: str, lone_keeps_score: bool
 ) -> list[float]:
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"`scale_rewards` must be 'group', 'batch' or 'none', got {scale_rewards!r}.")
@@ -174,10 +175,13 @@ def call_advantages(
     by_role = [r for per_episode in role_rewards for r in per_episode] if role_rewards is not None else None
     if groups == "calls":
         keys = [(e, j, trajectory_name(c.role, c.instance)) for j, (e, c) in enumerate(zip(episode_of, calls))]
-        normalise = partial(_per_call_groups, keys, num_generations, scale_rewards, gather_object)
+        per_groups = _per_call_groups
     else:
         keys = [(e, c.role, c.instance) for e, c in zip(episode_of, calls)]
-        normalise = partial(_per_trajectory_groups, keys, num_generations, scale_rewards, gather_object)
+        per_groups = _per_trajectory_groups
+    normalise = partial(
+        per_groups, keys, num_generations=num_generations, scale_rewards=scale_rewards, gather_object=gather_object
+    )
     if groups == "episodes":
         outcome = [float(episode_advantages[e]) for e in episode_of]
     else:
@@ -189,7 +193,7 @@ def call_advantages(
     return [(1 - w) * a + w * role_advantage[key] if key in role_advantage else a for key, a in zip(keys, outcome)]
 
 
-def _per_call_groups(keys, num_generations: int, scale_rewards: str, gather_object, values) -> dict:
+def _per_call_groups(keys, values, *, num_generations: int, scale_rewards: str, gather_object) -> dict:
     """``call_group_advantages`` of every process's calls with a value (``keys``: (episode, call index within this
     process, trajectory name)), grouped per prompt and trajectory name: {key: advantage}."""
     local = [(key, value) for key, value in zip(keys, values) if value is not None]
@@ -199,7 +203,7 @@ def _per_call_groups(keys, num_generations: int, scale_rewards: str, gather_obje
     return {key: a for (key, _), a in zip(gathered, advantages)}
 
 
-def _per_trajectory_groups(keys, num_generations: int, scale_rewards: str, gather_object, values) -> dict:
+def _per_trajectory_groups(keys, values, *, num_generations: int, scale_rewards: str, gather_object) -> dict:
     """``trajectory_advantages`` of every process's role trajectories (``keys``: (episode, role, instance) of each
     call), a trajectory's values pooled by their mean (None left out): {key: advantage}."""
     pooled: dict[tuple, list[float]] = {}

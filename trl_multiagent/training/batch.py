@@ -107,6 +107,7 @@ def calls_to_batch(
     calls: list[ModelCall],
     advantages: list[float],
     episode_ids: list[int],
+    *,
     pad_token_id: int | Sequence[int],
     device: torch.device,
     mask_truncated_completions: bool = False,

@@ -53,7 +53,7 @@ class EpisodeScored:
         )  # fmt: skip
         return value, logged_extra, logged_metrics
 
-    def __call__(self, prompts, completions, log_extra=None, log_metric=None, **kwargs) -> list[float]:
+    def __call__(self, prompts, completions, *, log_extra=None, log_metric=None, **kwargs) -> list[float]:
         futures = self.jobs.pop(_key(prompts), None)
         if futures is None or len(futures) != len(completions) or any(f is None for f in futures):
             raise RuntimeError(
@@ -74,17 +74,17 @@ class EpisodeScored:
 
 
 class EarlyRewards:
-    """Wraps the trainer's reward functions that ``scores_each_episode``; ``run`` runs a rollout that starts their
-    scoring as each episode ends."""
+    """Wraps the reward functions that ``scores_each_episode`` (replaced in ``reward_funcs``, the trainer's list, in
+    place); ``run`` runs a rollout that starts their scoring as each episode ends. ``trainer_state`` returns the
+    trainer's current ``TrainerState`` (the reward functions' ``trainer_state`` argument)."""
 
-    def __init__(self, trainer, max_workers: int = 8):
-        self.trainer = trainer
+    def __init__(self, reward_funcs: list, trainer_state: Callable[[], Any], max_workers: int = 8):
+        self.trainer_state = trainer_state
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="episode-reward")
-        funcs = trainer.reward_funcs
-        for i, func in enumerate(funcs):
+        for i, func in enumerate(reward_funcs):
             if getattr(func, "scores_each_episode", False):
-                funcs[i] = EpisodeScored(func, self.pool)
-        self.scored = [f for f in funcs if isinstance(f, EpisodeScored)]
+                reward_funcs[i] = EpisodeScored(func, self.pool)
+        self.scored = [f for f in reward_funcs if isinstance(f, EpisodeScored)]
 
     def run(self, rows: list[dict], run_episodes: Callable[..., list]) -> list:
         prompts = [row["prompt"] for row in rows]
@@ -97,13 +97,13 @@ class EarlyRewards:
             row = rows[episode.index]
             (completion,) = final_completions([episode], [row])
             for scored, futures in zip(self.scored, slots):
-                job = self._job(scored, row, episode, completion)
+                job = self._job(scored, row, episode, completion=completion)
                 futures[episode.index] = self.pool.submit(job)
 
         return run_episodes(prompts, on_episode_end=episode_done)
 
-    def _job(self, scored: EpisodeScored, row: dict, episode, completion) -> Callable[[], Any]:
-        state = self.trainer.state
+    def _job(self, scored: EpisodeScored, row: dict, episode, *, completion) -> Callable[[], Any]:
+        state = self.trainer_state()
 
         def job():
             return (*scored.score(row, episode, completion=completion, state=state), completion)

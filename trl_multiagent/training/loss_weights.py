@@ -23,6 +23,7 @@ GLOBAL_TOKEN_LOSSES = ("dapo", "cispo", "vespo")  # TRL divides by the generatio
 def role_weights(
     roles: list[str],
     token_counts: torch.Tensor,
+    *,
     role_loss_weights: dict[str, float],
     balance: str,
     loss_type: str,
@@ -112,7 +113,7 @@ def aggregate_like_trl(
     raise ValueError(f"Unsupported loss_type {loss_type!r}.")
 
 
-def generation_chunks(batch: TrainingBatch, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:
+def generation_chunks(batch: TrainingBatch, *, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:
     """``steps`` near-equal chunks (one per micro-step of TRL's loop) covering every sample, each sample's weight
     corrected for its chunk."""
     token_counts = batch.completion_mask.sum(dim=1).float()
@@ -144,26 +145,16 @@ def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:
     return replace(batch, advantages=advantages)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class LossScale:
-    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors)."""
+    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors), as the
+    trainer is at that micro-batch."""
 
-    gradient_accumulation_steps: int
+    gradient_accumulation_steps: int  # the Trainer's current accumulation steps
     max_completion_length: int | None
     num_processes: int
     steps_per_generation: int
-    training: bool
-
-    @classmethod
-    def of(cls, trainer) -> LossScale:
-        """Read from a ``MultiAgentGRPOTrainer`` as it is now (duck-typed: no import of the trainer)."""
-        return cls(
-            trainer.current_gradient_accumulation_steps,
-            trainer.max_completion_length,
-            trainer.accelerator.num_processes,
-            trainer.args.steps_per_generation,
-            trainer.model.training,
-        )
+    training: bool  # the model's mode: evaluation losses are not divided by the accumulation steps
 
 
 def importance_weights(per_token_logps: torch.Tensor, batch: TrainingBatch, level: str) -> torch.Tensor:
@@ -183,9 +174,9 @@ def per_role_kl_loss(
     per_token_logps: torch.Tensor,
     batch: TrainingBatch,
     beta: torch.Tensor,
+    *,
     loss_type: str,
     scale: LossScale,
-    *,
     bias_correction: bool,
     importance_sampling_level: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:

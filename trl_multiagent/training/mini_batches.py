@@ -66,6 +66,7 @@ def row_groups(
 def bounded_logps(
     batch: TrainingBatch,
     adapters: Sequence[str],
+    *,
     max_samples: int,
     max_tokens: int | None,
     forward: Callable[[TrainingBatch, list[str]], torch.Tensor],
@@ -81,7 +82,12 @@ def bounded_logps(
 
 
 def split_for_memory(
-    batch: TrainingBatch, max_samples: int, max_tokens: int | None, loss_type: str, keys: Sequence[str] | None = None
+    batch: TrainingBatch,
+    *,
+    max_samples: int,
+    max_tokens: int | None,
+    loss_type: str,
+    keys: Sequence[str] | None = None,
 ) -> list[TrainingBatch]:
     """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
     loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``. With
@@ -110,6 +116,7 @@ def split_for_memory(
 def mini_batch_plan(
     batch: TrainingBatch,
     adapters: Sequence[str],
+    *,
     mini_batch_size: int,
     num_processes: int,
     sum_over_processes: SumOverProcesses,

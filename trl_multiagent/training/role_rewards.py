@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..workflows.correctness import grade_calls, solved
 from ..workflows.formats import references
 
 Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
@@ -47,32 +48,27 @@ def builtin_role_rewards(
         (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if _kind(formats, c) == "answer"
     ]
     scores = score([episodes[e].calls[i].text for e, i in answers], [rows[e] for e, _ in answers]) if answers else []
-    right = {key: value >= 1.0 for key, value in zip(answers, scores)}
+    right: list[dict[int, bool]] = [{} for _ in episodes]  # episode -> answer call -> is it right
+    for (e, i), value in zip(answers, scores):
+        right[e][i] = solved(value)
     rewards = []
     for e, episode in enumerate(episodes):
         per_call: list[float | None] = []
-        for i, (call, context) in enumerate(zip(episode.calls, references(formats, episode.calls))):
+        # reference: an unreadable verdict is wrong (rewarded 0); own_answers: it reads as Incorrect
+        grades = grade_calls(formats, episode.calls, right[e], strict_verdicts=reference)
+        for call, grade in zip(episode.calls, grades):
             kind, fmt = _kind(formats, call), formats.get(call.role)
             if call.role in zero:
                 per_call.append(0.0)
             elif call.role in by_outcome and kind in ("answer", "selection"):
-                per_call.append(float(outcome[e] >= 1.0))
+                per_call.append(float(solved(outcome[e])))
             elif call.role in by_outcome and kind == "verdict":
                 verdict = fmt.parse(call.text)  # None when unreadable: rewarded 0
-                per_call.append(float(verdict == (outcome[e] >= 1.0)))
-            elif kind == "answer":
-                per_call.append(float(right[e, i]))
-            elif kind == "verdict":
-                judged = right.get((e, context.judged)) if context.judged is not None else None
-                verdict = fmt.parse(call.text) if reference else fmt.read(call.text)  # parse: None when unreadable
-                per_call.append(None if judged is None else float(verdict == judged))
-            elif kind == "selection" and context.candidates:
-                pick = context.candidates[min(fmt.read(call.text), len(context.candidates) - 1)]
-                per_call.append(float(right[e, pick]))
+                per_call.append(float(verdict == solved(outcome[e])))
             elif kind == "plan":
                 per_call.append(float(outcome[e]))
-            else:
-                per_call.append(None)
+            else:  # answers, verdicts and selections by their own grade; None where there is nothing to grade
+                per_call.append(None if grade.right is None else float(grade.right))
         rewards.append(per_call)
     return rewards
 

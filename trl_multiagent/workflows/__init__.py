@@ -1,10 +1,6 @@
 """Multi-agent workflows: what roles say to each other. Built-ins follow the paper; subclass ``Workflow`` for more."""
 
-from .base import Generate, Messages, Workflow, problem_text, request_text
-from .eval_opt import EvalOpt
-from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategies, Verdict
-from .orch_workers import OrchWorkers
-from .parsing import (
+from ..parse_rules import (
     last_boxed,
     last_code_block,
     parse_selection,
@@ -12,6 +8,10 @@ from .parsing import (
     parse_verdict,
     read_strategies,
 )
+from .base import Generate, Messages, Workflow, problem_text, request_text
+from .eval_opt import EvalOpt
+from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategies, Verdict
+from .orch_workers import OrchWorkers
 from .prompt_set import PromptSet
 from .prompts import PROMPT_SETS
 from .single_agent import SingleAgent

@@ -8,7 +8,7 @@ training sample tagged with the role, the role instance and the episode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .formats import OutputFormat
@@ -49,6 +49,12 @@ class Workflow:
     ``outcome_role_reward`` (optional) lists the roles that variant grades against the episode's outcome instead of
     their own call: an answer gets the outcome, a verdict is compared with it (the reference's code workflows test
     only the final program).
+
+    ``tools`` (optional) gives role types Python functions to call (type hints and a Google-style docstring describe
+    each to the model): every ``generate`` of such a role runs its tool loop (the model calls tools and sees their
+    outputs until it answers) and returns the final text. The workflow only declares them; the rollout engine runs
+    the loop, each model call of it one training sample. Declare them as a class attribute or property (values set
+    in ``__init__`` would be saved in ``config_dict``).
     """
 
     roles: tuple[str, ...] = ()
@@ -56,6 +62,7 @@ class Workflow:
     parallel: Mapping[str, int] = {}
     zero_role_reward: tuple[str, ...] = ()
     outcome_role_reward: tuple[str, ...] = ()
+    tools: Mapping[str, Sequence[Callable[..., object]]] = {}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError

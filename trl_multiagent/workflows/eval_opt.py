@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..parse_rules import check_rule
 from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Verdict, answer_format
-from .parsing import check_rule
 from .prompt_set import PromptSet, uses
 
 HISTORIES = ("shared", "fresh")

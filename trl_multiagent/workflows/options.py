@@ -11,9 +11,9 @@ import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..parse_rules import RULES
 from .eval_opt import HISTORIES
 from .orch_workers import WORKER_COUNTS
-from .parsing import RULES
 from .single_agent import TEMPLATES
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..parse_rules import check_rule
 from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Strategies, answer_format
-from .parsing import check_rule
 from .prompt_set import PromptSet
 
 WORKER_COUNTS = ("per_strategy", "fixed")

@@ -11,7 +11,7 @@ r"""The built-in prompt sets, for ``task="math"`` and ``task="code"``, and how a
 Math answers go in ``\boxed{}``; code answers are Python in a ```` ```python ```` block, in the form the problem asks
 for (DeepCoder has stdin/stdout programs and function-call problems, and each row's statement says which, so the
 code prompts defer to it). The machine-read formats (``\boxed{Correct}``/``\boxed{Incorrect}``, ``\boxed{i}``,
-``STRATEGY k:``) are the reference's, because ``parsing.py`` and the reported role behaviours depend on them.
+``STRATEGY k:``) are the reference's, because ``parse_rules.py`` and the reported role behaviours depend on them.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from typing import Any
 
 from .prompt_set import PromptSet
 
-TASKS = ("math", "code")
-
 
 def check_task(task: str) -> str:
-    """Return ``task`` if the built-in prompts cover it, else raise a ``ValueError`` naming the valid tasks."""
-    if task not in TASKS:
-        valid = ", ".join(repr(name) for name in TASKS)
+    """Return ``task`` if the built-in prompts cover it, else raise a ``ValueError`` naming the valid tasks.
+
+    The tasks are those of ``trl_multiagent.tasks.TASKS`` (which a workflow does not import: it knows nothing of
+    datasets); each has its texts below, and ``tests/test_tasks_registry.py`` checks the two agree.
+    """
+    if task not in PROMPT_SETS["paper"]:
+        valid = ", ".join(repr(name) for name in PROMPT_SETS["paper"])
         raise ValueError(f"Unknown task {task!r}; the built-in workflows support task={valid}.")
     return task
 
@@ -181,8 +183,8 @@ def _guarded(task: str) -> PromptSet:
 
 
 PROMPT_SETS: dict[str, dict[str, PromptSet]] = {
-    "paper": {task: _paper(task) for task in TASKS},
-    "guarded": {task: _guarded(task) for task in TASKS},
+    "paper": {task: _paper(task) for task in _PAPER_ANSWER},
+    "guarded": {task: _guarded(task) for task in _ANSWER},
 }
 
 

@@ -26,6 +26,21 @@ class GenerationRequest:
     # The base model the adapter sits on (`role_models`); None: the run's one base. Set by the engine when roles sit
     # on several bases, read by `PerBaseBackend`.
     base: str | None = None
+    # JSON schemas of the role's tools (rollout/tool_loop.py), rendered into the prompt by the chat template; None:
+    # no tools.
+    tools: list[dict] | None = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What served one call, as the backend saw it: the adapter whose weights sampled it, their version and the
+    backend. Stamped from what the backend actually used (the LoRA slot a vLLM request went to and the version last
+    loaded there; the live model's step for transformers), never from what the request asked for, so that a missed
+    sync or a swapped slot shows."""
+
+    adapter: str  # the adapter whose weights sampled the call ("__base__": none)
+    version: int | None  # the optimizer step of those weights; None: the base model, or a backend given no clock
+    backend: str  # "transformers" | "vllm-colocate" | "vllm-async" | "vllm-server"
 
 
 @dataclass
@@ -35,6 +50,7 @@ class GenerationResult:
     text: str
     truncated: bool  # hit the completion length limit without EOS or a stop string
     sampling_logprobs: list[float] | None = None
+    provenance: Provenance | None = None  # None: a backend that does not stamp (a custom or scripted one)
 
 
 class GenerationBackend(Protocol):

@@ -112,11 +112,13 @@ class LoopCalls:
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         self.folders.check_synced([request.adapter])
-        return await self._loop.call(self._complete(request, self.renderer.prompt_ids(request.messages)))
+        return await self._loop.call(
+            self._complete(request, self.renderer.prompt_ids(request.messages, request.tools))
+        )
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.renderer.prompt_ids(r.messages) for r in requests]
+        prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
         return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 
     def drain(self, timeout: float = 60.0) -> None:

@@ -1,4 +1,4 @@
-"""Build the rollout backend a ``MultiAgentGRPOConfig`` names, from what the trainer owns.
+"""Build the rollout backend a ``MultiAgentGRPOConfig`` names, from a ``BackendContext`` (what the trainer owns).
 
 Backends implement ``generate(requests)``; those that serve copies of the adapters (vLLM) also implement
 ``sync_adapters(model, names)``, which the trainer calls before the first rollout after each optimizer step.
@@ -20,9 +20,10 @@ from .per_base import PerBaseBackend
 from .transformers_backend import TransformersBackend
 
 
-@dataclass
-class TrainerContext:
-    """What a backend needs from the trainer: its model, tokenizer, routing and generation settings."""
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is built from: the model, tokenizer, routing and generation settings of one base model (the
+    trainer builds it from what it owns; the rollout room never sees the trainer)."""
 
     model: Any  # the PEFT model holding the role adapters
     adapter_names: Sequence[str]
@@ -35,34 +36,19 @@ class TrainerContext:
     chat_rendering: str  # "tokenizer" | "reference_qwen" (rollout.chat_rendering)
     process_index: int
     num_processes: int
-    base: str | None = None  # the name of this base model when roles sit on several (`role_models`)
-    extra: dict[str, TrainerContext] = field(default_factory=dict)  # the same for every other base, by name
+    base: str | None = None  # the name of this base model when roles sit on several
+    weights_step: Callable[[], int] | None = None  # the optimizer step of the trained weights now (provenance stamps)
+    extra: dict[str, BackendContext] = field(default_factory=dict)  # the same for every other base, by name
 
-    @classmethod
-    def of(cls, trainer) -> TrainerContext:
-        """Read from a ``MultiAgentGRPOTrainer`` (duck-typed: the rollout room never imports the trainer)."""
-        main = cls(
-            model=trainer.model,
-            adapter_names=trainer.adapter_names,
-            tokenizer=trainer.text_tokenizer,
-            router=trainer.router,
-            unwrapped_model=trainer.unwrapped_for_generation,
-            generation_config=trainer.generation_config,
-            eos_token_ids=trainer.eos_token_ids,
-            chat_template_kwargs=trainer.chat_template_kwargs,
-            chat_rendering=trainer.args.chat_rendering,
-            process_index=trainer.accelerator.process_index,
-            num_processes=trainer.accelerator.num_processes,
-        )
-        role_models = trainer.adapters.role_models
-        if role_models is None:
-            return main
-        extra = {name: main.for_base(base, trainer.adapters.routers[name]) for name, base in role_models.extra.items()}
-        return replace(
-            main, adapter_names=role_models.adapters_of(role_models.main), base=role_models.main, extra=extra
-        )
+    def on_bases(self, bases, routers: Mapping[str | None, Any]) -> BackendContext:
+        """This context (of the trainer's base) with one per other base of ``bases`` (an ``adapters.bases.Bases``) in
+        ``extra``; ``routers``: base name -> its router. Unchanged when the run has one unnamed base."""
+        if bases.main is None:
+            return self
+        extra = {name: self.for_base(base, routers[name]) for name, base in bases.extra.items()}
+        return replace(self, adapter_names=bases.adapters_of(bases.main), base=bases.main, extra=extra)
 
-    def for_base(self, base, router) -> TrainerContext:
+    def for_base(self, base, router) -> BackendContext:
         """This context for another base (a ``RoleBase``): its model, adapters, tokenizer, router and end tokens."""
         eos = base_eos_token_ids(base.model, base.tokenizer)
         config = copy.deepcopy(self.generation_config)
@@ -90,7 +76,7 @@ def base_eos_token_ids(model, tokenizer) -> list[int]:
     return ids if tokenizer.eos_token_id in ids else [tokenizer.eos_token_id, *ids]
 
 
-def build_backend(args, context: TrainerContext):
+def build_backend(args, context: BackendContext):
     """The backend ``args.rollout_backend`` names: ``"transformers"``, or ``"vllm"`` (colocated or server); with
     roles on several base models, one such backend per base behind a ``PerBaseBackend``."""
     if context.extra:
@@ -105,7 +91,7 @@ def build_backend(args, context: TrainerContext):
     return _backend(args, context, 1.0)
 
 
-def _backend(args, context: TrainerContext, memory_share: float):
+def _backend(args, context: BackendContext, memory_share: float):
     if args.rollout_backend == "vllm":
         return _vllm_backend(args, context, memory_share)
     c = context
@@ -119,10 +105,11 @@ def _backend(args, context: TrainerContext, memory_share: float):
         max_batch_size=args.rollout_batch_size,
         max_batch_tokens=args.rollout_max_batch_tokens,
         chat_rendering=c.chat_rendering,
+        weights_step=c.weights_step,
     )
 
 
-def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
+def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
     from .vllm_backend import AsyncVLLMBackend, VLLMBackend
     from .vllm_server import VLLMServerBackend
 
@@ -142,6 +129,7 @@ def _vllm_backend(args, context: TrainerContext, memory_share: float = 1.0):
         eos_token_ids=context.eos_token_ids,
         chat_template_kwargs=context.chat_template_kwargs,
         chat_rendering=context.chat_rendering,
+        weights_step=context.weights_step,
     )
     if args.vllm_mode == "server":
         urls = args.vllm_server_base_urls or [

@@ -1,4 +1,4 @@
-"""Rollouts when roles sit on several base models (``role_models``): one backend per base, one batch per base.
+"""Rollouts when roles sit on several base models (``Bases``): one backend per base, one batch per base.
 
 Each request carries the base its role sits on (``GenerationRequest.base``, set by the engine); the requests of a
 tick are grouped by base and each group goes to that base's own backend (a ``TransformersBackend`` over that base's

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from ...adapters.routing import AdapterRouter
+from ...adapters.routing import BASE_MODEL, AdapterRouter
 from ..chat_rendering import ChatRenderer
-from .base import GenerationRequest, GenerationResult, settings_key
+from .base import GenerationRequest, GenerationResult, Provenance, settings_key
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ class TransformersBackend:
     the reference stack's Qwen rendering; see ``rollout.chat_rendering``). Each ``generate``
     holds at most ``max_batch_size`` prompts and, with ``max_batch_tokens``, at most that many tokens of KV cache:
     rows x (longest prompt + max new tokens); a group over the budget is cut with its prompts taken shortest first,
-    so that similar lengths pad together.
+    so that similar lengths pad together. ``weights_step()``, if given, is the optimizer step of the model's weights
+    now (the trainer's ``global_step``); each result's ``provenance`` carries it, with the adapter it was routed to.
     """
 
     def __init__(
@@ -62,7 +63,9 @@ class TransformersBackend:
         max_batch_size: int | None = None,
         chat_rendering: str = "tokenizer",
         max_batch_tokens: int | None = None,
+        weights_step: Callable[[], int] | None = None,
     ):
+        self.weights_step = weights_step
         self.unwrapped_model = unwrapped_model
         self.tokenizer = tokenizer
         self.router = router
@@ -76,13 +79,14 @@ class TransformersBackend:
         return self.renderer.prompt_ids(messages)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        prompts = [self.tokenize(request.messages) for request in requests]
+        prompts = [self.renderer.prompt_ids(request.messages, request.tools) for request in requests]
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
         one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
         for i, request in enumerate(requests):
             key = settings_key(request.generation_kwargs), request.adapter if one_adapter_per_batch else None
             groups.setdefault(key, []).append(i)
         results: list[GenerationResult | None] = [None] * len(requests)
+        version = self.weights_step() if self.weights_step is not None else None  # the live weights generate
         with self.unwrapped_model() as model:
             was_training = model.training
             model.eval()
@@ -92,7 +96,9 @@ class TransformersBackend:
                     for chunk in self._batches(indices, prompts, config):
                         adapters = [requests[i].adapter for i in chunk]
                         batch = self._generate_batch(model, [prompts[i] for i in chunk], adapters, config)
-                        for i, result in zip(chunk, batch):
+                        for i, adapter, result in zip(chunk, adapters, batch):
+                            trained = adapter != BASE_MODEL  # the base model's weights have no optimizer step
+                            result.provenance = Provenance(adapter, version if trained else None, "transformers")
                             results[i] = result
             finally:
                 model.train(was_training)

@@ -25,6 +25,9 @@ Why it is built this way (vLLM 0.32, measured on CPU):
 - A request's ``generation_kwargs`` (its role's sampling settings) override ``sampling`` for that request: one
   ``SamplingParams`` per request. Stop strings need detokenization, and are kept in the output
   (``include_stop_str_in_output``) so the completion's tokens and text agree, as with the transformers backend.
+- Each result's ``provenance`` says which adapter's weights, of which version, sat in the LoRA slot the request was
+  sent to (``AdapterFolders.slots``, written when vLLM loaded them): a role whose sync was missed or whose slot holds
+  another role's adapter shows there, not only as a gap between vLLM's and the trainer's log-probs.
 - ``AsyncLLM`` binds to the event loop it first runs on, and the rollout engine runs each step in a new one: it
   lives on a loop of its own (``event_loop.BackgroundLoop``); a cancelled call aborts its vLLM request.
 """
@@ -36,12 +39,12 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...adapters.routing import BASE_MODEL
 from ..chat_rendering import ChatRenderer
-from .base import GenerationRequest, GenerationResult
+from .base import GenerationRequest, GenerationResult, Provenance
 from .event_loop import BackgroundLoop, LoopCalls
 from .transformers_backend import settings_key
 
@@ -52,10 +55,13 @@ class AdapterFolders:
     """One PEFT folder per adapter version under a temporary directory (in RAM when ``/dev/shm`` exists).
 
     Ids are fixed per name (vLLM's LoRA id); every save writes a new folder, and ``release_old`` deletes the
-    folders of older versions once vLLM has loaded the new one.
+    folders of older versions once vLLM has loaded the new one. ``weights_step()``, if given, is the optimizer step
+    of the weights being saved (the trainer's ``global_step``); ``loaded`` records it per slot once vLLM holds them.
     """
 
-    def __init__(self, adapter_names: Sequence[str], root: str | None = None):
+    def __init__(
+        self, adapter_names: Sequence[str], root: str | None = None, weights_step: Callable[[], int] | None = None
+    ):
         if BASE_MODEL in adapter_names:
             raise ValueError(f"{BASE_MODEL!r} is reserved for the base model and cannot name an adapter.")
         if root is None and os.path.isdir("/dev/shm"):
@@ -66,6 +72,9 @@ class AdapterFolders:
         self.paths: dict[str, str] = {}  # name -> folder of the version being served
         self._old: dict[str, list[str]] = {}
         self._versions = itertools.count()
+        self.weights_step = weights_step
+        self.slots: dict[int, tuple[str, int | None]] = {}  # LoRA id -> (adapter, version) vLLM was last given there
+        self._saved: dict[str, int | None] = {}  # name -> version of the weights in its newest folder
 
     def save(self, peft_model, name: str) -> str:
         """Write the current weights of adapter ``name`` (``BASE_MODEL``: an all-zero adapter) to a new folder."""
@@ -84,7 +93,20 @@ class AdapterFolders:
         if name in self.paths:
             self._old.setdefault(name, []).append(self.paths[name])
         self.paths[name] = path
+        trained = name != BASE_MODEL and self.weights_step is not None  # the zero adapter stands for the base model
+        self._saved[name] = self.weights_step() if trained else None
         return path
+
+    def loaded(self, name: str) -> None:
+        """vLLM now holds the newest folder of ``name`` in its slot: requests to that slot are served by it."""
+        self.slots[self.ids[name]] = (name, self._saved.get(name))
+
+    def provenance(self, name: str, backend: str) -> Provenance:
+        """What a request routed to ``name`` is served by: what was last loaded into ``name``'s slot."""
+        held = self.slots.get(self.ids[name])
+        if held is None:
+            raise RuntimeError(f"vLLM's LoRA slot {self.ids[name]} for adapter {name!r} was never loaded.")
+        return Provenance(*held, backend)
 
     def release_old(self, name: str) -> None:
         for path in self._old.pop(name, []):
@@ -152,6 +174,8 @@ class VLLMBackend:
         sampling: ``vllm.SamplingParams`` arguments (``max_tokens``, ``temperature``, ``top_p``, ...).
         eos_token_ids: a completion ends with the first of these (kept in ``completion_ids``).
         adapter_dir: where adapter folders are written (default: a temporary folder under ``/dev/shm``).
+        weights_step: the optimizer step of the trained weights now (the trainer's ``global_step``), read at each
+            sync: each result's ``provenance`` carries the version its adapter's slot was last loaded with.
         engine_kwargs: passed to ``vllm.LLM`` (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ...).
     """
 
@@ -166,12 +190,13 @@ class VLLMBackend:
         chat_template_kwargs: dict[str, Any] | None = None,
         adapter_dir: str | None = None,
         chat_rendering: str = "tokenizer",
+        weights_step: Callable[[], int] | None = None,
         **engine_kwargs,
     ):
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
-        self.folders = AdapterFolders(adapter_names, adapter_dir)
+        self.folders = AdapterFolders(adapter_names, adapter_dir, weights_step)
         self.sampling = {**sampling, "detokenize": False}
         self._params_of: dict[tuple, Any] = {}  # one SamplingParams per distinct settings, made once
         self._start_engine(
@@ -209,6 +234,7 @@ class VLLMBackend:
         for name in self.folders.to_sync(adapter_names):
             path = self.folders.save(peft_model, name)
             self.llm.llm_engine.add_lora(LoRARequest(name, self.folders.ids[name], path, load_inplace=True))
+            self.folders.loaded(name)
             self.folders.release_old(name)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
@@ -216,13 +242,17 @@ class VLLMBackend:
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.renderer.prompt_ids(r.messages) for r in requests]
+        prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         per_request = [self._sampling_params(r.generation_kwargs) for r in requests]
+        stamps = [self.folders.provenance(r.adapter, "vllm-colocate") for r in requests]
         outputs = self.llm.generate(prompts_in, per_request, lora_request=loras, use_tqdm=False)
-        return [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
+        results = [self._result(prompt, output.outputs[0]) for prompt, output in zip(prompts, outputs)]
+        for result, stamp in zip(results, stamps):
+            result.provenance = stamp
+        return results
 
     def _result(self, prompt: list[int], sample) -> GenerationResult:
         """A ``GenerationResult`` from vLLM's ``CompletionOutput`` (the sampled token's log-prob at each step)."""
@@ -263,6 +293,7 @@ class AsyncVLLMBackend(LoopCalls, VLLMBackend):
             path = self.folders.save(peft_model, name)
             request = LoRARequest(name, self.folders.ids[name], path, load_inplace=True)
             self._loop.run(self.engine.add_lora(request))
+            self.folders.loaded(name)
             self.folders.release_old(name)
 
     async def _complete(self, request: GenerationRequest, prompt: list[int]) -> GenerationResult:
@@ -272,12 +303,15 @@ class AsyncVLLMBackend(LoopCalls, VLLMBackend):
         params = self._sampling_params(request.generation_kwargs)
         name = request.adapter
         lora = LoRARequest(name, self.folders.ids[name], self.folders.paths[name])
+        stamp = self.folders.provenance(name, "vllm-async")
         final = None
         stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex,
                                       lora_request=lora)  # fmt: skip
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
-        return self._result(prompt, final.outputs[0])
+        result = self._result(prompt, final.outputs[0])
+        result.provenance = stamp
+        return result
 
     def unfinished_requests(self) -> int:
         """Requests vLLM still holds (0 once a rollout has ended, also after a failed one)."""

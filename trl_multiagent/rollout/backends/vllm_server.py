@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..chat_rendering import ChatRenderer
@@ -53,6 +53,8 @@ class VLLMServerBackend(LoopCalls):
         request_timeout: seconds one request may take.
         max_concurrency: most requests in flight per server.
         chat_rendering: how prompts are rendered (``rollout.chat_rendering``), exactly as ``TransformersBackend`` does.
+        weights_step: the optimizer step of the trained weights now, read at each sync (``VLLMBackend``'s). Only
+            the process that syncs the servers knows what they hold: the others' results carry no ``provenance``.
     """
 
     shared_across_processes = True  # the servers serve every training process: synced from the main one
@@ -70,6 +72,7 @@ class VLLMServerBackend(LoopCalls):
         request_timeout: float = 600.0,
         max_concurrency: int = 256,
         chat_rendering: str = "tokenizer",
+        weights_step: Callable[[], int] | None = None,
     ):
         import httpx
 
@@ -80,7 +83,7 @@ class VLLMServerBackend(LoopCalls):
         self.tokenizer = tokenizer
         self.eos_token_ids = set(eos_token_ids)
         self.renderer = ChatRenderer(tokenizer, chat_rendering, chat_template_kwargs)
-        self.folders = AdapterFolders(adapter_names, adapter_dir)
+        self.folders = AdapterFolders(adapter_names, adapter_dir, weights_step)
         self.sampling = {**sampling, "n": 1, "logprobs": 0, "stop_token_ids": sorted(self.eos_token_ids)}
         self.timeout, self.request_timeout = timeout, request_timeout
         self.in_flight = dict.fromkeys(self.base_urls, 0)  # requests sent and not answered, per server
@@ -183,6 +186,7 @@ class VLLMServerBackend(LoopCalls):
             loaded = name in self.folders.paths
             path = self.folders.save(peft_model, name)
             self._loop.run(load_everywhere(name, path, loaded))
+            self.folders.loaded(name)
             self.folders.release_old(name)
 
     # ---------------------------------------------------------------------------------------------- generation
@@ -199,6 +203,8 @@ class VLLMServerBackend(LoopCalls):
 
     async def _complete(self, request: GenerationRequest, prompt: list[int]) -> GenerationResult:
         url = self._server_for(request.session)
+        held = self.folders.ids[request.adapter] in self.folders.slots  # this process synced the servers
+        stamp = self.folders.provenance(request.adapter, "vllm-server") if held else None
         sampling = request_sampling(self.sampling, request.generation_kwargs)
         sampling.pop("detokenize", None)  # the server always detokenizes
         body = {"model": request.adapter, "prompt": prompt, "return_token_ids": True, **sampling}
@@ -212,9 +218,11 @@ class VLLMServerBackend(LoopCalls):
         stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
         token_ids = choice["token_ids"]
-        return request_result(
+        result = request_result(
             self.renderer, prompt, token_ids, logprobs=logprobs, eos_token_ids=self.eos_token_ids, stopped=stopped
         )
+        result.provenance = stamp
+        return result
 
     def close(self) -> None:
         self._loop.run(self._client.aclose())

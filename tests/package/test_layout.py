@@ -1,0 +1,156 @@
+"""The package's rooms import in one direction only, and no module imports itself back through another.
+
+Read from the source with `ast` (every import, also those inside functions), so a new upward import fails here
+before it becomes a cycle at run time.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+from harness import run_offline
+
+PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
+ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
+TRAINER = ("trainer", "grpo_seam")  # the trainer and its base class over TRL
+
+# room -> rooms (first component under trl_multiagent) it must never import
+FORBIDDEN = {
+    "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy"),
+    # Tasks and workflows share the parse rules through the neutral `parse_rules` module, never each other.
+    "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training", "workflows"),
+    "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config"),
+    # Adapters report what they measured; monitoring reads it.
+    "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config", "monitoring"),
+    "training": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring"),
+    "monitoring": TRAINER + ("training", "adapters", "checkpoints", "evaluation"),
+    # loading and saving only: running a loaded workflow (backends, engine, episodes) is evaluation's
+    "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring"),
+    "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
+    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy"),
+}
+NO_TORCH = ("torch", "transformers", "peft", "trl", "accelerate")
+THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "parse_rules": NO_TORCH}
+# Rooms below the trainer: they get small explicit inputs (a tokenizer, a model handle, settings), never the trainer.
+LOWER_ROOMS = (
+    "adapters",
+    "checkpoints",
+    "config",
+    "evaluation",
+    "monitoring",
+    "rollout",
+    "tasks",
+    "training",
+    "workflows",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module ``path`` imports (relative imports resolved; ``from x import y`` counts as x
+    and, when y is a submodule, x.y)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if (PACKAGE.parent / Path(*candidate.split("."))).with_suffix(".py").is_file() or (
+                    PACKAGE.parent / Path(*candidate.split("."))
+                ).is_dir():
+                    found.add(candidate)
+    return found
+
+
+MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "trl_multiagent" and len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_upward_import(module):
+    here = room(module)
+    imported = MODULES[module]
+    bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
+    bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
+    assert not bad, f"{module} ({here}) imports {bad}"
+
+
+def test_the_layout_check_reads_the_rooms_it_names():
+    """The checks above pass vacuously if a room is renamed away: every room they name exists."""
+    rooms = {room(m) for m in MODULES}
+    named = set(FORBIDDEN) | set(LOWER_ROOMS) | {r for forbidden in FORBIDDEN.values() for r in forbidden}
+    assert named <= rooms, f"rooms named here but not in the package: {sorted(named - rooms)}"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if room(module_name(p)) in LOWER_ROOMS))
+def test_lower_rooms_never_take_the_trainer(path):
+    """No function below the trainer has a parameter named ``trainer`` (it would read whatever it likes of it,
+    duck-typed): the trainer builds a small input for it instead (``BackendContext``, ``LossScale``, ``Bases``)."""
+    taking = [
+        f"{node.name} (line {node.lineno})"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and "trainer" in {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+    ]
+    assert not taking, f"{module_name(path)}: {taking} take the trainer; pass what they need from it instead"
+
+
+@pytest.mark.slow
+def test_workflows_import_without_torch():
+    """What the static check above promises, at run time: the package's ``__init__`` on the way to the workflows
+    pulls in no torch (a blocked ``torch`` fails any import of it)."""
+    code = "import sys; sys.modules['torch'] = None; import trl_multiagent.workflows"
+    run_offline([sys.executable, "-c", code], cwd=PACKAGE.parent)
+
+
+def test_no_import_cycles():
+    graph = {m: {i for i in imports if i in MODULES and i != m} for m, imports in MODULES.items()}
+    # A package's __init__ re-exporting its own modules is not a cycle of rooms: drop edges from a package into
+    # its own submodules' imports of the package itself.
+    for module, imports in graph.items():
+        graph[module] = {i for i in imports if not (i.startswith(module + ".") and module in graph.get(i, set()))}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt) :] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+@pytest.mark.parametrize("name", ["trainer.py", "grpo_seam.py"])
+def test_the_trainer_and_its_seam_are_formatted_without_skips(name):
+    lines = (PACKAGE / name).read_text().splitlines()
+    skips = [i for i, line in enumerate(lines, 1) if "fmt: skip" in line or "fmt: off" in line]
+    assert not skips, f"trl_multiagent/{name} lines {skips} skip the formatter; let ruff format them"

@@ -1,0 +1,101 @@
+"""The grid script: one launch per cell plus controls, and the report from what runs left behind."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+from harness import ROOT, run_offline
+
+
+def grid(*args: str, timeout: int = 120) -> str:
+    return run_offline([sys.executable, "recipes/grid.py", *args], cwd=ROOT, timeout=timeout).stdout
+
+
+@pytest.mark.slow
+def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
+    out = grid(
+        "--dry-run", "--models", "org/m1", "org/m2", "--tasks", "math", "code", "--workflows", "eval_opt", "voting",
+        "--seed", "7", "--max_steps", "30", "--save_steps", "10", "--output_root", str(tmp_path),
+        "--recipe_config", "math=recipes/configs/cpu.yaml",
+    )  # fmt: skip
+    lines = out.splitlines()
+    launches = [line for line in lines if line.startswith("accelerate launch ")]
+    assert len(launches) == 2 * 2 * (2 * 2 + 1)  # models x tasks x (workflows x sharings + SA-RL)
+    assert all("--seed 7 --max_steps 30 --save_steps 10" in line for line in launches)
+    assert sum("recipes/single_agent_code.py" in line for line in launches) == 2
+    assert sum("recipes/voting_math.py" in line and "--policy_sharing isolated" in line for line in launches) == 2
+    assert all(("--config recipes/configs/cpu.yaml" in line) == ("_math.py" in line) for line in launches)
+    evaluations = [line for line in lines if line.startswith("python recipes/evaluate.py ")]
+    assert len(evaluations) == 2 * 2 * (5 + 3 + 2)  # per model x task: 5 runs, 3 base, 2 transfers
+    assert sum("--mode base" in line for line in evaluations) == 2 * 2 * 3
+    transfer = f"--run_dir {tmp_path}/m1/math/single_agent --mode transfer --workflow {tmp_path}/m1/math/voting-shared"
+    assert any(transfer in line for line in evaluations)
+    rendering = "--chat_rendering reference_qwen --chat_template_kwargs '{\"enable_thinking\": false}'"
+    assert all(rendering in line for line in evaluations if "--task math" in line)  # as cpu.yaml trains
+    assert not any("--chat_rendering" in line for line in evaluations if "--task code" in line)  # the paper preset's
+
+
+def test_report_from_existing_runs(tmp_path):
+    run = tmp_path / "m" / "math" / "voting-isolated"
+    rows = [
+        {"step": s, "accuracy": a, "workflow": "Voting", "policy_sharing": "isolated", "mode": "trained",
+         "model": "org/m", "dataset": "arithmetic", "k": 1, "trained_workflow": "Voting"}
+        for s, a in ((2, 0.25), (4, 0.75), (6, 0.5))
+    ]  # fmt: skip
+    (run / "checkpoint-6").mkdir(parents=True)
+    (run / "eval_results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    history = [
+        {"step": s, "role/generator/policy_ratio": r, "role/generator/completion_length": 10.0 * s}
+        for s, r in ((2, 1.0), (4, 1.5), (6, 1.2))
+    ]
+    (run / "checkpoint-6" / "trainer_state.json").write_text(json.dumps({"global_step": 6, "log_history": history}))
+
+    out = grid(
+        "--report_only", "--models", "org/m", "--tasks", "math", "--workflows", "voting",
+        "--policy_sharing", "isolated", "--output_root", str(tmp_path),
+    )  # fmt: skip
+    expected = "| org/m | arithmetic | Voting | isolated | trained | 75.0 (4) | 50.0 (6) | 25.0 | - | - |"
+    assert expected in out and expected in (tmp_path / "table.md").read_text()
+    instability = json.loads((tmp_path / "instability.json").read_text())
+    assert instability[str(run)]["generator"]["policy_ratio_max"] == 1.5
+    assert instability[str(tmp_path / "m" / "math" / "single_agent")] == {}  # never trained: nothing to summarise
+    if importlib.util.find_spec("matplotlib") is not None:
+        plots = tmp_path / "plots"
+        assert (plots / "accuracy-m-math.png").is_file()
+        assert (plots / "m-math-voting-isolated-completion_length.png").is_file()
+        assert not (plots / "m-math-voting-isolated-perplexity.png").exists()  # not logged by this run
+
+
+@pytest.mark.slow
+def test_tiny_grid_end_to_end(tiny_model_dir, tmp_path):
+    out = grid(
+        "--models", tiny_model_dir, "--tasks", "math", "--workflows", "voting", "--policy_sharing", "shared",
+        "--accelerate_config", "accelerate_configs/cpu.yaml", "--recipe_config", "math=recipes/configs/cpu.yaml",
+        "--max_steps", "2", "--save_steps", "1", "--output_root", str(tmp_path),
+        "--recipe_args", "--max_completion_length 6", "--eval_dataset", "math=arithmetic",
+        "--eval_args", "--limit 2 --max_completion_length 6", timeout=1200,
+    )  # fmt: skip
+    table = (tmp_path / "table.md").read_text()
+    for cell in ("| Voting | shared | trained |", "| Voting | - | base |", "| Voting | isolated | transfer |"):
+        assert cell in table, out[-3000:]
+    assert "| SingleAgent | isolated | trained |" in table
+
+
+@pytest.mark.slow
+def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
+    out = grid(
+        "--dry-run", "--models", "toy", "--tasks", "math", "code", "--output_root", str(tmp_path),
+        "--recipe_config", "math=recipes/configs/toy.yaml", "code=recipes/configs/toy_code.yaml",
+        "--eval_dataset", "math=arithmetic", "code=toy_code", "--max_steps", "30", "--save_steps", "10",
+    )  # fmt: skip
+    launches = [line for line in out.splitlines() if line.startswith("accelerate launch ")]
+    code = [line for line in launches if "_code.py" in line]
+    assert len(code) == len(launches) // 2 == 3 * 2 + 1
+    assert all("--config recipes/configs/toy_code.yaml" in line for line in code)
+    evaluations = [line for line in out.splitlines() if line.startswith("python recipes/evaluate.py ")]
+    assert all("--dataset_name toy_code" in line for line in evaluations if "--task code" in line)
+    assert all("--chat_rendering tokenizer" in line for line in evaluations)  # as the toy presets train
+    assert sum("--task code" in line for line in evaluations) == len(evaluations) // 2

@@ -1,0 +1,306 @@
+"""One seam to TRL: only ``trl_multiagent/grpo_seam.py`` names a private member of TRL's ``GRPOTrainer`` or of the
+Trainer, and what the package computes in TRL's place (the loss reduction per ``loss_type``, GRPO advantages) is
+TRL's own, checked against TRL's ``GRPOTrainer`` on fixed tensors."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import math
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers
+import trl
+from scripted import addition_dataset
+
+from trl_multiagent.grpo_seam import GRPOSeam
+from trl_multiagent.training.advantages import outcome_advantages
+from trl_multiagent.training.loss_weights import (
+    GLOBAL_TOKEN_LOSSES,
+    SEQUENCE_MEAN_LOSSES,
+    TOKEN_MEAN_LOSSES,
+    LossScale,
+    per_role_kl_loss,
+)
+
+PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
+SEAM = PACKAGE / "grpo_seam.py"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def trl_private_names() -> set[str]:
+    """Every private member of ``GRPOTrainer`` and the Trainer: the class attributes (``dir``) and the instance
+    attributes their classes' source files set or read on ``self`` (``_metrics``, ``_step``, ...)."""
+    names = {n for cls in (trl.GRPOTrainer, transformers.Trainer) for n in dir(cls) if _is_private(n)}
+    sources = {
+        inspect.getsourcefile(cls)
+        for cls in trl.GRPOTrainer.__mro__
+        if cls.__module__.startswith(("trl.", "transformers."))
+    }
+    for source in sources:
+        for node in ast.walk(ast.parse(Path(source).read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                if _is_private(node.attr):
+                    names.add(node.attr)
+    return names
+
+
+TRL_PRIVATE = trl_private_names()
+
+
+def private_uses(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of every place ``source`` names a member in ``names``: an attribute (``x._metrics``), a method or
+    class attribute a class defines (an override), or a string given to getattr / setattr / hasattr / delattr."""
+    found = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in names:
+                    found.append((item.lineno, item.name))
+                targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        found.append((item.lineno, target.id))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) > 1:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and name.value in names:
+                    found.append((node.lineno, name.value))
+    return sorted(found)
+
+
+def test_the_check_finds_reads_overrides_class_attributes_and_getattr():
+    source = (
+        "class T(GRPOSeam):\n"
+        "    _tag_names = []\n"
+        "    def _prepare_inputs(self, batch):\n"
+        "        return trainer._metrics\n"
+        "x = getattr(trainer, '_step')\n"
+        "y = trainer.metrics, self._own_name\n"
+    )
+    names = {"_tag_names", "_prepare_inputs", "_metrics", "_step"}
+    assert private_uses(source, names) == [(2, "_tag_names"), (3, "_prepare_inputs"), (4, "_metrics"), (5, "_step")]
+
+
+def test_the_private_names_include_trls_instance_state():
+    assert {"_metrics", "_logs", "_step", "_buffered_inputs", "_tokenizer", "_pending_metrics"} <= TRL_PRIVATE
+    assert {"_prepare_inputs", "_clip_grad_norm", "_save", "_tag_names"} <= TRL_PRIVATE
+
+
+def test_only_the_seam_names_a_trl_private_member():
+    offenders = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != SEAM
+        for line, name in private_uses(path.read_text(), TRL_PRIVATE)
+    ]
+    assert not offenders, (
+        "Private members of TRL's GRPOTrainer / the Trainer named outside trl_multiagent/grpo_seam.py; reach them "
+        "through a public method or property of GRPOSeam instead:\n" + "\n".join(offenders)
+    )
+
+
+def test_every_private_name_of_the_seam_is_trls_or_its_own():
+    """A TRL release that renames a hook or an attribute the seam overrides or reads fails here, naming it, instead
+    of the override silently no longer being called."""
+    tree = ast.parse(SEAM.read_text())
+    (seam_class,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GRPOSeam"]
+    own = {"_loss_forwards", "_flush_reward_function_logs"}
+    named = {n.attr for n in ast.walk(seam_class) if isinstance(n, ast.Attribute) and _is_private(n.attr)}
+    named |= {n.name for n in seam_class.body if isinstance(n, ast.FunctionDef) and _is_private(n.name)}
+    assert named - own - TRL_PRIVATE == set()
+
+
+def test_the_seams_public_names_shadow_nothing_of_trl():
+    trl_public = {n for cls in (trl.GRPOTrainer, transformers.Trainer) for n in dir(cls) if not n.startswith("_")}
+    seam_public = {n for n in vars(GRPOSeam) if not n.startswith("_")}
+    assert seam_public and not seam_public & trl_public
+
+
+# ------------------------------------------------------------------------------------ identity with TRL's arithmetic
+def trl_loss_types() -> list[str]:
+    """The loss types TRL supports, as its GRPOConfig's ``loss_type`` help lists them."""
+    help_text = trl.GRPOConfig.__dataclass_fields__["loss_type"].metadata["help"]
+    supported = re.search(r"Supported values are (.*?)\.\s", help_text)
+    assert supported, f"GRPOConfig.loss_type's help no longer lists its values: {help_text[:200]!r}"
+    return re.findall(r"'(\w+)'", supported.group(1))
+
+
+LOSS_TYPES = trl_loss_types()
+
+
+def test_every_trl_loss_type_is_classified_once():
+    ours = [*SEQUENCE_MEAN_LOSSES, *TOKEN_MEAN_LOSSES, *GLOBAL_TOKEN_LOSSES]
+    assert sorted(ours) == sorted(LOSS_TYPES) and len(set(ours)) == len(ours)
+
+
+@pytest.fixture(scope="module")
+def trl_trainer(tiny_model_dir, tmp_path_factory):
+    """TRL's own GRPOTrainer on the tiny model: two reward functions, the second unscorable on some rows."""
+    scores = {"first": [], "second": []}
+
+    def first(completions, **kwargs):
+        return [scores["first"].pop(0) for _ in completions]
+
+    def second(completions, **kwargs):
+        return [scores["second"].pop(0) for _ in completions]
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("trl-grpo")),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        gradient_accumulation_steps=2,
+        steps_per_generation=4,
+        reward_weights=[1.0, 0.5],
+        report_to="none",
+    )
+    trainer = trl.GRPOTrainer(
+        model=tiny_model_dir, reward_funcs=[first, second], args=args, train_dataset=addition_dataset()
+    )
+    trainer.fixed_scores = scores
+    return trainer
+
+
+MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]])
+
+
+@pytest.mark.parametrize(
+    "bias_correction, level", [(False, "token"), (True, "token"), (True, "sequence")], ids=["plain", "token", "seq"]
+)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, bias_correction, level, monkeypatch):
+    """With every advantage 0, TRL's loss is its KL term alone, ``beta`` times the k3 estimator reduced by its
+    ``loss_type`` (times the importance ratio under ``use_bias_correction_kl``, TRL's default); ``per_role_kl_loss``
+    (through ``aggregate_like_trl``) gives the same value and gradient. The old log-probs differ from the current
+    ones, so the ratio differs from 1 in value as well as in gradient."""
+    generator = torch.Generator().manual_seed(0)
+    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    ref = -torch.rand(MASK.shape, generator=generator) * 3
+    old = logps.detach() + (torch.rand(MASK.shape, generator=generator) - 0.5) * 0.4
+    num_items = torch.tensor(37.0)  # tokens of the whole generation batch, over every micro-batch
+    monkeypatch.setattr(trl_trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trl_trainer, "beta", 0.7)
+    monkeypatch.setattr(trl_trainer, "importance_sampling_level", level)
+    monkeypatch.setattr(trl_trainer.args, "use_bias_correction_kl", bias_correction)
+    monkeypatch.setattr(trl_trainer, "current_gradient_accumulation_steps", 2, raising=False)  # set by the loop
+    fixed = lambda *args, **kwargs: (logps, torch.zeros_like(logps), None)  # noqa: E731
+    monkeypatch.setattr(trl_trainer, "_get_per_token_logps_and_entropies", fixed)
+    trl_trainer.model.train(training)
+    inputs = {
+        "prompt_ids": torch.ones(4, 3, dtype=torch.long),
+        "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+        "completion_ids": torch.ones(4, 5, dtype=torch.long),
+        "completion_mask": MASK,
+        "advantages": torch.zeros(4),
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": num_items,
+    }
+    theirs = trl.GRPOTrainer.compute_loss(trl_trainer, trl_trainer.model, inputs)
+    (their_grad,) = torch.autograd.grad(theirs, logps)
+    batch = SimpleNamespace(
+        ref_per_token_logps=ref,
+        old_per_token_logps=old,
+        sample_weights=torch.ones(4),
+        completion_mask=MASK,
+        num_items_in_batch=num_items,
+    )
+    scale = LossScale(
+        gradient_accumulation_steps=2,
+        max_completion_length=trl_trainer.max_completion_length,
+        num_processes=1,
+        steps_per_generation=trl_trainer.args.steps_per_generation,
+        training=training,
+    )
+    ours, _ = per_role_kl_loss(
+        logps,
+        batch,
+        torch.full((4,), 0.7),
+        loss_type=loss_type,
+        scale=scale,
+        bias_correction=bias_correction,
+        importance_sampling_level=level,
+    )
+    (our_grad,) = torch.autograd.grad(ours, logps)
+    assert theirs.item() != 0.0
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-6)
+    assert torch.allclose(our_grad, their_grad, rtol=1e-5, atol=1e-8)
+
+
+def test_the_kl_bias_correction_changes_the_term():
+    """On-policy the importance ratio is 1 in value: the corrected KL term equals the plain one, its gradient does
+    not (TRL's default ``use_bias_correction_kl=True`` adds the KL itself to the gradient)."""
+    generator = torch.Generator().manual_seed(1)
+    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    batch = SimpleNamespace(
+        ref_per_token_logps=-torch.rand(MASK.shape, generator=generator) * 3,
+        old_per_token_logps=None,
+        sample_weights=torch.ones(4),
+        completion_mask=MASK,
+        num_items_in_batch=torch.tensor(13.0),
+    )
+    scale = LossScale(
+        gradient_accumulation_steps=1, max_completion_length=5, num_processes=1, steps_per_generation=1, training=True
+    )
+    terms = {
+        correction: per_role_kl_loss(
+            logps,
+            batch,
+            torch.full((4,), 0.5),
+            loss_type="grpo",
+            scale=scale,
+            bias_correction=correction,
+            importance_sampling_level="token",
+        )[0]
+        for correction in (False, True)
+    }
+    grads = {correction: torch.autograd.grad(term, logps)[0] for correction, term in terms.items()}
+    assert terms[True].item() == pytest.approx(terms[False].item(), rel=1e-6)
+    assert not torch.allclose(grads[True], grads[False])
+
+
+REWARDS = [
+    [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0],  # the second prompt's group all equal: advantage 0 when scaled
+    [0.5, None, 2.0, 0.0, 1.0, 3.0, None, 0.5],  # None: this function does not score that completion
+]
+
+
+@pytest.mark.parametrize(
+    "scale_rewards, aggregation",
+    list(itertools.product(["group", "batch", "none"], ["sum_then_normalize", "normalize_then_sum"])),
+)
+def test_outcome_advantages_are_trls(trl_trainer, scale_rewards, aggregation, monkeypatch):
+    """TRL's advantages from its own generation step (two prompts x 4 completions, fixed rewards) against
+    ``outcome_advantages`` on the rewards TRL computed."""
+    monkeypatch.setattr(trl_trainer, "scale_rewards", scale_rewards)
+    monkeypatch.setattr(trl_trainer, "multi_objective_aggregation", aggregation)
+    trl_trainer.fixed_scores["first"] = list(REWARDS[0])
+    trl_trainer.fixed_scores["second"] = list(REWARDS[1])
+    trl_trainer.model.train()
+    rows = [row for row in addition_dataset(2) for _ in range(4)]  # TRL's sampler repeats each prompt G times
+    output = trl_trainer._generate_and_score_completions(rows)
+    rewards_per_func = torch.tensor([[math.nan if v is None else v for v in column] for column in REWARDS]).T
+    _, ours = outcome_advantages(
+        rewards_per_func,
+        trl_trainer.reward_weights,
+        num_generations=4,
+        scale_rewards=scale_rewards,
+        aggregation=aggregation,
+    )
+    assert torch.allclose(ours, output["advantages"], atol=1e-6)
+    assert ours.abs().sum() > 0

@@ -1,0 +1,90 @@
+"""The built-in tasks by name: where their rows come from, how answers are graded, how long a model call may be.
+
+The recipes, ``trl-multiagent``, the evaluator and the toy evaluation all look a task up here (``get_task``). The
+built-in workflows' prompts and answer formats are written per task in ``workflows/`` (a workflow knows nothing of
+datasets); ``tests/test_tasks_registry.py`` checks they cover exactly these tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from datasets import Dataset
+
+from .arithmetic import make_arithmetic_dataset
+from .code import DEEPCODER_ID, CodeReward, load_deepcoder
+from .math import DAPO_MATH_ID, load_dapo_math, math_answer_checker, math_reward
+from .toy_code import make_toy_code_dataset
+
+# The offline generators have no held-out split: training draws GENERATED_TRAIN_SIZE rows with the run's seed,
+# evaluation GENERATED_EVAL_SIZE (or `limit`) with a seed no recipe trains with.
+GENERATED_TRAIN_SIZE = 1000
+GENERATED_EVAL_SEED, GENERATED_EVAL_SIZE = 1_000_003, 200
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: its dataset (and an offline generator with the same columns), its reward, its lengths."""
+
+    name: str
+    dataset_id: str  # the paper's dataset on the Hub: the default of training and evaluation
+    load: Callable[..., Dataset]  # (split, path_or_id, limit) -> TRL rows: a conversational `prompt` + ground truth
+    generated: str  # the name of the offline generator, accepted wherever a dataset name is
+    generate: Callable[..., Dataset]  # (n, seed) -> rows with the same columns
+    make_reward: Callable[[], Callable[..., list[float]]]  # the reward the recipes train with (1.0: right)
+    ground_truth: str  # the column the reward grades against
+    training_length: int  # tokens per model call in training: recipes/configs/paper_<task>.yaml
+    # Tokens per model call in evaluation: the reference's evaluation lengths, longer than its training lengths so
+    # that fewer answers are cut off (tests/test_evaluation.py and tests/test_paper_preset.py compare both with the
+    # reference's files).
+    eval_length: int
+    answer_checker: Callable[[str, Any], bool] | None = None  # per-role regrading of one output against the truth
+
+    def train_dataset(self, name: str | None = None, split: str = "train", seed: int = 0) -> Dataset:
+        """The training rows of ``name`` (a Hub id, a local .jsonl/.parquet file, or the generator's name;
+        default: the task's dataset); the generator draws ``GENERATED_TRAIN_SIZE`` rows with ``seed``."""
+        if name == self.generated:
+            return self.generate(n=GENERATED_TRAIN_SIZE, seed=seed)
+        return self.load(split=split, path_or_id=name or self.dataset_id)
+
+    def eval_dataset(self, name: str | None = None, limit: int | None = None) -> Dataset:
+        """The test split of ``name`` (as in ``train_dataset``), its first ``limit`` problems."""
+        if name == self.generated:
+            return self.generate(n=limit if limit is not None else GENERATED_EVAL_SIZE, seed=GENERATED_EVAL_SEED)
+        return self.load(split="test", path_or_id=name or self.dataset_id, limit=limit)
+
+
+TASKS: dict[str, Task] = {
+    "math": Task(
+        name="math",
+        dataset_id=DAPO_MATH_ID,
+        load=load_dapo_math,
+        generated="arithmetic",
+        generate=make_arithmetic_dataset,
+        make_reward=lambda: math_reward,
+        ground_truth="answer",
+        training_length=5120,
+        eval_length=8192,
+        answer_checker=math_answer_checker,
+    ),
+    "code": Task(
+        name="code",
+        dataset_id=DEEPCODER_ID,
+        load=load_deepcoder,
+        generated="toy_code",
+        generate=make_toy_code_dataset,
+        make_reward=CodeReward,  # every test must pass
+        ground_truth="tests",
+        training_length=2048,
+        eval_length=5120,
+    ),
+}
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``; a ``ValueError`` naming the built-in tasks otherwise."""
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}; the built-in tasks are {', '.join(map(repr, TASKS))}.")
+    return TASKS[name]
