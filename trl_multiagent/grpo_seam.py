@@ -12,6 +12,7 @@ on ``TRL_VERSION`` is here, with a comment naming what that release does.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from contextlib import AbstractContextManager
 
@@ -43,13 +44,22 @@ class GRPOSeam(GRPOTrainer):
     _tag_names = ["trl", "grpo", "trl-multiagent"]  # Trainer: tags added to the model, its card and its Hub pushes
     _loss_forwards: list | None = None  # the log-prob forwards of TRL's loss, recorded while `trl_loss` runs
 
-    if TRL_VERSION < Version("1.15.0"):
-        # TRL 1.14 builds the model, and PEFT draws the LoRA weights, before anything seeds (the Trainer seeds later);
-        # TRL >= 1.15 calls `set_seed(args.seed)` first. Seeding here gives the adapters `args.seed` decides on every
-        # release, as 1.15 does.
-        def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, **kwargs):
+        if TRL_VERSION < Version("1.15.0"):
+            # TRL 1.14 builds the model, and PEFT draws the LoRA weights, before anything seeds (the Trainer seeds
+            # later); TRL >= 1.15 calls `set_seed(args.seed)` first. Seeding here gives the adapters `args.seed`
+            # decides on every release, as 1.15 does.
             set_seed(args.seed if args is not None else GRPOConfig.seed)
-            super().__init__(model, reward_funcs, args, **kwargs)
+        elif TRL_VERSION < Version("1.16.0"):
+            # TRL 1.15 scores completions only through its Triton kernel (`trl.kernels`), which the CPU wheel of
+            # torch cannot run (no Triton); 1.16 has a torch path.
+            if importlib.util.find_spec("triton") is None:
+                raise ImportError(
+                    f"TRL {trl.__version__} computes log-probs with a Triton kernel and Triton is not installed (CPU "
+                    "builds of torch lack it). Install TRL 1.16 (`pip install 'trl>=1.16,<1.17'`) or 1.14.2, or "
+                    "Triton on a GPU machine."
+                )
+        super().__init__(model, reward_funcs, args, **kwargs)
 
     # ------------------------------------------------------------------------ hooks of TRL's loop, forwarded
     # TRL: rolls out one generation batch, scores it, computes advantages, returns the loss's tensor dict.
