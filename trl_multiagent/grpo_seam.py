@@ -3,19 +3,39 @@
 ``MultiAgentGRPOTrainer`` subclasses it. Each private hook of TRL's training loop is overridden here and forwards, with
 the same arguments, to a public method whose default is TRL's own behaviour, so the trainer overrides public names
 only. Each private attribute the trainer reads or writes is reached through a method or property here. Nothing else
-in the package names a TRL-private member (tests/trl_compat/test_trl_seam.py checks it), so a TRL release that moves one of them
-changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does.
+in the package names a TRL-private member (tests/trl_compat/test_trl_seam.py checks it), so a TRL release that moves
+one of them changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does.
+
+TRL releases: setup.cfg's range (1.14.2 to 1.16). Where a release differs in what the seam relies on, the branch
+on ``TRL_VERSION`` is here, with a comment naming what that release does.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from contextlib import AbstractContextManager
 
 import torch
-from accelerate.utils import gather, gather_object
-from trl import GRPOTrainer
+import trl
+from accelerate.utils import gather, gather_object, set_seed
+from packaging.version import Version
+from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
+
+TRL_VERSION = Version(trl.__version__)
+
+
+def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
+    """Make ``model`` (a base model other than the trainer's) score completions the way TRL scores its own model, so
+    TRL's `_get_per_token_logps_and_entropies` can run on it."""
+    if TRL_VERSION >= Version("1.15.0"):
+        # TRL >= 1.15 patches its model with a fused LM head and calls it with `fused_lm_head=True`, which returns the
+        # log-probs and entropies at `temperature` without the full logits: the other bases need the same patch.
+        from trl.trainer.utils import add_fused_lm_head
+
+        add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
+    # TRL 1.14 computes them from the model's ordinary logits (`selective_log_softmax`): nothing to add.
 
 
 class GRPOSeam(GRPOTrainer):
@@ -23,6 +43,23 @@ class GRPOSeam(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "trl-multiagent"]  # Trainer: tags added to the model, its card and its Hub pushes
     _loss_forwards: list | None = None  # the log-prob forwards of TRL's loss, recorded while `trl_loss` runs
+
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, **kwargs):
+        if TRL_VERSION < Version("1.15.0"):
+            # TRL 1.14 builds the model, and PEFT draws the LoRA weights, before anything seeds (the Trainer seeds
+            # later); TRL >= 1.15 calls `set_seed(args.seed)` first. Seeding here gives the adapters `args.seed`
+            # decides on every release, as 1.15 does.
+            set_seed(args.seed if args is not None else GRPOConfig.seed)
+        elif TRL_VERSION < Version("1.16.0"):
+            # TRL 1.15 scores completions only through its Triton kernel (`trl.kernels`), which the CPU wheel of
+            # torch cannot run (no Triton); 1.16 has a torch path.
+            if importlib.util.find_spec("triton") is None:
+                raise ImportError(
+                    f"TRL {trl.__version__} computes log-probs with a Triton kernel and Triton is not installed (CPU "
+                    "builds of torch lack it). Install TRL 1.16 (`pip install 'trl>=1.16,<1.17'`) or 1.14.2, or "
+                    "Triton on a GPU machine."
+                )
+        super().__init__(model, reward_funcs, args, **kwargs)
 
     # ------------------------------------------------------------------------ hooks of TRL's loop, forwarded
     # TRL: rolls out one generation batch, scores it, computes advantages, returns the loss's tensor dict.

@@ -272,7 +272,10 @@ def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_di
 
 def test_push_to_hub_carries_every_base(tiny_model_dir, tiny_judge_dir, tmp_path, monkeypatch):
     api = FakeHubApi(tmp_path / "uploaded")
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda *a, **k: api)
+    if hasattr(transformers.trainer, "hf_api"):  # transformers >= 5.10 uploads through hf_api(), before the module's
+        monkeypatch.setattr(transformers.trainer, "hf_api", lambda *a, **k: api)
+    else:
+        monkeypatch.setattr(transformers.trainer, "upload_folder", api.upload_folder)
     monkeypatch.setattr(MultiAgentGRPOTrainer, "init_hf_repo", lambda self, token=None: None)
     trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, tmp_path / "run", max_steps=1)
     trainer.hub_model_id = "me/eval-opt-two-models"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness import run_offline
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 import trl_multiagent
@@ -89,3 +90,19 @@ def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
         "trl_multiagent/toy/model/model.safetensors",
     ):
         assert shipped in names
+
+
+def test_the_lowest_pins_ci_tests_are_the_floors_setup_cfg_declares():
+    """`.ci/run` tests the trainer on .ci/lowest-pins.txt: each pin is the floor of its install_requires range, and the
+    ranged dependencies (TRL, PEFT and what TRL's floors set) are all pinned, so the range is the range tested."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    floors = {}
+    for line in config["options"]["install_requires"].split("\n"):
+        requirement = Requirement(line) if line.strip() else None
+        if requirement:
+            floors[requirement.name] = [s.version for s in requirement.specifier if s.operator == ">="]
+    lines = [line.strip() for line in (ROOT / ".ci" / "lowest-pins.txt").read_text().splitlines()]
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert {"trl", "peft", "transformers", "accelerate", "datasets", "huggingface-hub"} <= set(pins)
+    assert {name: [version] for name, version in pins.items()} == {name: floors[name] for name in pins}

@@ -304,3 +304,20 @@ def test_outcome_advantages_are_trls(trl_trainer, scale_rewards, aggregation, mo
     )
     assert torch.allclose(ours, output["advantages"], atol=1e-6)
     assert ours.abs().sum() > 0
+
+
+def test_the_seed_decides_the_initial_adapters_on_every_trl_release(tiny_model_dir, tmp_path):
+    """PEFT draws the LoRA weights when TRL builds the model: TRL 1.15 seeds with ``args.seed`` first, TRL 1.14 does
+    not (the seam does). Whatever the random state before, one seed gives one start, another seed another."""
+    from tiny import tiny_trainer
+
+    from trl_multiagent import SingleAgent
+
+    def initial_lora(seed: int, state_before: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(state_before)
+        trainer = tiny_trainer(tiny_model_dir, tmp_path / f"{seed}-{state_before}", SingleAgent(), seed=seed)
+        return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_A" in n}
+
+    first = initial_lora(seed=3, state_before=1)
+    assert first and all(torch.equal(p, first[n]) for n, p in initial_lora(seed=3, state_before=2).items())
+    assert not all(torch.equal(p, first[n]) for n, p in initial_lora(seed=4, state_before=1).items())

@@ -112,14 +112,16 @@ def load_role_base(
     gradient checkpointing as the Trainer enables it on its model."""
     from peft import get_peft_model
     from transformers import AutoTokenizer
-    from trl.trainer.utils import add_fused_lm_head, create_model_from_path
+    from trl.trainer.utils import create_model_from_path
+
+    from ..grpo_seam import score_like_trl
 
     source = resolve_model_name(name)
     model = create_model_from_path(source, **model_init_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         raise ValueError(f"The tokenizer of {name!r} has no pad token; set one in its tokenizer_config.json.")
-    add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
+    score_like_trl(model, temperature)
     with torch.random.fork_rng(devices=[]):  # the main run's random stream stays as without this base
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, copy.deepcopy(peft_config))

@@ -2,7 +2,7 @@
 
 The recipes, ``trl-multiagent``, the evaluator and the toy evaluation all look a task up here (``get_task``). The
 built-in workflows' prompts and answer formats are written per task in ``workflows/`` (a workflow knows nothing of
-datasets); ``tests/test_tasks_registry.py`` checks they cover exactly these tasks.
+datasets); ``tests/tasks/test_tasks_registry.py`` checks they cover exactly these tasks.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class Task:
     ground_truth: str  # the column the reward grades against
     training_length: int  # tokens per model call in training: recipes/configs/paper_<task>.yaml
     # Tokens per model call in evaluation: the reference's evaluation lengths, longer than its training lengths so
-    # that fewer answers are cut off (tests/test_evaluation.py and tests/test_paper_preset.py compare both with the
-    # reference's files).
+    # that fewer answers are cut off (tests/evaluation/test_evaluation.py and tests/recipes/test_paper_preset.py
+    # compare both with the reference's files).
     eval_length: int
     answer_checker: Callable[[str, Any], bool] | None = None  # per-role regrading of one output against the truth
 

@@ -26,7 +26,7 @@ def check_task(task: str) -> str:
     """Return ``task`` if the built-in prompts cover it, else raise a ``ValueError`` naming the valid tasks.
 
     The tasks are those of ``trl_multiagent.tasks.TASKS`` (which a workflow does not import: it knows nothing of
-    datasets); each has its texts below, and ``tests/test_tasks_registry.py`` checks the two agree.
+    datasets); each has its texts below, and ``tests/tasks/test_tasks_registry.py`` checks the two agree.
     """
     if task not in PROMPT_SETS["paper"]:
         valid = ", ".join(repr(name) for name in PROMPT_SETS["paper"])
