@@ -399,9 +399,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Seconds one tool call may take; a call that takes longer becomes a tool turn holding the "
             "timeout error (a sync tool is left to finish on its worker thread). Tool loops stop after "
-            "`max_tool_calling_iterations` rounds of tools (None: no cap) or once the turns since the role's first "
-            "prompt (its completions and the tool outputs) hold its `max_tokens` (`role_generation_kwargs`, else "
-            "`max_completion_length`) tokens, as TRL bounds its tool-calling completion.",
+            "`max_tool_calling_iterations` rounds of tools (None: no cap); the turns since the role's first prompt "
+            "(its completions and the tool outputs) hold at most its `max_tokens` (`role_generation_kwargs`, else "
+            "`max_completion_length`) tokens: tool outputs that would pass it are dropped and end the loop, and "
+            "each call after tool outputs generates at most what is left, as TRL bounds its tool-calling completion.",
         },
     )
 

@@ -38,7 +38,7 @@ from .rollout.probe import check_prompt_column, probe_first_row
 from .rollout.tool_loop import build_role_tools
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
-from .training.early_rewards import EarlyRewards, final_completions
+from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
@@ -181,6 +181,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_iterations=self.args.max_tool_calling_iterations,
             max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
             timeout=self.args.tool_timeout,
+            chat_template_kwargs=self.chat_template_kwargs,
         )
 
     # -------------------------------------------------------------------------------------------- rollout backend
@@ -230,7 +231,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.
         completions = final_completions(episodes, inputs)
-        last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
+        last_ids = [final_completion_ids(e) for e in episodes]
         rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
