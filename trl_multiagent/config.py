@@ -598,10 +598,10 @@ def _check_role_numbers(name: str, value: Any) -> None:
 
 
 UNSUPPORTED_TRL_ARGUMENTS = {
-    "rollout_func": "`rollout_func` replaces GRPOTrainer's generation with one function returning the token ids of "
-    "single completions, while here the workflow makes every model call and each call becomes a sample of its role",
-    "environment_factory": "`environment_factory` runs one environment per single-completion rollout inside "
-    "GRPOTrainer's generation, which the rollout engine replaces",
+    "rollout_func": "`rollout_func`: it replaces GRPOTrainer's generation with one function that returns, per "
+    "prompt, the token ids and log-probs of single completions, each one training sample; here the rollout engine "
+    "runs the workflow, which may make many model calls per episode, each a training sample of its role, so there is "
+    "no single completion for such a function to return",
 }
 
 
@@ -640,9 +640,9 @@ def check_trainer_arguments(
         if value is not None:
             raise ValueError(
                 f"MultiAgentGRPOTrainer does not take {what}. Write the rollout as a Workflow instead: its `run` "
-                "calls `generate(role, messages)` per model call and may keep any state (an environment) per episode; "
-                "give a role functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's "
-                "`tools`, and score the final answer with `reward_funcs`."
+                "calls `generate(role, messages)` per model call and may keep any state per episode; give a role "
+                "functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's `tools` (or one "
+                "environment per episode with `environment_factory`), and score the final answer with `reward_funcs`."
             )
     if args is None:
         args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")

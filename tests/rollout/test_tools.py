@@ -4,17 +4,14 @@ workers have a calculator, trained on the tiny model."""
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 import time
-from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 import torch
 import trl
 from datasets import Dataset
-from scripted import AsyncScriptedBackend, ScriptedBackend, boxed_answer_reward
+from scripted import AsyncScriptedBackend, ScriptedBackend, boxed_answer_reward, tool_call
 from tiny import CPU_SETTINGS, tiny_config, tiny_lora
 from transformers import AutoTokenizer
 
@@ -68,22 +65,6 @@ def wait(seconds: float) -> str:
 
 def undocumented(a: int) -> int:
     return a
-
-
-def tool_call(name: str, **arguments) -> str:
-    """A completion calling ``name`` in Qwen3's tool-call format."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def tool_model_dir(tiny_model_dir, tmp_path_factory) -> str:
-    """The tiny model with Qwen3's own chat template (shipped with TRL), which renders tools and tool calls."""
-    folder = tmp_path_factory.mktemp("tiny-qwen3-tools")
-    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.fixture
@@ -459,10 +440,16 @@ def test_reward_inputs_and_tool_metrics_match_grpo_trainer_on_the_same_run(tool_
 
 
 def test_drop_in_refuses_what_a_workflow_replaces(tool_model_dir, tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="rollout_func.*Write the rollout as a Workflow"):
+    with pytest.raises(ValueError) as refused:
         drop_in_trainer(tool_model_dir, tmp_path, rollout_func=lambda prompts, trainer: {})
-    with pytest.raises(ValueError, match="environment_factory.*Write the rollout as a Workflow"):
-        drop_in_trainer(tool_model_dir, tmp_path, environment_factory=lambda: None)
+    message = str(refused.value)
+    assert message.startswith(
+        "MultiAgentGRPOTrainer does not take `rollout_func`: it replaces GRPOTrainer's generation"
+    )
+    assert "many model calls per episode, each a training sample of its role" in message  # the reason
+    assert "Write the rollout as a Workflow instead" in message and "`environment_factory`" in message  # the fix
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rollout_funcs'"):
+        drop_in_trainer(tool_model_dir, tmp_path, rollout_funcs=None)
     with pytest.raises(ValueError, match="cannot render a tool conversation"):
         drop_in_trainer(tiny_model_dir, tmp_path, tools=[multiply])
 

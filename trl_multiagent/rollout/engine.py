@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..workflows.base import Messages, Workflow
@@ -116,18 +116,28 @@ class RolloutEngine:
             for role, kwargs in (role_generation_kwargs or {}).items()
         }
 
-    def run(self, prompts: list[Messages], on_episode_end: Callable[[Episode], None] | None = None) -> list[Episode]:
+    def run(
+        self,
+        prompts: list[Messages],
+        on_episode_end: Callable[[Episode], None] | None = None,
+        *,
+        episode_tools: Sequence[Mapping[str, RoleTools]] | None = None,
+    ) -> list[Episode]:
         """One episode per prompt, in prompt order. ``on_episode_end(episode)``, if given, is called as each episode
-        finishes, while the others still run (rewards that take work start there)."""
+        finishes, while the others still run (rewards that take work start there). ``episode_tools`` (one mapping
+        per prompt, role type -> ``RoleTools``) replaces ``role_tools`` for those roles in that episode (tools bound
+        to the episode's own environment, rollout/environments.py)."""
+        if episode_tools is not None and len(episode_tools) != len(prompts):
+            raise ValueError(f"`episode_tools` has {len(episode_tools)} entries for {len(prompts)} prompts.")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_all(prompts, on_episode_end))
+            return asyncio.run(self._run_all(prompts, on_episode_end, episode_tools))
         # Called from inside a running loop (a notebook): run ours on a worker thread.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end)).result()
+            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end, episode_tools)).result()
 
-    async def _run_all(self, prompts: list[Messages], on_episode_end) -> list[Episode]:
+    async def _run_all(self, prompts: list[Messages], on_episode_end, episode_tools) -> list[Episode]:
         loop = asyncio.get_running_loop()
         pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # ticks: the calls waiting for the next batch
         episodes = [Episode(index=i) for i in range(len(prompts))]
@@ -150,6 +160,8 @@ class RolloutEngine:
                         f"got {messages!r}"
                     )
                 tools = self.role_tools.get(role)
+                if episode_tools is not None and role in episode_tools[episode.index]:
+                    tools = episode_tools[episode.index][role]
                 if tools is None:
                     return (await call_model(role, messages, instance, None, 0))[0].text
                 position = next(loops)
