@@ -225,6 +225,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return context.on_bases(self.bases, self.adapters.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
+        if self.episode_tools is None:
+            return self.early_rewards.run(rows, self.engine.run)
         return self.early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self.episode_tools))
 
     def _more_steps(self) -> bool:
