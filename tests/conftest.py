@@ -30,3 +30,19 @@ def tiny_judge_dir(tmp_path_factory) -> str:
     from trl_multiagent.testing import build_tiny_qwen3
 
     return build_tiny_qwen3(str(tmp_path_factory.mktemp("tiny-judge")), hidden_size=32, seed=1, vocab_size=320)
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir(tiny_model_dir, tmp_path_factory) -> str:
+    """The tiny model with Qwen3's own chat template (shipped with TRL), which renders tools and tool calls."""
+    import shutil
+
+    import trl
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-qwen3-tools")
+    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+    tokenizer.save_pretrained(folder)
+    return str(folder)

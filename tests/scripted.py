@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 from datasets import Dataset
@@ -34,6 +35,11 @@ class ScriptedBackend:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
             results.append(GenerationResult(prompt_ids=prompt_ids, completion_ids=ids, text=text, truncated=False))
         return results
+
+
+def tool_call(name: str, **arguments) -> str:
+    """A completion calling tool ``name`` in Qwen3's tool-call format."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def addition_dataset(n: int = 8) -> Dataset:

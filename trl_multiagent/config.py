@@ -399,9 +399,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Seconds one tool call may take; a call that takes longer becomes a tool turn holding the "
             "timeout error (a sync tool is left to finish on its worker thread). Tool loops stop after "
-            "`max_tool_calling_iterations` rounds of tools (None: no cap) or once the turns since the role's first "
-            "prompt (its completions and the tool outputs) hold its `max_tokens` (`role_generation_kwargs`, else "
-            "`max_completion_length`) tokens, as TRL bounds its tool-calling completion.",
+            "`max_tool_calling_iterations` rounds of tools (None: no cap); the turns since the role's first prompt "
+            "(its completions and the tool outputs) hold at most its `max_tokens` (`role_generation_kwargs`, else "
+            "`max_completion_length`) tokens: tool outputs that would pass it are dropped and end the loop, and "
+            "each call after tool outputs generates at most what is left, as TRL bounds its tool-calling completion.",
         },
     )
 
@@ -597,10 +598,10 @@ def _check_role_numbers(name: str, value: Any) -> None:
 
 
 UNSUPPORTED_TRL_ARGUMENTS = {
-    "rollout_func": "`rollout_func` replaces GRPOTrainer's generation with one function returning the token ids of "
-    "single completions, while here the workflow makes every model call and each call becomes a sample of its role",
-    "environment_factory": "`environment_factory` runs one environment per single-completion rollout inside "
-    "GRPOTrainer's generation, which the rollout engine replaces",
+    "rollout_func": "`rollout_func`: it replaces GRPOTrainer's generation with one function that returns, per "
+    "prompt, the token ids and log-probs of single completions, each one training sample; here the rollout engine "
+    "runs the workflow, which may make many model calls per episode, each a training sample of its role, so there is "
+    "no single completion for such a function to return",
 }
 
 
@@ -639,9 +640,9 @@ def check_trainer_arguments(
         if value is not None:
             raise ValueError(
                 f"MultiAgentGRPOTrainer does not take {what}. Write the rollout as a Workflow instead: its `run` "
-                "calls `generate(role, messages)` per model call and may keep any state (an environment) per episode; "
-                "give a role functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's "
-                "`tools`, and score the final answer with `reward_funcs`."
+                "calls `generate(role, messages)` per model call and may keep any state per episode; give a role "
+                "functions to call with `tools=[...]`, `role_tools={role: [...]}` or the workflow's `tools` (or one "
+                "environment per episode with `environment_factory`), and score the final answer with `reward_funcs`."
             )
     if args is None:
         args = MultiAgentGRPOConfig(output_dir="trl-multiagent-output")

@@ -189,6 +189,12 @@ class GRPOSeam(GRPOTrainer):
         gather_zero3 = self.args.ds3_gather_for_generation
         return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
 
+    @property
+    def environment_pool(self) -> dict:
+        """TRL's `_environment_pool` (`environment_factory`): environment name -> the instances made so far, the
+        constructor's probe first; None without environments."""
+        return getattr(self, "_environment_pool", None)
+
     def score_completions(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list):
         """TRL's `_calculate_rewards`: every reward function on this process's completions (their ``log_extra`` and
         ``log_metric`` held until `record_completions`), `[E_all, F]` gathered over processes, NaN where a

@@ -15,6 +15,7 @@ One training step, in order (mirrored by the numbered comments below):
 from __future__ import annotations
 
 import copy
+import functools
 from contextlib import nullcontext
 
 import torch
@@ -34,11 +35,12 @@ from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
+from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
 from .rollout.tool_loop import build_role_tools
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
-from .training.early_rewards import EarlyRewards, final_completions
+from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
 from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
@@ -63,6 +65,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             training sample whose prompt holds the earlier turns and tool outputs; up to `max_tool_calling_iterations`
             rounds; the chat template must support tools.
         role_tools: `{role: [function, ...]}`: tools for some roles only (added to the workflow's declared `tools`).
+        environment_factory: GRPOTrainer's: a callable making an environment (or `{name: callable}`, routed by the
+            rows' `environment` column), for a workflow with one role: one instance per episode, reset with its row,
+            its public methods that role's tools; reward functions get `environments`, and an environment with
+            `get_reward` is a reward function of its own (rollout/environments.py).
     """
 
     def __init__(
@@ -84,10 +90,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         quantization_config=None,
         tools=None,
         role_tools=None,
+        environment_factory=None,
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
-        check_prompt_column(train_dataset, "train_dataset")
+        if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
+            check_prompt_column(train_dataset, "train_dataset")
+        else:
+            check_environment_run(workflow.roles, rollout_ahead=args.rollout_ahead)
         self.workflow = workflow
         self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
@@ -104,6 +114,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             optimizers=optimizers,
             quantization_config=quantization_config,
             peft_config=peft_config,
+            environment_factory=environment_factory,
         )
 
         # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
@@ -117,7 +128,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             distributed="DeepSpeed" if self.is_deepspeed_enabled else None,
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
-        probe_first_row(workflow, self.role_adapters, train_dataset)  # an undeclared role fails now
+        probe_rows = train_dataset if environment_factory is None else [{"prompt": EMPTY_PROMPT}]
+        probe_first_row(workflow, self.role_adapters, probe_rows)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self.is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
@@ -139,6 +151,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self._synced_step = -1
         self.rollout_backend = rollout_backend or build_backend(args, self.backend_context())
         self.role_tools = self._build_role_tools(tools, role_tools)
+        self.environment_runs, self.episode_tools = None, None
+        if environment_factory is not None:
+            (role,) = workflow.roles
+            self.environment_runs = Environments(
+                environment_factory if isinstance(environment_factory, dict) else {None: environment_factory},
+                self.environment_pool,
+                role=role,
+                build_tools=lambda methods: self._build_role_tools([*(tools or ()), *methods], role_tools)[role],
+            )
         self.engine = RolloutEngine(
             workflow,
             self.rollout_backend,
@@ -181,6 +202,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_iterations=self.args.max_tool_calling_iterations,
             max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
             timeout=self.args.tool_timeout,
+            chat_template_kwargs=self.chat_template_kwargs,
         )
 
     # -------------------------------------------------------------------------------------------- rollout backend
@@ -203,7 +225,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return context.on_bases(self.bases, self.adapters.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
-        return self.early_rewards.run(rows, self.engine.run)
+        if self.episode_tools is None:
+            return self.early_rewards.run(rows, self.engine.run)
+        return self.early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self.episode_tools))
 
     def _more_steps(self) -> bool:
         return self.state.global_step + 1 < self.state.max_steps
@@ -221,6 +245,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        if self.environment_runs is not None:  # one environment per episode, reset with its row
+            started = self.environment_runs.start(inputs)
+            inputs, self.environments, self.episode_tools = started.rows, started.environments, started.episode_tools
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
@@ -230,7 +257,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.
         completions = final_completions(episodes, inputs)
-        last_ids = [e.calls[-1].completion_ids if e.calls else [] for e in episodes]
+        last_ids = [final_completion_ids(e) for e in episodes]
         rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
@@ -595,8 +622,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             batch=batch,
         )
         self.record_metrics(mode, values)
-        if self.role_tools:
-            tool_roles = [r for r in roles if r in self.role_tools]
+        if self.role_tools or self.environment_runs is not None:
+            tool_roles = [r for r in roles if r in self.role_tools or self.episode_tools]
             tool_sums = gather(role_metrics.tool_sums(tool_roles, episodes, self.accelerator.device)[None]).sum(0)
             self.record_metrics(mode, role_metrics.tool_metrics(tool_roles, tool_sums, len(calls)))
         self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())

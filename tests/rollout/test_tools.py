@@ -4,18 +4,15 @@ workers have a calculator, trained on the tiny model."""
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 import time
-from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 import torch
 import trl
 from datasets import Dataset
-from scripted import AsyncScriptedBackend, ScriptedBackend, boxed_answer_reward
-from tiny import tiny_config, tiny_lora
+from scripted import AsyncScriptedBackend, ScriptedBackend, boxed_answer_reward, tool_call
+from tiny import CPU_SETTINGS, tiny_config, tiny_lora
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOTrainer, OrchWorkers, SingleAgent, Workflow
@@ -70,22 +67,6 @@ def undocumented(a: int) -> int:
     return a
 
 
-def tool_call(name: str, **arguments) -> str:
-    """A completion calling ``name`` in Qwen3's tool-call format."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-@pytest.fixture(scope="module")
-def tool_model_dir(tiny_model_dir, tmp_path_factory) -> str:
-    """The tiny model with Qwen3's own chat template (shipped with TRL), which renders tools and tool calls."""
-    folder = tmp_path_factory.mktemp("tiny-qwen3-tools")
-    shutil.copytree(tiny_model_dir, folder, dirs_exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 @pytest.fixture
 def tokenizer(tool_model_dir):
     return AutoTokenizer.from_pretrained(tool_model_dir)
@@ -109,7 +90,9 @@ class AskThenSolve(Workflow):
         return await generate("solver", [*prompt, {"role": "user", "content": f"Plan: {plan}"}])
 
 
-def engine_for(workflow, backend, tokenizer, *, tools=None, role_tools=None, max_iterations=None, timeout=5.0):
+def engine_for(
+    workflow, backend, tokenizer, *, tools=None, role_tools=None, max_iterations=None, timeout=5.0, budget=10_000
+):
     role_tools = build_role_tools(
         roles=workflow.roles,
         declared=workflow.tools,
@@ -117,7 +100,7 @@ def engine_for(workflow, backend, tokenizer, *, tools=None, role_tools=None, max
         role_tools=role_tools,
         tokenizer_for_role=lambda role: tokenizer,
         max_iterations=max_iterations,
-        max_tokens_for_role=lambda role: 10_000,
+        max_tokens_for_role=lambda role: budget,
         timeout=timeout,
     )
     mode = "async" if hasattr(backend, "agenerate") else "ticks"
@@ -195,6 +178,50 @@ def test_max_tool_calling_iterations_caps_the_rounds_of_tools(tokenizer, cap, ca
     assert len(episode.calls) == calls
     assert episode.final_answer == tool_call("multiply", a=1, b=1)  # the last call's text, as it is
     assert [c.tool_calls for c in episode.calls] == [1] * cap + [0]
+
+
+def test_the_token_budget_bounds_the_whole_loop(tokenizer):
+    # Budget: the tokens after the first prompt (completions and tool turns) across the loop, as max_completion_length
+    # bounds GRPOTrainer's one tool-calling completion.
+    backend = ScriptedBackend(tokenizer, script(tool_call("multiply", a=3, b=4), "It is 12."))
+    (episode,) = engine_for(Solve(), backend, tokenizer, tools=[multiply]).run([PROMPT])
+    first, second = episode.calls
+    tool_turn = len(second.prompt_ids) - len(first.prompt_ids) - len(first.completion_ids)
+    used = len(first.completion_ids) + tool_turn
+
+    # Room for the tool turn: the next call may generate what is left of the budget, no more.
+    backend = ScriptedBackend(tokenizer, script(tool_call("multiply", a=3, b=4), "It is 12."))
+    (episode,) = engine_for(Solve(), backend, tokenizer, tools=[multiply], budget=used + 3).run([PROMPT])
+    assert [r.generation_kwargs.get("max_tokens") for r in backend.requests] == [None, 3]
+    assert [m["role"] for m in episode.answering_conversation().messages] == ["assistant", "tool", "assistant"]
+
+    # No room for it: the tool ran (and counts), its output is dropped and the loop ends on the tool call.
+    backend = ScriptedBackend(tokenizer, script(tool_call("multiply", a=3, b=4), "It is 12."))
+    (episode,) = engine_for(Solve(), backend, tokenizer, tools=[multiply], budget=used - 1).run([PROMPT])
+    assert len(episode.calls) == 1 and episode.calls[0].tool_calls == 1
+    conversation = episode.answering_conversation()
+    assert [m["role"] for m in conversation.messages] == ["assistant"] and conversation.messages[0]["tool_calls"]
+    assert conversation.completion_ids == episode.calls[0].completion_ids
+
+
+def test_the_conversation_that_answered_is_the_rewards_completion(tokenizer):
+    from trl_multiagent.training.early_rewards import final_completion_ids, final_completions
+
+    backend = ScriptedBackend(tokenizer, script(tool_call("multiply", a=3, b=4), "12"))
+    row = {"prompt": PROMPT}
+    (episode,) = engine_for(AskThenSolve(), backend, tokenizer).run([PROMPT])
+    (completion,) = final_completions([episode], [row])
+    assert [m["role"] for m in completion] == ["assistant", "tool", "assistant"]  # the solver's, who answered
+    assert final_completion_ids(episode)[-len(episode.calls[-1].completion_ids) :] == episode.calls[-1].completion_ids
+
+    # A workflow that answers with text of its own: the reward sees that text, as one assistant message.
+    class Rephrase(AskThenSolve):
+        async def run(self, prompt, generate):
+            return "Answer: " + await super().run(prompt, generate)
+
+    (episode,) = engine_for(Rephrase(), backend, tokenizer).run([PROMPT])
+    assert final_completions([episode], [row]) == [[{"role": "assistant", "content": "Answer: 12"}]]
+    assert final_completion_ids(episode) == episode.calls[-1].completion_ids
 
 
 def test_a_malformed_tool_call_is_text_and_ends_the_loop(tokenizer):
@@ -302,18 +329,36 @@ def fake_generate(tokenizer, tool_name: str):
 
 
 def done_reward(completions, **kwargs) -> list[float]:
-    return [float("Done" in c[0]["content"]) for c in completions]
+    return [float("Done" in c[-1]["content"]) for c in completions]
 
 
-def drop_in_trainer(model_dir, output_dir, **kwargs):
-    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Multiply {i} and 4."}]} for i in range(3)])
-    config = dict(num_generations=3, per_device_train_batch_size=3, max_completion_length=128, learning_rate=0.1)
+class RecordingReward:
+    """``done_reward``, keeping what each call was given."""
+
+    __name__ = "done_reward"
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[float]:
+        self.seen.append({"prompts": prompts, "completions": completions, "completion_ids": completion_ids})
+        return done_reward(completions)
+
+
+DROP_IN_SETTINGS = dict(num_generations=3, per_device_train_batch_size=3, max_completion_length=128, learning_rate=0.1)
+
+
+def drop_in_dataset() -> Dataset:
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"Multiply {i} and 4."}]} for i in range(3)])
+
+
+def drop_in_trainer(model_dir, output_dir, reward=done_reward, **kwargs):
     return MultiAgentGRPOTrainer(
         model=model_dir,
         workflow=SingleAgent(template="raw"),
-        reward_funcs=done_reward,
-        args=tiny_config(output_dir, max_steps=1, **config),
-        train_dataset=dataset,
+        reward_funcs=reward,
+        args=tiny_config(output_dir, max_steps=1, **DROP_IN_SETTINGS),
+        train_dataset=drop_in_dataset(),
         peft_config=tiny_lora(),
         **kwargs,
     )
@@ -329,17 +374,82 @@ def test_single_agent_with_tools_trains_as_grpo_trainer_with_tools(tool_model_di
     logs = trainer.state.log_history[0]
     assert logs["tools/call_frequency"] == pytest.approx(2 / 3)  # two of three episodes called the tool
     assert logs["tools/failure_frequency"] == pytest.approx(1 / 2)  # one of the two calls had a wrong argument
-    assert logs["role/generator/turns_per_call"] == pytest.approx(5 / 3)  # 3 first calls + 2 after a tool result
-    assert logs["role/generator/calls"] == 5  # every model call of the loops is a sample
+    # 3 first calls + 1 after a tool result: the wrong argument's error turn would pass the 128-token budget, so
+    # that loop ends before it (its call still counts above), as in GRPOTrainer.
+    assert logs["role/generator/turns_per_call"] == pytest.approx(4 / 3)
+    assert logs["role/generator/calls"] == 4  # every model call of the loops is a sample
     changed = [n for n, p in trainer.model.named_parameters() if n in before and not torch.equal(p, before[n])]
     assert changed
 
 
+def test_the_reward_sees_the_tool_conversation_as_grpo_trainer_passes_it(tool_model_dir, tmp_path):
+    # What GRPOTrainer(tools=...) documents for a conversational prompt: the completion is the list of messages the
+    # episode added: the parsed assistant message (its tool calls as `tool_calls`), one `tool` message per call
+    # holding str(result), then the parsed assistant message that followed; and
+    # `completion_ids` are every token after the prompt, tool turns included.
+    reward = RecordingReward()
+    trainer = drop_in_trainer(tool_model_dir, tmp_path, reward=reward, tools=[multiply])
+    tokenizer = trainer.text_tokenizer
+    with patch.object(trainer.model, "generate", side_effect=fake_generate(tokenizer, "multiply")):
+        trainer.train()
+
+    (seen,) = reward.seen
+    call = {"type": "function", "function": {"name": "multiply", "arguments": {"a": 3, "b": 4}}}
+    wrong = {"type": "function", "function": {"name": "multiply", "arguments": {"a": 3, "c": 4}}}
+    assert seen["completions"] == [
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "multiply", "content": "12"},
+            {"role": "assistant", "content": "Done!"},
+        ],
+        # The error turn (str of {"error": ...}) would pass the 128-token budget: dropped, the loop ends.
+        [{"role": "assistant", "content": "", "tool_calls": [wrong]}],
+        [{"role": "assistant", "content": "I don't know any tool"}],
+    ]
+    tool_turn = (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n12\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    after_prompt = tool_call("multiply", a=3, b=4) + tool_turn + "Done!<|im_end|>"
+    assert tokenizer.decode(seen["completion_ids"][0]) == after_prompt
+    assert tokenizer.decode(seen["completion_ids"][2]) == "I don't know any tool<|im_end|>"
+
+
+def test_reward_inputs_and_tool_metrics_match_grpo_trainer_on_the_same_run(tool_model_dir, tmp_path):
+    # The same scripted generations through TRL's GRPOTrainer(tools=...) and through ours.
+    theirs, ours = RecordingReward(), RecordingReward()
+    trl_trainer = trl.GRPOTrainer(
+        model=tool_model_dir,
+        reward_funcs=theirs,
+        args=trl.GRPOConfig(output_dir=str(tmp_path / "trl"), max_steps=1, **{**CPU_SETTINGS, **DROP_IN_SETTINGS}),
+        train_dataset=drop_in_dataset(),
+        peft_config=tiny_lora(),
+        tools=[multiply],
+    )
+    trainer = drop_in_trainer(tool_model_dir, tmp_path / "ours", reward=ours, tools=[multiply])
+    for run in (trl_trainer, trainer):
+        with patch.object(run.model, "generate", side_effect=fake_generate(trainer.text_tokenizer, "multiply")):
+            run.train()
+
+    assert ours.seen[0]["prompts"] == theirs.seen[0]["prompts"]
+    assert ours.seen[0]["completions"] == theirs.seen[0]["completions"]
+    tools_logged = [
+        {k: v for k, v in t.state.log_history[0].items() if k.startswith("tools/")} for t in (trainer, trl_trainer)
+    ]
+    assert tools_logged[0] == pytest.approx(tools_logged[1])  # TRL's in float32
+    assert tools_logged[0] == {"tools/call_frequency": 2 / 3, "tools/failure_frequency": 0.5}
+
+
 def test_drop_in_refuses_what_a_workflow_replaces(tool_model_dir, tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match="rollout_func.*Write the rollout as a Workflow"):
+    with pytest.raises(ValueError) as refused:
         drop_in_trainer(tool_model_dir, tmp_path, rollout_func=lambda prompts, trainer: {})
-    with pytest.raises(ValueError, match="environment_factory.*Write the rollout as a Workflow"):
-        drop_in_trainer(tool_model_dir, tmp_path, environment_factory=lambda: None)
+    message = str(refused.value)
+    assert message.startswith(
+        "MultiAgentGRPOTrainer does not take `rollout_func`: it replaces GRPOTrainer's generation"
+    )
+    assert "many model calls per episode, each a training sample of its role" in message  # the reason
+    assert "Write the rollout as a Workflow instead" in message and "`environment_factory`" in message  # the fix
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rollout_funcs'"):
+        drop_in_trainer(tool_model_dir, tmp_path, rollout_funcs=None)
     with pytest.raises(ValueError, match="cannot render a tool conversation"):
         drop_in_trainer(tiny_model_dir, tmp_path, tools=[multiply])
 

@@ -160,8 +160,8 @@ def test_a_peft_model_with_role_adapters_keeps_them(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(tools=[len]), "Write the steps as a Workflow"),
-        (dict(rollout_func=lambda *a: None), "Write the steps as a Workflow"),
+        (dict(tools=[len]), "cannot be described to the model"),
+        (dict(rollout_func=lambda *a: None), "does not take `rollout_func`.*Write the rollout as a Workflow"),
         (dict(args_use_liger_kernel=True), "use_liger_kernel"),
         (dict(reward_funcs=None), "No reward source provided"),
     ],

@@ -32,7 +32,7 @@ from ..toy import resolve_model_name
 from ..workflows import Workflow
 from ..workflows.correctness import solved
 from .episodes import episode_record, write_episode
-from .generation import eos_token_ids, make_generation_config, run_episodes
+from .generation import eos_token_ids, eval_role_tools, make_generation_config, run_episodes
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 
@@ -94,6 +94,11 @@ class EvalSettings:
         default=None,
         metadata={"help": 'JSON for vllm.LLM, e.g. \'{"gpu_memory_utilization": 0.9, "max_model_len": 8192}\'.'},
     )
+    max_tool_calling_iterations: int | None = field(
+        default=None,
+        metadata={"help": "Roles with tools: most rounds of tools per call, as in training (None: no cap)."},
+    )
+    tool_timeout: float = field(default=30.0, metadata={"help": "Roles with tools: seconds one tool call may take."})
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     dtype: str | None = field(default=None, metadata={"help": "e.g. bfloat16; default: the checkpoint's own."})
 
@@ -147,10 +152,12 @@ def evaluate(
     workflow: Workflow | None = None,
     base_model: str | None = None,
     alone_role: str = "generator",
+    role_tools: dict[str, list[Callable]] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``); return the new rows.
 
-    See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``).
+    See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``). ``role_tools``
+    (``{role: [function, ...]}``): tools for roles, added to those the workflow declares, as the trainer's.
     """
     settings = settings or EvalSettings()
     if output_dir is None and run_dir is None:
@@ -175,7 +182,7 @@ def evaluate(
         if settings.rollout_backend == "vllm":  # one engine for every checkpoint: only the adapters change
             engine = engine or vllm_backend(trained, plan.model, settings)
             engine.sync_adapters(_with_lora(trained.model))
-        row.update(score(trained, dataset, settings, episodes_dir, engine))
+        row.update(score(trained, dataset, settings, episodes_dir, engine, role_tools=role_tools))
         del trained
         gc.collect()  # release this checkpoint's model before loading the next one
         row["episodes_dir"] = str(episodes_dir)
@@ -248,6 +255,8 @@ def score(
     settings: EvalSettings,
     episodes_dir: Path | None = None,
     backend=None,
+    *,
+    role_tools: dict[str, list[Callable]] | None = None,
 ) -> dict[str, Any]:
     """Run ``k`` episodes per problem, reward each final answer, and summarise (success: ``solved``, a reward of at
     least 1).
@@ -259,7 +268,7 @@ def score(
     rewards, calls, truncated = [], 0, 0
     role_tokens: dict[str, list[int]] = defaultdict(list)
     progress = tqdm(total=len(rows) * settings.k, desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
-    for chunk, episodes in sample_episodes(trained, rows, settings, backend):
+    for chunk, episodes in sample_episodes(trained, rows, settings, backend, role_tools=role_tools):
         chunk_rewards = final_answer_rewards(reward_func, episodes, [rows[problem] for problem, _ in chunk])
         for (problem, sample), episode, reward in zip(chunk, episodes, chunk_rewards):
             calls += len(episode.calls)
@@ -286,20 +295,41 @@ def score(
 
 
 def sample_episodes(
-    trained: TrainedWorkflow, rows: list[dict[str, Any]], settings: EvalSettings, backend=None
+    trained: TrainedWorkflow,
+    rows: list[dict[str, Any]],
+    settings: EvalSettings,
+    backend=None,
+    *,
+    role_tools: dict[str, list[Callable]] | None = None,
 ) -> Iterator[tuple[list[tuple[int, int]], list[Episode]]]:
     """``k`` episodes per row (problem-major), ``episodes_per_batch`` at a time: each batch's ``(problem, sample)``
-    pairs and episodes. The seed is set once, before the first batch."""
+    pairs and episodes. The seed is set once, before the first batch. Roles with tools (the workflow's, plus
+    ``role_tools``) run their tool loops as in training."""
     set_seed(settings.seed)
     generation_config = make_generation_config(
         trained, settings.max_completion_length, settings.temperature, settings.top_p
+    )
+    tools = eval_role_tools(
+        trained,
+        settings.max_completion_length,
+        role_tools=role_tools,
+        role_generation_kwargs=settings.role_generation_kwargs,
+        chat_template_kwargs=settings.chat_template_kwargs,
+        max_tool_calling_iterations=settings.max_tool_calling_iterations,
+        tool_timeout=settings.tool_timeout,
     )
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
         prompts = [rows[problem]["prompt"] for problem, _ in chunk]
         if backend is not None:
-            engine = RolloutEngine(trained.workflow, backend, trained.role_to_adapter, settings.role_generation_kwargs)
+            engine = RolloutEngine(
+                trained.workflow,
+                backend,
+                trained.role_to_adapter,
+                settings.role_generation_kwargs,
+                role_tools=tools,
+            )
             episodes = engine.run(prompts)
         else:
             episodes = run_episodes(
@@ -310,13 +340,20 @@ def sample_episodes(
                 chat_template_kwargs=settings.chat_template_kwargs,
                 role_generation_kwargs=settings.role_generation_kwargs,
                 chat_rendering=settings.chat_rendering,
+                role_tools=tools,
             )
         yield chunk, episodes
 
 
 def final_answer_rewards(reward_func: Callable, episodes: list[Episode], rows: list[dict[str, Any]]) -> list[float]:
-    """The task reward of each episode's final answer against its row (None or NaN: 0)."""
+    """The task reward of each episode's final answer against its row (None or NaN: 0), given as in training (a
+    role with tools that answered: its whole tool conversation)."""
     columns = {name: [row[name] for row in rows] for name in rows[0] if name != "prompt"}
-    completions = [[{"role": "assistant", "content": episode.final_answer}] for episode in episodes]
+    completions = [
+        conversation.messages
+        if (conversation := episode.answering_conversation()) is not None
+        else [{"role": "assistant", "content": episode.final_answer}]
+        for episode in episodes
+    ]
     rewards = reward_func(prompts=[row["prompt"] for row in rows], completions=completions, **columns)
     return [0.0 if r is None or math.isnan(r) else float(r) for r in rewards]

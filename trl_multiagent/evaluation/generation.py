@@ -2,13 +2,14 @@
 
 ``run_episodes`` uses the same engine, transformers backend and adapter routing as training, so a greedy rerun of a
 checkpoint reproduces the trainer's greedy outputs; ``vllm_backend`` serves a checkpoint's adapters from one vLLM
-engine instead. ``make_generation_config`` gives greedy or sampled decoding as the trainer samples.
+engine instead. ``make_generation_config`` gives greedy or sampled decoding as the trainer samples. Roles with tools
+(the workflow's declared ``tools``, plus ``role_tools``) run their tool loops as in training (``eval_role_tools``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..rollout.backends.per_base import PerBaseBackend
 from ..rollout.backends.transformers_backend import TransformersBackend
 from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
+from ..rollout.tool_loop import RoleTools, build_role_tools
 from ..workflows import Messages
 
 
@@ -49,6 +51,38 @@ def make_generation_config(
     )
 
 
+def eval_role_tools(
+    trained: TrainedWorkflow,
+    max_new_tokens: int,
+    *,
+    role_tools: Mapping[str, Sequence[Callable[..., Any]]] | None = None,
+    role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    max_tool_calling_iterations: int | None = None,
+    tool_timeout: float = 30.0,
+) -> dict[str, RoleTools]:
+    """The tools of ``trained``'s roles, as training gives them: the workflow's declared ``tools`` plus ``role_tools``
+    (``{role: [function, ...]}``), each role's tool calls read with its base model's tokenizer; a role's tool loop
+    holds at most its ``max_tokens`` (``role_generation_kwargs``, else ``max_new_tokens``) tokens."""
+    role_kwargs = role_generation_kwargs or {}
+
+    def tokenizer_for_role(role: str):
+        base = trained.role_bases.get(role)
+        return trained.bases[base].tokenizer if base in trained.bases else trained.tokenizer
+
+    return build_role_tools(
+        roles=trained.workflow.roles,
+        declared=trained.workflow.tools,
+        tools=None,
+        role_tools=role_tools,
+        tokenizer_for_role=tokenizer_for_role,
+        max_iterations=max_tool_calling_iterations,
+        max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", max_new_tokens),
+        timeout=tool_timeout,
+        chat_template_kwargs=chat_template_kwargs,
+    )
+
+
 def run_episodes(
     trained: TrainedWorkflow,
     prompts: list[Messages],
@@ -58,10 +92,18 @@ def run_episodes(
     chat_template_kwargs: dict[str, Any] | None = None,
     role_generation_kwargs: dict[str, dict[str, Any]] | None = None,
     chat_rendering: str = "tokenizer",
+    role_tools: Mapping[str, RoleTools] | None = None,
 ) -> list[Episode]:
     """One episode per prompt through the trainer's rollout engine, transformers backend and adapter routing
     (``role_generation_kwargs``: a role's own sampling settings, ``chat_rendering``: how prompts are rendered, as in
-    training)."""
+    training; ``role_tools``: ``eval_role_tools(...)``, by default the tools the workflow declares)."""
+    if role_tools is None:
+        role_tools = eval_role_tools(
+            trained,
+            generation_config.max_new_tokens,
+            role_generation_kwargs=role_generation_kwargs,
+            chat_template_kwargs=chat_template_kwargs,
+        )
 
     def backend(model, tokenizer, router, eos, config=generation_config) -> TransformersBackend:
         return TransformersBackend(
@@ -85,7 +127,12 @@ def run_episodes(
             backends[name] = backend(base.model, base.tokenizer, base.router, eos, config)
         main, role_bases = PerBaseBackend(backends), {r: trained.role_bases.get(r) for r in trained.workflow.roles}
     engine = RolloutEngine(
-        trained.workflow, main, trained.role_to_adapter, role_generation_kwargs, base_for_role=role_bases
+        trained.workflow,
+        main,
+        trained.role_to_adapter,
+        role_generation_kwargs,
+        base_for_role=role_bases,
+        role_tools=role_tools,
     )
     return engine.run(prompts)
 

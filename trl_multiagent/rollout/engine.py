@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
-from .records import Episode, ModelCall
+from .records import Episode, ModelCall, ToolConversation
 from .tool_loop import RoleTools, tool_loop
 
 # How many event-loop turns with no new model call count as "every episode is waiting on the backend". asyncio.gather
@@ -116,25 +116,36 @@ class RolloutEngine:
             for role, kwargs in (role_generation_kwargs or {}).items()
         }
 
-    def run(self, prompts: list[Messages], on_episode_end: Callable[[Episode], None] | None = None) -> list[Episode]:
+    def run(
+        self,
+        prompts: list[Messages],
+        on_episode_end: Callable[[Episode], None] | None = None,
+        *,
+        episode_tools: Sequence[Mapping[str, RoleTools]] | None = None,
+    ) -> list[Episode]:
         """One episode per prompt, in prompt order. ``on_episode_end(episode)``, if given, is called as each episode
-        finishes, while the others still run (rewards that take work start there)."""
+        finishes, while the others still run (rewards that take work start there). ``episode_tools`` (one mapping
+        per prompt, role type -> ``RoleTools``) replaces ``role_tools`` for those roles in that episode (tools bound
+        to the episode's own environment, rollout/environments.py)."""
+        if episode_tools is not None and len(episode_tools) != len(prompts):
+            raise ValueError(f"`episode_tools` has {len(episode_tools)} entries for {len(prompts)} prompts.")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_all(prompts, on_episode_end))
+            return asyncio.run(self._run_all(prompts, on_episode_end, episode_tools))
         # Called from inside a running loop (a notebook): run ours on a worker thread.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end)).result()
+            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end, episode_tools)).result()
 
-    async def _run_all(self, prompts: list[Messages], on_episode_end) -> list[Episode]:
+    async def _run_all(self, prompts: list[Messages], on_episode_end, episode_tools) -> list[Episode]:
         loop = asyncio.get_running_loop()
         pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # ticks: the calls waiting for the next batch
         episodes = [Episode(index=i) for i in range(len(prompts))]
         run = next(self._runs)
 
-        def make_generate(episode: Episode, made: list[tuple[int, ModelCall]]):
+        def make_generate(episode: Episode, made: list[tuple[int, ModelCall]], conversations: list):
             order = itertools.count()  # the order this episode made its calls (parallel ones finish in any order)
+            loops = itertools.count()  # the order its `generate`s with tools began
 
             async def generate(role: str, messages: Messages, *, instance: int = 0) -> str:
                 if role not in self.workflow.roles:
@@ -149,17 +160,24 @@ class RolloutEngine:
                         f"got {messages!r}"
                     )
                 tools = self.role_tools.get(role)
+                if episode_tools is not None and role in episode_tools[episode.index]:
+                    tools = episode_tools[episode.index][role]
                 if tools is None:
                     return (await call_model(role, messages, instance, None, 0))[0].text
-                return await tool_loop(
-                    lambda history, turn: call_model(role, history, instance, tools, turn), messages, tools
+                position = next(loops)
+                conversation = await tool_loop(
+                    lambda history, turn, left: call_model(role, history, instance, tools, turn, left), messages, tools
                 )
+                conversations.append((position, conversation))
+                return conversation.text
 
             async def call_model(
-                role: str, messages: Messages, instance: int, tools: RoleTools | None, turn: int
+                role: str, messages: Messages, instance: int, tools: RoleTools | None, turn: int, left=None
             ) -> tuple[GenerationResult, ModelCall]:
                 adapter, position = self.adapter_for_role[role], next(order)
                 settings = dict(self.role_generation_kwargs.get(role, {}))
+                if left is not None:  # what is left of the role's tool-loop budget
+                    settings["max_tokens"] = left
                 base = self.base_for_role.get(role)
                 schemas = tools.schemas if tools is not None else None
                 request = GenerationRequest(
@@ -193,12 +211,14 @@ class RolloutEngine:
 
         async def run_episode(episode: Episode, prompt: Messages) -> None:
             made: list[tuple[int, ModelCall]] = []
-            answer = await self.workflow.run(prompt, make_generate(episode, made))
+            conversations: list[tuple[int, ToolConversation]] = []
+            answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
             if not isinstance(answer, str):
                 raise TypeError(
                     f"{type(self.workflow).__name__}.run must return the final answer as str, got {answer!r}"
                 )
             episode.calls = [call for _, call in sorted(made, key=lambda item: item[0])]
+            episode.tool_conversations = [c for _, c in sorted(conversations, key=lambda item: item[0])]
             episode.final_answer = answer
             if on_episode_end is not None:
                 on_episode_end(episode)

@@ -32,9 +32,23 @@ class ModelCall:
 
 
 @dataclass
+class ToolConversation:
+    """One ``generate`` of a role with tools, whole: what TRL's ``GRPOTrainer(tools=...)`` calls a completion."""
+
+    text: str  # what `generate` returned: the last call's text
+    messages: list[dict]  # each call's parsed assistant message, then one `tool` message per tool call it made
+    completion_ids: list[int]  # every token after the first call's prompt: completions and tool turns, in order
+
+
+@dataclass
 class Episode:
     """One run of a workflow on one prompt."""
 
     index: int  # position of its row in the generation batch
     calls: list[ModelCall] = field(default_factory=list)  # in the order the episode made them
     final_answer: str = ""
+    tool_conversations: list[ToolConversation] = field(default_factory=list)  # in the order their `generate` began
+
+    def answering_conversation(self) -> ToolConversation | None:
+        """The tool conversation whose text the workflow returned as its answer (the latest begun, if several)."""
+        return next((c for c in reversed(self.tool_conversations) if c.text == self.final_answer), None)

@@ -8,8 +8,9 @@ One ``generate`` of a role with tools runs, as TRL's ``GRPOTrainer(tools=...)`` 
     3. each tool call runs (sync tools on a worker thread, so other episodes keep going; each under a timeout); an
        unknown tool, bad arguments, an exception or a timeout becomes a tool turn holding the error, never a crash;
     4. the assistant turn and one ``tool`` message per call are appended, and the model is called again (step 1),
-       at most ``max_iterations`` rounds of tools, and while the turns since the first prompt (completions and tool
-       outputs) hold fewer than ``max_tokens`` tokens.
+       at most ``max_iterations`` rounds of tools; the turns since the first prompt (completions and tool outputs)
+       hold at most ``max_tokens`` tokens: a round of tool outputs that would pass it is dropped and ends the loop
+       (its tool calls still count), and each call after a round may generate only what is left of the budget.
 
 Every model call is one training sample of the role: its prompt holds the earlier turns and the tool outputs, so tool
 outputs are only ever prompt tokens (masked from the loss). Workflows only declare tools; this module, in the rollout
@@ -27,10 +28,11 @@ from typing import Any
 
 from ..workflows.base import Messages
 from .backends.base import GenerationResult
-from .records import ModelCall
+from .records import ModelCall, ToolConversation
 
-# (messages, turn) -> the backend's result and the call's record; the engine makes and records the call.
-CallModel = Callable[[Messages, int], Awaitable[tuple[GenerationResult, ModelCall]]]
+# (messages, turn, max_tokens) -> the backend's result and the call's record; the engine makes and records the call.
+# max_tokens: None for the role's own setting, else what is left of the loop's budget.
+CallModel = Callable[[Messages, int, int | None], Awaitable[tuple[GenerationResult, ModelCall]]]
 
 
 @dataclass
@@ -39,13 +41,16 @@ class RoleTools:
 
     ``functions``: tool name -> the function (sync or async); ``schemas``: their JSON schemas, rendered into every
     prompt of the role; ``parse(prompt_ids, completion_ids) -> message``: the assistant message of a completion, with
-    ``tool_calls`` when it calls tools; ``max_iterations``: most rounds of tools per ``generate`` (None: no cap);
-    ``max_tokens``: the loop's token budget; ``timeout``: seconds one tool call may take.
+    ``tool_calls`` when it calls tools; ``prompt_ids(messages)``: the prompt the backend is given for ``messages``
+    (the chat template with the tools), to measure a round of tool outputs before the call; ``max_iterations``: most
+    rounds of tools per ``generate`` (None: no cap); ``max_tokens``: the loop's token budget; ``timeout``: seconds one
+    tool call may take.
     """
 
     functions: dict[str, Callable[..., Any]]
     schemas: list[dict[str, Any]]
     parse: Callable[[list[int], list[int]], dict[str, Any]]
+    prompt_ids: Callable[[Messages], list[int]]
     max_iterations: int | None
     max_tokens: int
     timeout: float
@@ -101,25 +106,41 @@ def response_parser(
     return parse
 
 
-async def tool_loop(call_model: CallModel, messages: Messages, tools: RoleTools) -> str:
-    """Run one ``generate`` of a role with tools (steps in the module docstring); returns the last call's text."""
+async def tool_loop(call_model: CallModel, messages: Messages, tools: RoleTools) -> ToolConversation:
+    """Run one ``generate`` of a role with tools (steps in the module docstring). Returns the conversation it added:
+    its text is the last call's, its messages and token ids what TRL's ``GRPOTrainer(tools=...)`` hands its reward
+    functions as the completion (each completion parsed, the tool turns after it; an empty completion adds no message)
+    and its ``completion_ids`` (the tokens after the first prompt, tool turns included)."""
     history = list(messages)
+    added: list[dict[str, Any]] = []
     start: int | None = None
-    turn = 0
+    turn, left = 0, None
     while True:
-        result, call = await call_model(history, turn)  # 1.
+        result, call = await call_model(history, turn, left)  # 1.
         start = len(result.prompt_ids) if start is None else start
         message = tools.parse(result.prompt_ids, result.completion_ids)  # 2.
+        if message or turn == 0:
+            added.append(message)
         requested = message.get("tool_calls") or []
-        used = len(result.prompt_ids) + len(result.completion_ids) - start
-        capped = tools.max_iterations is not None and turn >= tools.max_iterations
-        if not requested or capped or used >= tools.max_tokens:
-            return result.text
+        if not requested or (tools.max_iterations is not None and turn >= tools.max_iterations):
+            break
         outputs = await asyncio.gather(*(run_tool_call(tools, request) for request in requested))  # 3.
         call.tool_calls = len(outputs)
         call.tool_errors = sum(failed for _, failed in outputs)
-        history = [*history, message, *(output for output, _ in outputs)]  # 4.
+        tool_turns = [output for output, _ in outputs]
+        following = [*history, message, *tool_turns]  # 4.
+        following_ids = tools.prompt_ids(following)
+        left = tools.max_tokens - (len(following_ids) - start)
+        if left < 0:
+            break
+        history = following
+        added += tool_turns
         turn += 1
+        if left == 0:  # the tool outputs fill the budget: there is nothing left to generate
+            return ToolConversation(text=result.text, messages=added, completion_ids=following_ids[start:])
+    # Past the first prompt: the earlier completions and tool turns, as the chat template renders them.
+    completion_ids = [*result.prompt_ids[start:], *result.completion_ids]
+    return ToolConversation(text=result.text, messages=added, completion_ids=completion_ids)
 
 
 async def run_tool_call(tools: RoleTools, request: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -163,9 +184,13 @@ def build_role_tools(
     max_iterations: int | None,
     max_tokens_for_role: Callable[[str], int],
     timeout: float,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[str, RoleTools]:
     """Role type -> its ``RoleTools``, for the roles that have any: the workflow's ``declared`` tools, then
-    ``role_tools[role]``, then ``tools`` (given to every role)."""
+    ``role_tools[role]``, then ``tools`` (given to every role). ``chat_template_kwargs``: as the backends render
+    prompts with."""
+    from .chat_rendering import ChatRenderer
+
     for where, mapping in (("`role_tools`", role_tools), ("The workflow's `tools`", declared)):
         if mapping is not None and not isinstance(mapping, Mapping):
             raise TypeError(f"{where} must map role types to lists of functions, got {mapping!r}.")
@@ -182,10 +207,13 @@ def build_role_tools(
         schemas = tool_schemas(functions, f"The tools of role {role!r}")
         by_name = dict(zip(schemas, functions))
         listed = list(schemas.values())
+        tokenizer = tokenizer_for_role(role)
+        renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
         built[role] = RoleTools(
             functions=by_name,
             schemas=listed,
-            parse=response_parser(tokenizer_for_role(role), listed, f"The tools of role {role!r}"),
+            parse=response_parser(tokenizer, listed, f"The tools of role {role!r}"),
+            prompt_ids=lambda messages, renderer=renderer, listed=listed: renderer.prompt_ids(messages, listed),
             max_iterations=max_iterations,
             max_tokens=max_tokens_for_role(role),
             timeout=timeout,

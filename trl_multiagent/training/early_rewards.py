@@ -10,6 +10,7 @@ must be the one it scored, completion for completion; anything else is an error,
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,11 +19,31 @@ from trl.data_utils import is_conversational
 
 
 def final_completions(episodes, rows: list[dict]) -> list:
-    """What the outcome reward scores: each episode's final answer, as an assistant message for conversational rows."""
-    return [
-        [{"role": "assistant", "content": e.final_answer}] if is_conversational(row) else e.final_answer
-        for e, row in zip(episodes, rows)
-    ]
+    """What the outcome reward scores: each episode's final answer, as an assistant message for conversational rows.
+
+    When a role with tools gave the answer (``Episode.answering_conversation``), the completion is that `generate`'s
+    whole conversation, as TRL's ``GRPOTrainer(tools=...)`` passes it: each model call's parsed assistant message
+    (with its ``tool_calls``), followed by the ``tool`` messages of its calls.
+    """
+    completions = []
+    for episode, row in zip(episodes, rows):
+        conversation = episode.answering_conversation()
+        if not is_conversational(row):
+            completions.append(episode.final_answer)
+        elif conversation is not None:
+            completions.append(copy.deepcopy(conversation.messages))  # a reward may edit its inputs
+        else:
+            completions.append([{"role": "assistant", "content": episode.final_answer}])
+    return completions
+
+
+def final_completion_ids(episode) -> list[int]:
+    """The reward functions' ``completion_ids`` of an episode: its last call's completion, or, when a role with tools
+    gave the answer, every token after that `generate`'s first prompt (completions and tool turns), as TRL's."""
+    conversation = episode.answering_conversation()
+    if conversation is not None:
+        return list(conversation.completion_ids)
+    return episode.calls[-1].completion_ids if episode.calls else []
 
 
 def _key(prompts: list) -> str:
@@ -45,12 +66,15 @@ class EpisodeScored:
     def score(self, row: dict, episode, *, completion, state) -> tuple[float, list, list]:
         logged_extra, logged_metrics = [], []
         columns = {k: [v] for k, v in row.items() if k not in ("prompt", "completion", "completion_ids")}
-        last_ids = episode.calls[-1].completion_ids if episode.calls else []
         (value,) = self.func(
-            prompts=[row["prompt"]], completions=[completion], completion_ids=[last_ids], trainer_state=state,
+            prompts=[row["prompt"]],
+            completions=[completion],
+            completion_ids=[final_completion_ids(episode)],
+            trainer_state=state,
             log_extra=lambda column, values: logged_extra.append((column, values)),
-            log_metric=lambda name, value: logged_metrics.append((name, value)), **columns,
-        )  # fmt: skip
+            log_metric=lambda name, value: logged_metrics.append((name, value)),
+            **columns,
+        )
         return value, logged_extra, logged_metrics
 
     def __call__(self, prompts, completions, *, log_extra=None, log_metric=None, **kwargs) -> list[float]:
