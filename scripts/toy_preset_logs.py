@@ -1,14 +1,17 @@
 """Extract the drift-relevant metrics of toy preset runs into tests/fixtures/toy_preset_logs.json.
 
-The drift-alarm tests replay these logs: the toy presets' normal runs must raise no alarm. Made with
+The drift-alarm tests replay these logs: the toy presets' normal runs must raise no alarm. Re-recorded on the
+current toy model (2026-12-01) with
 
-    for wf in single_agent eval_opt orch_workers voting; do
-        trl-multiagent train $wf --config toy --max_steps 40 --save_steps 40 --output_dir outputs/presets/$wf
+    for run in single_agent:40 voting:15 orch_workers:25; do
+        wf=${run%:*} n=${run#*:}
+        trl-multiagent train $wf --config toy --max_steps $n --save_steps $n --output_dir outputs/presets/$wf
     done
     python scripts/toy_preset_logs.py outputs/presets/*/checkpoint-*/trainer_state.json
 
-(orch_workers and voting ran 25 steps, for time; eval_opt is the README's first command, all 100 steps, from a
-fresh clone: `accelerate launch ... recipes/eval_opt_math.py --config recipes/configs/toy.yaml`.)
+(step counts for time; eval_opt is the README's first command, all 100 steps, written to outputs/presets/eval_opt:
+`accelerate launch --config_file accelerate_configs/cpu.yaml recipes/eval_opt_math.py --config
+recipes/configs/toy.yaml --output_dir outputs/presets/eval_opt`, the run of record T7 in docs/toy.md.)
 """
 
 import json
