@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .checkpoints.atomic import newest_complete_checkpoint
+
 FINISHED = "multiagent_config.json"  # written by the trainer's final save: the training finished
 
 
@@ -32,15 +34,9 @@ def require_submitit() -> Any:
 
 
 def last_complete_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest ``checkpoint-N`` of ``run_dir`` whose save finished (it holds ``trainer_state.json``, the
-    Trainer's last file of a save); None when there is none."""
-    folder = Path(run_dir)
-    steps = []
-    for path in folder.glob("checkpoint-*") if folder.is_dir() else ():
-        suffix = path.name.removeprefix("checkpoint-")
-        if suffix.isdigit() and (path / "trainer_state.json").is_file():
-            steps.append((int(suffix), path))
-    return max(steps)[1] if steps else None
+    """The newest ``checkpoint-N`` of ``run_dir`` whose save finished (``checkpoints.atomic``); None if none."""
+    newest, _ = newest_complete_checkpoint(run_dir)
+    return None if newest is None else Path(newest)
 
 
 def node_topology(nodes: int, processes_per_node: int, port: int, environment: Any) -> list[str]:

@@ -109,7 +109,8 @@ def test_a_requeued_training_resumes_from_its_newest_complete_checkpoint(tmp_pat
     for step, complete in ((1, True), (2, True), (3, False)):  # checkpoint-3: the job was killed while saving it
         (run / f"checkpoint-{step}").mkdir(parents=True)
         if complete:
-            (run / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+            for name in ("trainer_state.json", "multiagent_config.json"):
+                (run / f"checkpoint-{step}" / name).write_text("{}")
     assert last_complete_checkpoint(run) == run / "checkpoint-2"
     job = CellTraining(launcher=["launch"], script=["recipe.py", "--output_dir", str(run)], run_dir=str(run))
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
