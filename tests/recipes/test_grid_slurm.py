@@ -169,10 +169,10 @@ def test_toy_grid_through_submitit_local_executor(tmp_path):
         assert row in table, out[-3000:]
     finished = list((tmp_path / "slurm" / "finished_evaluations").iterdir())
     assert len(finished) == 5  # 2 cells, 2 base-model runs, 1 transfer
-    job_logs = sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name != "finished_evaluations")
+    job_logs = sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name.isdigit())
     assert len(job_logs) == 2 + 5
 
     again = run_offline(grid_args, cwd=ROOT, timeout=600).stdout  # resubmitted: nothing left to run
     assert again.count("finished before") == 2 and again.count("skip evaluation (finished)") == 5
-    assert sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name != "finished_evaluations") == job_logs
+    assert sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name.isdigit()) == job_logs
     assert json.loads((tmp_path / "table.json").read_text())  # the report is rebuilt
