@@ -49,7 +49,7 @@ def resume_to_the_end(model_dir, run, caplog) -> None:
     assert "An interrupted save left checkpoint-2" in caplog.text
     assert loaded == [str(run / "checkpoint-1")] and resumed.state.global_step == 2
     assert_complete(run / "checkpoint-2", 2)
-    assert list((run / STAGING).iterdir()) == []
+    assert not (run / STAGING).exists()  # the interrupted save's files went with the next save
 
 
 def test_a_save_failing_on_a_full_disk_leaves_the_previous_checkpoint(tiny_model_dir, tmp_path, monkeypatch, caplog):

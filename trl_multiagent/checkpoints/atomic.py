@@ -51,6 +51,10 @@ def publish(run_dir: str | os.PathLike, name: str) -> str:
     _sync_directory(run_dir)
     if replaced is not None:
         shutil.rmtree(replaced, ignore_errors=True)
+    try:
+        os.rmdir(staging_root(run_dir))  # nothing left aside: no trace in the run folder
+    except OSError:
+        pass
     return target
 
 
