@@ -22,6 +22,13 @@ CPU, offline (the shipped toy model and presets; the arithmetic task alone takes
         --eval_dataset math=arithmetic code=toy_code --max_steps 30 --save_steps 10 \
         --eval_args "--limit 100 --max_completion_length 80" --output_root outputs/grid-toy
 
+On a SLURM cluster (`pip install 'trl-multiagent[slurm]'`): every training is an element of one job array, every
+evaluation a job that starts once the trainings it reads succeeded; a preempted or timed-out training is requeued and
+resumes from its newest complete checkpoint. Re-submitting skips finished trainings and finished evaluations:
+
+    python recipes/grid.py --launcher slurm --partition gpu --gpus_per_run 8 \
+        --accelerate_config accelerate_configs/multi_gpu.yaml --output_root runs/grid
+
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the table and plots from what is there.
 """
@@ -73,6 +80,44 @@ class GridArguments:
         default_factory=list, metadata={"help": "task=name: the evaluation dataset (default: the task's own)."}
     )
     eval_args: str = field(default="", metadata={"help": "Extra flags for every evaluation (e.g. '--k 4')."})
+    launcher: str = field(
+        default="local",
+        metadata={
+            "help": "'local': run every command here, one after the other. 'slurm': submit them through submitit "
+            "(a job array of trainings, each evaluation a job depending on the trainings it reads) and return.",
+            "choices": ["local", "slurm"],
+        },
+    )
+    partition: str | None = field(default=None, metadata={"help": "SLURM partition of every job."})
+    gpus_per_run: int = field(
+        default=1,
+        metadata={
+            "help": "GPUs per node of a training (the processes `accelerate launch` starts on each node); 0 on "
+            "CPU. More than 1 needs a distributed --accelerate_config (multi_gpu.yaml, deepspeed_zero*.yaml)."
+        },
+    )
+    nodes_per_run: int = field(
+        default=1, metadata={"help": "Nodes per training (e.g. 2 with accelerate_configs/multi_node.yaml)."}
+    )
+    main_process_port: int = field(default=29500, metadata={"help": "Rendezvous port of multi-node trainings."})
+    slurm_timeout_min: int = field(
+        default=24 * 60, metadata={"help": "Time limit of every SLURM job; a training that hits it is requeued."}
+    )
+    slurm_parameters: str = field(
+        default="{}",
+        metadata={"help": 'More sbatch settings as JSON, submitit\'s names: \'{"account": "a", "qos": "high"}\'.'},
+    )
+    slurm_folder: str | None = field(
+        default=None, metadata={"help": "Job scripts, logs and results (default: <output_root>/slurm)."}
+    )
+    slurm_executor: str = field(
+        default="slurm",
+        metadata={
+            "help": "submitit's executor for --launcher slurm: 'slurm', or 'local' / 'debug' to run the same jobs on "
+            "this machine (waits for them and writes the report), e.g. to try a grid before a cluster run.",
+            "choices": ["slurm", "local", "debug"],
+        },
+    )
     dry_run: bool = field(default=False, metadata={"help": "Print the commands; run nothing."})
     report_only: bool = field(default=False, metadata={"help": "Only build the table and plots from existing runs."})
 
@@ -164,13 +209,122 @@ def ready(command: list[str]) -> bool:
     return all(Path(command[i + 1]).is_dir() for i, arg in enumerate(command) if arg in ("--run_dir", "--workflow"))
 
 
-def run(command: list[str]) -> bool:
-    """Run a printed command: `python` and `accelerate` of this environment, scripts found under the repository."""
+def resolve(command: list[str]) -> list[str]:
+    """A printed command as it runs: `python` and `accelerate` of this environment, scripts found under the
+    repository."""
     executable = {"python": sys.executable, "accelerate": str(Path(sys.executable).parent / "accelerate")}
     resolved = [executable.get(arg, arg) if i == 0 else arg for i, arg in enumerate(command)]
-    resolved = [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    return [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+
+
+def run(command: list[str]) -> bool:
+    """Run a printed command here."""
     print(f"\n$ {shlex.join(command)}", flush=True)
-    return subprocess.run(resolved).returncode == 0
+    return subprocess.run(resolve(command)).returncode == 0
+
+
+def cell_training(args: GridArguments, cell: Cell, command: list[str]):
+    """The submitit job of one training: `accelerate launch --config_file X` (this Python's accelerate) and the
+    recipe with its flags; the node topology is filled in on each node from SLURM's environment."""
+    from trl_multiagent.slurm import CellTraining
+
+    config = command.index("--config_file") + 1
+    config_file = Path(command[config]) if Path(command[config]).is_file() else ROOT / command[config]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file.resolve())]
+    processes = args.gpus_per_run * args.nodes_per_run
+    if processes > 1 and (yaml.safe_load(config_file.read_text()) or {}).get("distributed_type") == "NO":
+        raise ValueError(
+            f"{args.accelerate_config} starts one process but a run gets {processes} GPUs: pass a distributed "
+            "--accelerate_config (accelerate_configs/multi_gpu.yaml, multi_node.yaml, deepspeed_zero2.yaml)."
+        )
+    return CellTraining(
+        launcher=launcher,
+        script=resolve(command[config + 1 :]),
+        run_dir=str(cell.run_dir),
+        nodes=args.nodes_per_run,
+        processes_per_node=max(args.gpus_per_run, 1),
+        port=args.main_process_port,
+    )
+
+
+def executor(args: GridArguments, folder: Path, name: str, nodes: int, gpus: int, **parameters):
+    """A submitit executor of ``--slurm_executor``'s kind for jobs of ``nodes`` nodes, one task and ``gpus`` GPUs
+    each; its job scripts and logs go to ``folder/<job id>``."""
+    from trl_multiagent.slurm import require_submitit
+
+    extra = json.loads(args.slurm_parameters)
+    made = require_submitit().AutoExecutor(folder=folder / "%j", cluster=args.slurm_executor)
+    made.update_parameters(
+        name=name,
+        nodes=nodes,
+        tasks_per_node=1,
+        gpus_per_node=gpus,
+        timeout_min=args.slurm_timeout_min,
+        slurm_partition=args.partition,
+        **({"slurm_additional_parameters": extra} if extra else {}),
+        **parameters,
+    )
+    return made
+
+
+def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluations: list[list[str]]) -> list[str]:
+    """Submit the grid through submitit; the failed commands once the jobs ran (local/debug executors), else []."""
+    from trl_multiagent.slurm import FINISHED, GridEvaluation, evaluation_marker
+
+    folder = Path(args.slurm_folder or Path(args.output_root) / "slurm")
+    train_executor = executor(args, folder, name="grid-train", nodes=args.nodes_per_run, gpus=args.gpus_per_run)
+    pending = [(cell, command) for cell, command in trainings if not (cell.run_dir / FINISHED).is_file()]
+    jobs = {}
+    with train_executor.batch():  # one job array
+        for cell, command in pending:
+            jobs[str(cell.run_dir)] = train_executor.submit(cell_training(args, cell, command))
+    for cell, _ in trainings:
+        print(
+            f"training {cell.run_dir}: "
+            + (f"job {jobs[str(cell.run_dir)].job_id}" if str(cell.run_dir) in jobs else "finished before"),
+            flush=True,
+        )
+    waiting = args.slurm_executor != "slurm"  # local and debug executors know no dependencies: wait here
+    failed, broken = [], set()
+    if waiting:
+        for run_dir, job in jobs.items():
+            try:
+                job.result()
+            except Exception as error:  # the job's own error, with its log's path
+                failed.append(f"training {run_dir}: {error}")
+                broken.add(run_dir)
+    eval_jobs = []
+    for command in evaluations:
+        marker = evaluation_marker(folder, command)
+        reads = [command[i + 1] for i, arg in enumerate(command) if arg in ("--run_dir", "--workflow")]
+        if marker.is_file():
+            print(f"skip evaluation (finished): {shlex.join(command)}")
+            continue
+        if broken.intersection(reads):
+            failed.append(f"not evaluated (its training failed): {shlex.join(command)}")
+            continue
+        after = [jobs[d].job_id for d in reads if d in jobs and not waiting]
+        dependency = {"slurm_dependency": "afterok:" + ":".join(after)} if after else {}
+        evaluator = executor(args, folder, name="grid-eval", nodes=1, gpus=min(args.gpus_per_run, 1), **dependency)
+        job = evaluator.submit(GridEvaluation(resolve(command), str(marker)))
+        print(
+            f"evaluation job {job.job_id}"
+            + (f" after {', '.join(after)}" if after else "")
+            + f": {shlex.join(command)}"
+        )
+        eval_jobs.append((command, job))
+    if waiting:
+        for command, job in eval_jobs:
+            try:
+                job.result()
+            except Exception as error:
+                failed.append(f"{shlex.join(command)}: {error}")
+    else:
+        print(
+            f"\nSubmitted; logs under {folder}. Once the jobs finished, the same command with --report_only writes "
+            "the table; the same command again resubmits what did not finish."
+        )
+    return failed
 
 
 def report(args: GridArguments, cells: list[Cell]) -> None:
@@ -228,7 +382,11 @@ def main(args: GridArguments) -> int:
             print(shlex.join(command))
         return 0
     failed = []
-    if not args.report_only:
+    if args.launcher == "slurm" and not args.report_only:
+        failed = submit(args, trainings, evaluations)
+        if args.slurm_executor == "slurm":
+            return 0
+    elif not args.report_only:
         missing = sorted({str(recipe_path(cell)) for cell in cells if not recipe_path(cell).is_file()})
         if missing:
             raise FileNotFoundError(f"No recipe {missing}; drop those workflows or tasks from the grid.")

@@ -166,6 +166,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         serve, env = vllm_serve_command(rest)
         printable = " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(serve)])
+        if os.environ.get("VLLM_API_KEY"):  # vLLM reads the variable itself; the printed line names it, not the key
+            printable += ' --api-key "$VLLM_API_KEY"'
+        elif serve[serve.index("--host") + 1] not in ("127.0.0.1", "localhost", "::1"):
+            print(
+                "WARNING: the server listens beyond this machine without an API key: whoever reaches its port can "
+                "load adapters and generate. Set VLLM_API_KEY (the server and the trainer both read it), or pass "
+                "--host 127.0.0.1 when the trainer runs on this machine.",
+                file=sys.stderr,
+            )
         if "--dry-run" in rest:
             print(printable)
             return 0

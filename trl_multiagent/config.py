@@ -41,6 +41,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         "role_coherence_lambda",
         "drift_thresholds",
         "role_generation_kwargs",
+        "vllm_server_base_urls",  # one JSON object per base model (roles on several bases); else a URL list
     ]
 
     policy_sharing: str = field(
@@ -331,13 +332,15 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": [0, 1],
         },
     )
-    vllm_server_base_urls: list[str] | str | None = field(
+    vllm_server_base_urls: list[str] | dict | str | None = field(
         default=None,
         metadata={
             "help": "Several `vllm serve` servers (data-parallel copies, e.g. one per node) to balance rollouts "
             "over, instead of `vllm_server_base_url`; a comma-separated string is accepted on the command line. "
             "Every server receives every adapter update; an episode's calls stay on the server that took its first "
-            "call (its prefix cache).",
+            "call (its prefix cache). With roles on several base models (`role_models`), map each base to its "
+            'servers: `{"Qwen/Qwen3-1.7B": ["http://node0:8000"], "Qwen/Qwen3-0.6B": ["http://node0:8001"]}` (a '
+            "JSON string on the command line); each base's adapters go to its own servers.",
         },
     )
     vllm_server_max_concurrency: int = field(
@@ -561,13 +564,22 @@ class MultiAgentGRPOConfig(GRPOConfig):
             )
         if isinstance(self.vllm_server_base_urls, str):
             self.vllm_server_base_urls = [url.strip() for url in self.vllm_server_base_urls.split(",") if url.strip()]
+        if isinstance(self.vllm_server_base_urls, dict):  # base model -> its servers (roles on several bases)
+            self.vllm_server_base_urls = {
+                base: [urls] if isinstance(urls, str) else list(urls)
+                for base, urls in self.vllm_server_base_urls.items()
+            }
         if self.vllm_server_base_urls is not None:
-            if not self.vllm_server_base_urls or not all(
-                isinstance(url, str) and url.startswith(("http://", "https://")) for url in self.vllm_server_base_urls
+            per_base = self.vllm_server_base_urls
+            lists = per_base.values() if isinstance(per_base, dict) else [per_base]
+            if not per_base or not all(
+                urls and all(isinstance(url, str) and url.startswith(("http://", "https://")) for url in urls)
+                for urls in lists
             ):
                 raise ValueError(
                     "`vllm_server_base_urls` must list http(s) URLs, e.g. ['http://node0:8000', 'http://node1:8000'], "
-                    f"got {self.vllm_server_base_urls!r}."
+                    "or map each base model to its own, e.g. {'Qwen/Qwen3-1.7B': ['http://node0:8000'], "
+                    f"'Qwen/Qwen3-0.6B': ['http://node0:8001']}}, got {self.vllm_server_base_urls!r}."
                 )
             if self.vllm_server_base_url is not None:
                 raise ValueError("Set `vllm_server_base_url` (one server) or `vllm_server_base_urls`, not both.")

@@ -20,8 +20,11 @@ import torch
 import trl
 from accelerate.utils import gather, gather_object, set_seed
 from packaging.version import Version
+from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
+
+from .checkpoints import atomic as atomic_checkpoints
 
 TRL_VERSION = Version(trl.__version__)
 
@@ -106,8 +109,34 @@ class GRPOSeam(GRPOTrainer):
         return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     # TRL writes its model card, then the Trainer writes checkpoint-<step>/ (model, optimizer, scheduler, state).
+    # Every file goes to a folder aside first, renamed to checkpoint-<step> once complete (checkpoints/atomic.py).
+    saving_aside: bool = False  # while a checkpoint is written: the Trainer's output folder is the staging folder
+
     def _save_checkpoint(self, model, trial):
-        self.save_checkpoint(model, trial)
+        self.saving_aside = False
+        run_dir, name = self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}"
+        if self.args.should_save:
+            atomic_checkpoints.clear_staging(run_dir)
+        self.accelerator.wait_for_everyone()
+        self.saving_aside = True
+        try:
+            self.save_checkpoint(model, trial)
+        finally:
+            self.saving_aside = False
+        self.accelerator.wait_for_everyone()  # every process wrote its part (under DeepSpeed: its shards)
+        if self.args.should_save:
+            staging = atomic_checkpoints.staging_root(run_dir)
+            best = self.state.best_model_checkpoint
+            if best is not None and best.startswith(staging):  # the Trainer saw the folder aside: the final name
+                self.state.best_model_checkpoint = os.path.join(run_dir, os.path.relpath(best, staging))
+                self.state.save_to_json(os.path.join(staging, name, "trainer_state.json"))
+            atomic_checkpoints.publish(run_dir, name)
+            rotate_checkpoints(run_dir, self.args.save_total_limit, self.state.best_model_checkpoint)
+        self.accelerator.wait_for_everyone()
+
+    def _get_output_dir(self, trial):
+        run_dir = super()._get_output_dir(trial=trial)
+        return atomic_checkpoints.staging_root(run_dir) if self.saving_aside else run_dir
 
     def save_checkpoint(self, model, trial) -> None:
         """Write ``checkpoint_folder(trial)``: model, optimizer, scheduler, trainer state."""

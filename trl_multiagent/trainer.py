@@ -26,6 +26,7 @@ from .adapters.bases import Bases
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
+from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
@@ -555,6 +556,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.record_metrics("train", role_metrics.update_metrics(measured, self.adapters.role_adapters))
 
     # ------------------------------------------------------------------------------------------ checkpoints
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        if resume_from_checkpoint is True:  # the newest complete checkpoint, naming any it skipped
+            resume_from_checkpoint = resume_checkpoint(self.args.output_dir)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
     def save_checkpoint(self, model, trial) -> None:
         super().save_checkpoint(model, trial)
         if self.args.should_save:

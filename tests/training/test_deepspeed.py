@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO-2 and ZeRO-3, single process on the CPU accelerator: a workflow trains through the DeepSpeed
 engine, and under ZeRO-3's parameter partitioning the per-sample adapter routing still moves every role adapter.
 
-Multi-process DeepSpeed does not run on CPU here (ranks disagree on world size); multi-GPU ZeRO needs a GPU machine.
+Two CPU processes under ZeRO-2 and ZeRO-3 (two machine ranks of `accelerate launch`): tests/training/test_multinode.py.
 """
 
 from __future__ import annotations

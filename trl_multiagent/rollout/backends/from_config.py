@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ...adapters.bases import same_model
 from .per_base import PerBaseBackend
 from .transformers_backend import TransformersBackend
 
@@ -80,12 +81,21 @@ def build_backend(args, context: BackendContext):
     """The backend ``args.rollout_backend`` names: ``"transformers"``, or ``"vllm"`` (colocated or server); with
     roles on several base models, one such backend per base behind a ``PerBaseBackend``."""
     if context.extra:
-        if args.rollout_backend == "vllm" and args.vllm_mode == "server":
-            raise ValueError(
-                "A vLLM server serves one base model; roles on several base models (`role_models`) need one "
-                "engine per base: use vllm_mode='colocate' or rollout_backend='transformers'."
-            )
         contexts = {context.base: replace(context, extra={}), **context.extra}
+        if args.rollout_backend == "vllm" and args.vllm_mode == "server":
+            per_base = args.vllm_server_base_urls
+            if not isinstance(per_base, dict):
+                raise ValueError(
+                    "A vLLM server serves one base model; with roles on several base models (`role_models`) give "
+                    "each base its own servers: vllm_server_base_urls={"
+                    + ", ".join(f"{base!r}: ['http://host:{8000 + i}']" for i, base in enumerate(contexts))
+                    + "} (`trl-multiagent vllm-serve` prints one command per base), or use vllm_mode='colocate'."
+                )
+            unknown = [key for key in per_base if not any(same_model(key, base) for base in contexts)]
+            if unknown:
+                raise ValueError(
+                    f"`vllm_server_base_urls` names {unknown}, which no role sits on; the bases are {list(contexts)}."
+                )
         share = 1.0 / len(contexts)  # colocated vLLM engines split the GPU memory evenly
         return PerBaseBackend({name: _backend(args, c, share) for name, c in contexts.items()})
     return _backend(args, context, 1.0)
@@ -132,9 +142,7 @@ def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
         weights_step=context.weights_step,
     )
     if args.vllm_mode == "server":
-        urls = args.vllm_server_base_urls or [
-            args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-        ]
+        urls = server_urls(args, context.base)
         return VLLMServerBackend(
             urls,
             timeout=args.vllm_server_timeout,
@@ -163,6 +171,23 @@ def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
         return AsyncVLLMBackend(**engine, **common)
     executor = "external_launcher" if context.num_processes > 1 else "uni"
     return VLLMBackend(**engine, distributed_executor_backend=executor, **common)
+
+
+def server_urls(args, base: str | None) -> list[str]:
+    """The `vllm serve` URLs of ``base`` (None: the run's one base): its entry of a per-base
+    ``vllm_server_base_urls``, else the run's URL list or single URL."""
+    urls = args.vllm_server_base_urls
+    if isinstance(urls, dict):
+        found = [servers for key, servers in urls.items() if base is not None and same_model(key, base)]
+        if base is None and len(urls) == 1:
+            found = list(urls.values())
+        if not found:
+            raise ValueError(
+                f"`vllm_server_base_urls` gives no servers for base model {base!r} (it lists {sorted(urls)}); add "
+                f"{base!r}: ['http://host:port'] for the `vllm serve` of that base."
+            )
+        return found[0]
+    return urls or [args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"]
 
 
 def sync_adapters(backend, bases: Mapping[Any, tuple[Any, Sequence[str]]], is_main_process: bool) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,9 @@ from .vllm_backend import AdapterFolders, request_result, request_sampling
 
 _RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)  # seconds between the tries of a request a starting server refused
 _STICKY_SESSIONS = 65536  # episodes whose server is remembered (least recently used forgotten first)
+
+
+API_KEY_VARIABLE = "VLLM_API_KEY"  # what `vllm serve` reads when started without --api-key, and the client sends
 
 
 class ServerError(RuntimeError):
@@ -55,6 +59,9 @@ class VLLMServerBackend(LoopCalls):
         chat_rendering: how prompts are rendered (``rollout.chat_rendering``), exactly as ``TransformersBackend`` does.
         weights_step: the optimizer step of the trained weights now, read at each sync (``VLLMBackend``'s). Only
             the process that syncs the servers knows what they hold: the others' results carry no ``provenance``.
+        api_key: the key the servers were started with (`vllm serve --api-key`, or the ``VLLM_API_KEY`` variable
+            vLLM reads), sent with every request as ``Authorization: Bearer``; default: ``VLLM_API_KEY`` of this
+            process's environment. Never logged.
     """
 
     shared_across_processes = True  # the servers serve every training process: synced from the main one
@@ -73,6 +80,7 @@ class VLLMServerBackend(LoopCalls):
         max_concurrency: int = 256,
         chat_rendering: str = "tokenizer",
         weights_step: Callable[[], int] | None = None,
+        api_key: str | None = None,
     ):
         import httpx
 
@@ -90,11 +98,15 @@ class VLLMServerBackend(LoopCalls):
         self.sent = dict.fromkeys(self.base_urls, 0)  # requests sent, per server
         self._sessions: collections.OrderedDict[Any, str] = collections.OrderedDict()
         self._loop = BackgroundLoop("vllm-server-client")
+        api_key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.sends_api_key = bool(api_key)
 
         async def make_client():
             limits = httpx.Limits(max_connections=max_concurrency * len(urls), max_keepalive_connections=64)
             self._slots = {url: asyncio.Semaphore(max_concurrency) for url in self.base_urls}
-            return httpx.AsyncClient(timeout=httpx.Timeout(request_timeout, connect=10.0), limits=limits)
+            timeout = httpx.Timeout(request_timeout, connect=10.0)
+            return httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers)
 
         self._client = self._loop.run(make_client())
         self.wait_until_healthy(timeout)
@@ -105,7 +117,8 @@ class VLLMServerBackend(LoopCalls):
             f"`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve <base model> --enable-lora --max-loras "
             f"{len(self.folders.ids)} --max-lora-rank <max_lora_rank(lora_r)> --logprobs-mode processed_logprobs "
             "--port <port>` (`trl-multiagent vllm-serve --config <your training yaml> --dry-run` prints the exact "
-            "command), or set vllm_server_base_url(s) to where it runs."
+            "command; with VLLM_API_KEY set, in the server's environment and this one, only this trainer gets in), "
+            "or set vllm_server_base_url(s) to where it runs."
         )
 
     # ------------------------------------------------------------------------------------------------ HTTP
@@ -160,6 +173,16 @@ class VLLMServerBackend(LoopCalls):
                         return response.json()
                     except ValueError:  # the adapter routes answer in plain text
                         return {"text": response.text}
+                if response.status_code == 401:
+                    raise ServerError(
+                        f"vLLM server {url}{route} refused the request (401): "
+                        + (
+                            f"it was started with another API key than this process's {API_KEY_VARIABLE}."
+                            if self.sends_api_key
+                            else f"it requires an API key; set {API_KEY_VARIABLE} to the server's key in the "
+                            "training's environment."
+                        )
+                    )
                 if response.status_code not in (502, 503, 504) or delay is None:
                     raise ServerError(f"vLLM server {url}{route} failed ({response.status_code}): {response.text}")
             await asyncio.sleep(delay)

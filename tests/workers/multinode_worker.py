@@ -1,0 +1,70 @@
+"""Run by tests/training/test_multinode.py, one process per rank (two `accelerate launch` "nodes", or one launch of
+two processes): 2 steps of each built-in workflow under each update schedule, every rank's adapters saved.
+
+One launch trains every case in turn, so the distributed start-up is paid once; each case is a fresh trainer with
+the same seed, and each rank scripts its rollouts from its own global rank, so a run on two machines and a run of
+two processes on one machine see the same data on the same rank.
+"""
+
+import json
+import os
+import sys
+
+import torch
+from scripted import addition_dataset
+from tiny import half_right_answers, tiny_trainer
+
+from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.checkpoints import BUILT_IN_WORKFLOWS
+
+torch.set_num_threads(1)
+
+
+def adapter_weights(trainer, adapter: str) -> dict:
+    params = adapter_parameters(trainer.model, adapter)
+    if trainer.is_deepspeed_enabled:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(params.values())):  # ZeRO-3 partitions them; a no-op otherwise
+            return {name: p.detach().clone() for name, p in params.items()}
+    return {name: p.detach().clone() for name, p in params.items()}
+
+
+model_dir, out_dir, *cases = sys.argv[1:]
+rank = int(os.environ["RANK"])
+topology = {}
+for case in cases:
+    workflow, schedule = case.split(":")
+    settings = dict(
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=5e-2,
+        save_strategy="no",
+        policy_sharing="isolated",
+        seed=0,
+        update_schedule=schedule,
+    )
+    trainer = tiny_trainer(
+        model_dir,
+        os.path.join(out_dir, case.replace(":", "-")),
+        BUILT_IN_WORKFLOWS[workflow](),
+        dataset=addition_dataset(4),
+        respond=half_right_answers,
+        respond_seed=100 + rank,
+        **settings,
+    )
+    trainer.train()
+    weights = {adapter: adapter_weights(trainer, adapter) for adapter in trainer.adapter_names}
+    torch.save(weights, os.path.join(out_dir, f"{case.replace(':', '-')}-rank{rank}.pt"))
+    state = trainer.accelerator.state
+    topology[case] = {
+        "steps": trainer.state.global_step,
+        "num_processes": state.num_processes,
+        "process_index": state.process_index,
+        "local_process_index": state.local_process_index,
+        "backend": state.backend,
+        "distributed_type": str(state.distributed_type),
+        "zero_stage": trainer.model_wrapped.zero_optimization_stage() if trainer.is_deepspeed_enabled else None,
+    }
+with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+    json.dump(topology, f)
