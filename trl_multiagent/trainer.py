@@ -29,7 +29,7 @@ from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
-from .grpo_seam import GRPOSeam
+from .grpo_seam import GRPOSeam, score_like_trl
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
@@ -127,6 +127,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             peft_config=lora,
             quantization_config=quantization_config,
             distributed="DeepSpeed" if self.is_deepspeed_enabled else None,
+            score_like_trainer=lambda model: score_like_trl(model, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
         probe_rows = train_dataset if environment_factory is None else [{"prompt": EMPTY_PROMPT}]

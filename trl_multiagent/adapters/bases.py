@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,25 +103,24 @@ def load_role_base(
     *,
     model_init_kwargs: dict[str, Any],
     device: torch.device,
-    temperature: float,
+    score_like_trainer: Callable[[torch.nn.Module], None],
     gradient_checkpointing: bool,
     gradient_checkpointing_kwargs: dict[str, Any] | None,
     seed: int,
 ) -> RoleBase:
     """Load base ``name`` as TRL loads the trainer's model, with ``peft_config`` (copied: PEFT writes into it) and
-    gradient checkpointing as the Trainer enables it on its model."""
+    gradient checkpointing as the Trainer enables it on its model; ``score_like_trainer(model)`` makes it score
+    completions as TRL scores the trainer's model (the seam's ``score_like_trl``)."""
     from peft import get_peft_model
     from transformers import AutoTokenizer
     from trl.trainer.utils import create_model_from_path
-
-    from ..grpo_seam import score_like_trl
 
     source = resolve_model_name(name)
     model = create_model_from_path(source, **model_init_kwargs)
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         raise ValueError(f"The tokenizer of {name!r} has no pad token; set one in its tokenizer_config.json.")
-    score_like_trl(model, temperature)
+    score_like_trainer(model)
     with torch.random.fork_rng(devices=[]):  # the main run's random stream stays as without this base
         torch.manual_seed(seed)
         peft_model = get_peft_model(model, copy.deepcopy(peft_config))
@@ -173,11 +172,13 @@ class Bases:
         peft_config=None,
         quantization_config=None,
         distributed: str | None = None,
+        score_like_trainer: Callable[[torch.nn.Module], None] | None = None,
     ) -> Bases:
         """The bases ``args.role_models`` asks for once TRL built ``peft_model`` (the trainer's), its extra bases
         loaded; ``Bases.one`` without it. ``role_adapters``: role -> adapter as resolved on one base; ``peft_config``:
         the trainer's, as the user gave it (before PEFT resolved ``"all-linear"`` for the main base);
-        ``distributed``: what the run is distributed with, which roles on several bases do not support."""
+        ``distributed``: what the run is distributed with, which roles on several bases do not support;
+        ``score_like_trainer``: applied to each extra base so TRL's log-prob code scores it as the trainer's model."""
         if not args.role_models:
             return cls.one(role_adapters)
         main_config = next(iter(peft_model.peft_config.values()))
@@ -203,6 +204,8 @@ class Bases:
                 f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
                 f"{'; '.join(refused)}. Train in one process without these, or put every role on one base."
             )
+        if extra_names and score_like_trainer is None:
+            raise ValueError("Loading other bases needs `score_like_trainer` (the trainer passes the seam's).")
         kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
         if quantization_config is not None:
             kwargs["quantization_config"] = quantization_config
@@ -213,7 +216,7 @@ class Bases:
                 config,
                 model_init_kwargs=kwargs,
                 device=device,
-                temperature=args.temperature,
+                score_like_trainer=score_like_trainer,
                 gradient_checkpointing=args.gradient_checkpointing,
                 gradient_checkpointing_kwargs=kept or None,
                 seed=args.seed,
