@@ -21,6 +21,9 @@ The other modes (``--mode``):
     python recipes/evaluate.py --run_dir runs/single_agent_math --mode transfer --workflow runs/voting_math
     # the generator of a workflow run, alone (SingleAgent)
     python recipes/evaluate.py --run_dir runs/eval_opt_math --mode generator_alone
+    # the run's generator with an untrained evaluator; or with another run's evaluator
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=base
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=runs/other/checkpoint-500
 
 CPU, offline (tiny model, toy arithmetic task):
 
@@ -40,6 +43,7 @@ from trl_multiagent.evaluation import (
     EvalSettings,
     evaluate,
     format_table,
+    parse_role_policies,
     list_checkpoints,
     paper_table,
     read_results,
@@ -70,6 +74,13 @@ class EvaluateArguments:
     base_model: str | None = field(default=None, metadata={"help": "Base model; default: the run's."})
     alone_role: str = field(default="generator", metadata={"help": "Role evaluated by generator_alone."})
     output_dir: str | None = field(default=None, metadata={"help": "Where results go; default: --run_dir."})
+    role_policies: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Trained mode: role=base (the role's calls go to the base model), role=trained (the default) or "
+            "role=path/to/checkpoint (another run's adapter for that role), e.g. --role_policies evaluator=base."
+        },
+    )
 
 
 def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
@@ -98,6 +109,7 @@ if __name__ == "__main__":
         workflow=resolve_workflow(args.workflow, settings.task),
         base_model=args.base_model,
         alone_role=args.alone_role,
+        role_policies=parse_role_policies(args.role_policies),
     )
     for row in new_rows:
         print(f"step {row['step']}: accuracy {row['accuracy']:.3f}  pass@{row['k']} {row['pass_at_k']:.3f}")

@@ -34,6 +34,8 @@ def plot_accuracy(rows: list[dict[str, Any]], path: str | Path, title: str = "")
     for cell, points in sorted(accuracy_curves(rows).items(), key=lambda item: str(item[0])):
         values = dict(zip(CELL_FIELDS, cell))
         label = _LABELS[values["mode"]].format(**values)
+        if values["role_policies"]:
+            label += f" ({values['role_policies']})"
         steps, accuracies = zip(*points)
         if len(points) == 1 and values["mode"] == "base":
             axes.axhline(100 * accuracies[0], linestyle="--", linewidth=1, label=label)
