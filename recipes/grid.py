@@ -22,6 +22,10 @@ CPU, offline (the shipped toy model and presets; the arithmetic task alone takes
         --eval_dataset math=arithmetic code=toy_code --max_steps 30 --save_steps 10 \
         --eval_args "--limit 100 --max_completion_length 80" --output_root outputs/grid-toy
 
+`--attribution` adds, per isolated cell, which role's training brought the gain (`recipes/evaluate.py --attribution`:
+each role's Shapley share with bootstrap intervals over problems; `<output_root>/attribution.md` and
+`plots/attribution-<model>-<task>.png`).
+
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the table and plots from what is there.
 """
@@ -73,6 +77,13 @@ class GridArguments:
         default_factory=list, metadata={"help": "task=name: the evaluation dataset (default: the task's own)."}
     )
     eval_args: str = field(default="", metadata={"help": "Extra flags for every evaluation (e.g. '--k 4')."})
+    attribution: bool = field(
+        default=False,
+        metadata={
+            "help": "Also attribute each isolated cell's gain to its roles (recipes/evaluate.py --attribution, with "
+            "--eval_args): a table per workflow with bootstrap intervals, and plots/attribution-<model>-<task>.png."
+        },
+    )
     dry_run: bool = field(default=False, metadata={"help": "Print the commands; run nothing."})
     report_only: bool = field(default=False, metadata={"help": "Only build the table and plots from existing runs."})
 
@@ -152,7 +163,36 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
         for cell in first_per_workflow.values():
             commands.append(command(cell, "--mode", "base"))
             commands.append(command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir)))
+    if args.attribution:  # a shared policy is one adapter: nothing to split between roles
+        commands += [command(cell, "--attribution") for cell in cells if attributed(cell)]
     return commands
+
+
+def attributed(cell: Cell) -> bool:
+    return cell.workflow != SA_RL and cell.policy_sharing == "isolated"
+
+
+def attribution_report(root: Path, cells: list[Cell]) -> str:
+    """Every attribution found in the cells' run folders, as one markdown table per workflow (and its plot)."""
+    from trl_multiagent.evaluation.attribution import format_attribution
+
+    results = [
+        (cell, json.loads(path.read_text()))
+        for cell in cells
+        if attributed(cell)
+        for path in sorted(cell.run_dir.glob("attribution-*.json"))
+    ]
+    if not results:
+        return ""
+    try:
+        from trl_multiagent.evaluation.plots import plot_attribution
+
+        for model, task in dict.fromkeys((cell.model, cell.task) for cell, _ in results):
+            group = [result for cell, result in results if (cell.model, cell.task) == (model, task)]
+            plot_attribution(group, root / "plots" / f"attribution-{Path(model).name}-{task}.png", f"{model} {task}")
+    except ImportError as e:
+        print(f"No attribution plot: {e}")
+    return "\n".join(format_attribution(result) for _, result in results)
 
 
 def recipe_path(cell: Cell) -> Path:
@@ -185,6 +225,10 @@ def report(args: GridArguments, cells: list[Cell]) -> None:
     (root / "instability.json").write_text(json.dumps(instability, indent=1))
     print("\n" + format_table(table))
     print(instability_table(instability))
+    attribution = attribution_report(root, cells)
+    if attribution:
+        (root / "attribution.md").write_text(attribution)
+        print(attribution)
     try:
         plot(root / "plots", rows, cells)
     except ImportError as e:

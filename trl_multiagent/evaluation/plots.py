@@ -68,3 +68,29 @@ def _save(plt, figure, path: str | Path) -> Path:
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_attribution(results: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """One panel per attribution (``attribution.run_attribution``): each adapter's share of the gain and the
+    interaction, in points of success, with their bootstrap intervals; the whole gain as a dashed line."""
+    plt = _pyplot()
+    figure, panels = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.5), squeeze=False)
+    for axes, result in zip(panels[0], results):
+        entries = [*result["shares"].items(), ("interaction", result["interaction"])]
+        labels = [name for name, _ in entries]
+        values = [100 * e["value"] for _, e in entries]
+        errors = [
+            [100 * (e["value"] - e["low"]) for _, e in entries],
+            [100 * (e["high"] - e["value"]) for _, e in entries],
+        ]
+        axes.barh(labels, values, xerr=errors, capsize=4, color=["C0"] * len(result["shares"]) + ["C7"])
+        axes.axvline(100 * result["gain"]["value"], linestyle="--", color="k", linewidth=1, label="gain")
+        axes.axvline(0, color="k", linewidth=0.5)
+        axes.invert_yaxis()
+        axes.set(
+            xlabel="share of the gain (points of success)", title=f"{result['workflow']} ({result['policy_sharing']})"
+        )
+        axes.legend(fontsize=7)
+    if title:
+        figure.suptitle(title)
+    return _save(plt, figure, path)
