@@ -98,9 +98,8 @@ def plan_mode(
         if role_policies:
             policies = {role: p for role, p in check_role_policies(role_policies, workflow).items() if p != "trained"}
             mapping, folders = _apply_role_policies(mapping, policies, model)
-            plan = ModePlan(mode, workflow, mapping, model, config["policy_sharing"], trained_in, str(checkpoint))
-            plan.role_policies, plan.adapter_folders = policies, folders
-            return plan
+            sharing = config["policy_sharing"]
+            return ModePlan(mode, workflow, mapping, model, sharing, trained_in, str(checkpoint), policies, folders)
     elif mode == "transfer":
         if workflow is None:
             raise ValueError("Mode 'transfer' needs the workflow to plug the adapter into (workflow=, --workflow).")
