@@ -158,6 +158,8 @@ def run_attribution(
         policy_sharing=full["policy_sharing"],
         roles={adapter: [r for r, a in mapping.items() if a == adapter] for adapter in players},
         settings_key=key_hash({**full, "role_policies": None}),
+        temperature=settings.temperature,
+        k=settings.k,
         evaluated=evaluated,
     )
     path = output_dir / f"attribution-step{step}-{result['settings_key']}.json"
@@ -187,7 +189,8 @@ def format_attribution(result: dict[str, Any]) -> str:
     pct = round(100 * result["confidence"])
     lines = [
         f"{result['workflow']} ({result['policy_sharing']}), {result['run']} step {result['step']}: "
-        f"{result['num_problems']} problems, {result['method']}, {pct}% bootstrap intervals over problems",
+        f"{result['num_problems']} problems, {describe_sampling(result)}, {result['method']}, {pct}% bootstrap "
+        "intervals over problems",
         "",
         f"| adapter (roles) | share pp [{pct}% interval] | share of gain |",
         "| --- | --- | --- |",
@@ -201,6 +204,13 @@ def format_attribution(result: dict[str, Any]) -> str:
     lines.append(f"| gain (all trained - all base) | {_interval(result['gain'])} | 100% |")
     success = ", ".join(f"{'+'.join(s['trained']) or 'none'}: {100 * s['success']:.1f}%" for s in result["subsets"])
     return "\n".join(lines) + f"\n\nSuccess with the trained adapters: {success}\n"
+
+
+def describe_sampling(result: dict[str, Any]) -> str:
+    """``greedy`` or ``k=4 at temperature 0.7``: how the subsets' episodes were sampled."""
+    if "k" not in result:
+        return "sampling not recorded"
+    return "greedy" if result["temperature"] == 0 else f"k={result['k']} at temperature {result['temperature']}"
 
 
 def _interval(entry: dict[str, float]) -> str:

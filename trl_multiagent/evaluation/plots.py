@@ -73,6 +73,8 @@ def _save(plt, figure, path: str | Path) -> Path:
 def plot_attribution(results: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """One panel per attribution (``attribution.run_attribution``): each adapter's share of the gain and the
     interaction, in points of success, with their bootstrap intervals; the whole gain as a dashed line."""
+    from .attribution import describe_sampling
+
     plt = _pyplot()
     figure, panels = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.5), squeeze=False)
     for axes, result in zip(panels[0], results):
@@ -87,9 +89,8 @@ def plot_attribution(results: list[dict[str, Any]], path: str | Path, title: str
         axes.axvline(100 * result["gain"]["value"], linestyle="--", color="k", linewidth=1, label="gain")
         axes.axvline(0, color="k", linewidth=0.5)
         axes.invert_yaxis()
-        axes.set(
-            xlabel="share of the gain (points of success)", title=f"{result['workflow']} ({result['policy_sharing']})"
-        )
+        heading = f"{result['workflow']} ({result['policy_sharing']}), {describe_sampling(result)}"
+        axes.set(xlabel="share of the gain (points of success)", title=heading)
         axes.legend(fontsize=7)
     if title:
         figure.suptitle(title)
