@@ -21,6 +21,11 @@ The other modes (``--mode``):
     python recipes/evaluate.py --run_dir runs/single_agent_math --mode transfer --workflow runs/voting_math
     # the generator of a workflow run, alone (SingleAgent)
     python recipes/evaluate.py --run_dir runs/eval_opt_math --mode generator_alone
+    # the run's generator with an untrained evaluator; or with another run's evaluator
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=base
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=runs/other/checkpoint-500
+    # which role's training brought the gain: every subset of the adapters trained/base, Shapley shares
+    python recipes/evaluate.py --run_dir runs/eval_opt_math --attribution --limit 500
 
 CPU, offline (tiny model, toy arithmetic task):
 
@@ -42,8 +47,10 @@ from trl_multiagent.evaluation import (
     format_table,
     list_checkpoints,
     paper_table,
+    parse_role_policies,
     read_results,
 )
+from trl_multiagent.evaluation.attribution import format_attribution, run_attribution
 from trl_multiagent.workflows import Workflow
 
 # The paper's evaluation settings; `--config other.yaml` replaces this file (what it leaves out takes EvalSettings').
@@ -70,6 +77,22 @@ class EvaluateArguments:
     base_model: str | None = field(default=None, metadata={"help": "Base model; default: the run's."})
     alone_role: str = field(default="generator", metadata={"help": "Role evaluated by generator_alone."})
     output_dir: str | None = field(default=None, metadata={"help": "Where results go; default: --run_dir."})
+    attribution: bool = field(
+        default=False,
+        metadata={
+            "help": "Evaluate the final checkpoint with every subset of its adapters trained and the rest on the base "
+            "model (2^k for k <= 4 adapters; else each alone and each left out) and print each role's Shapley "
+            "share of the gain, with bootstrap intervals over problems. Subsets already evaluated are read back."
+        },
+    )
+    bootstrap: int = field(default=1000, metadata={"help": "With --attribution: resamplings of the problems."})
+    role_policies: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Trained mode: role=base (the role's calls go to the base model), role=trained (the default) or "
+            "role=path/to/checkpoint (another run's adapter for that role), e.g. --role_policies evaluator=base."
+        },
+    )
 
 
 def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
@@ -90,6 +113,19 @@ if __name__ == "__main__":
     parser = TrlParser((EvaluateArguments, EvalSettings))
     argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
     args, settings = parser.parse_args_and_config(argv)
+    if args.attribution:
+        if args.mode != "trained" or args.role_policies:
+            raise ValueError("--attribution sets every role's policy itself: drop --mode and --role_policies.")
+        result = run_attribution(
+            args.run_dir,
+            settings,
+            output_dir=args.output_dir,
+            workflow=resolve_workflow(args.workflow, settings.task),
+            bootstrap=args.bootstrap,
+        )
+        print(f"{result['evaluated']} subset(s) evaluated now, {len(result['subsets']) - result['evaluated']} read")
+        print(format_attribution(result))
+        sys.exit(0)
     new_rows = evaluate(
         run_dir=args.run_dir,
         mode=args.mode,
@@ -98,6 +134,7 @@ if __name__ == "__main__":
         workflow=resolve_workflow(args.workflow, settings.task),
         base_model=args.base_model,
         alone_role=args.alone_role,
+        role_policies=parse_role_policies(args.role_policies),
     )
     for row in new_rows:
         print(f"step {row['step']}: accuracy {row['accuracy']:.3f}  pass@{row['k']} {row['pass_at_k']:.3f}")

@@ -29,6 +29,10 @@ resumes from its newest complete checkpoint. Re-submitting skips finished traini
     python recipes/grid.py --launcher slurm --partition gpu --gpus_per_run 8 \
         --accelerate_config accelerate_configs/multi_gpu.yaml --output_root runs/grid
 
+`--attribution` adds, per isolated cell, which role's training brought the gain (`recipes/evaluate.py --attribution`:
+each role's Shapley share with bootstrap intervals over problems; `<output_root>/attribution.md` and
+`plots/attribution-<model>-<task>.png`).
+
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the table and plots from what is there.
 """
@@ -118,6 +122,13 @@ class GridArguments:
             "choices": ["slurm", "local", "debug"],
         },
     )
+    attribution: bool = field(
+        default=False,
+        metadata={
+            "help": "Also attribute each isolated cell's gain to its roles (recipes/evaluate.py --attribution, with "
+            "--eval_args): a table per workflow with bootstrap intervals, and plots/attribution-<model>-<task>.png."
+        },
+    )
     dry_run: bool = field(default=False, metadata={"help": "Print the commands; run nothing."})
     report_only: bool = field(default=False, metadata={"help": "Only build the table and plots from existing runs."})
 
@@ -197,7 +208,36 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
         for cell in first_per_workflow.values():
             commands.append(command(cell, "--mode", "base"))
             commands.append(command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir)))
+    if args.attribution:  # a shared policy is one adapter: nothing to split between roles
+        commands += [command(cell, "--attribution") for cell in cells if attributed(cell)]
     return commands
+
+
+def attributed(cell: Cell) -> bool:
+    return cell.workflow != SA_RL and cell.policy_sharing == "isolated"
+
+
+def attribution_report(root: Path, cells: list[Cell]) -> str:
+    """Every attribution found in the cells' run folders, as one markdown table per workflow (and its plot)."""
+    from trl_multiagent.evaluation.attribution import format_attribution
+
+    results = [
+        (cell, json.loads(path.read_text()))
+        for cell in cells
+        if attributed(cell)
+        for path in sorted(cell.run_dir.glob("attribution-*.json"))
+    ]
+    if not results:
+        return ""
+    try:
+        from trl_multiagent.evaluation.plots import plot_attribution
+
+        for model, task in dict.fromkeys((cell.model, cell.task) for cell, _ in results):
+            group = [result for cell, result in results if (cell.model, cell.task) == (model, task)]
+            plot_attribution(group, root / "plots" / f"attribution-{Path(model).name}-{task}.png", f"{model} {task}")
+    except ImportError as e:
+        print(f"No attribution plot: {e}")
+    return "\n".join(format_attribution(result) for _, result in results)
 
 
 def recipe_path(cell: Cell) -> Path:
@@ -339,6 +379,10 @@ def report(args: GridArguments, cells: list[Cell]) -> None:
     (root / "instability.json").write_text(json.dumps(instability, indent=1))
     print("\n" + format_table(table))
     print(instability_table(instability))
+    attribution = attribution_report(root, cells)
+    if attribution:
+        (root / "attribution.md").write_text(attribution)
+        print(attribution)
     try:
         plot(root / "plots", rows, cells)
     except ImportError as e:

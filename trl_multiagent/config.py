@@ -16,7 +16,7 @@ ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
 LR_SCHEDULER_STEPS = ("per_training_step", "per_update")
 ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
-ROLE_REWARDS = (None, "reference", "own_answers")
+ROLE_REWARDS = (None, "reference", "own_answers", "balanced")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
 
@@ -180,7 +180,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "it matches whether the attempt it judged is right (an unreadable verdict 0), a selection when the "
             "answer it chose is right, and the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator "
             "and workers, as in the reference). `'own_answers'`: the same but nothing zeroed: workers by their own "
-            "answers, a plan by the episode's outcome, an unreadable verdict read as Incorrect. Per call under "
+            "answers, a plan by the episode's outcome, an unreadable verdict read as Incorrect. `'balanced'`: "
+            "`'reference'` with each judge's verdicts class-balanced over the batch: with n graded verdicts of the "
+            "role, n_c of them judging an attempt whose truth is c (right or wrong) and C truths present, a right "
+            "verdict gets n / (C * n_c), a wrong one 0, so the batch mean is the judge's balanced accuracy and "
+            "always answering 'Correct' earns 0.5 whatever the base rate. Per call under "
             "`advantage_groups='calls'`, pooled per role trajectory otherwise; logged as `role/<role>/role_reward`. "
             "Custom ones: the trainer's `role_reward_funcs`.",
             "choices": list(ROLE_REWARDS),

@@ -99,3 +99,37 @@ def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
     assert all("--dataset_name toy_code" in line for line in evaluations if "--task code" in line)
     assert all("--chat_rendering tokenizer" in line for line in evaluations)  # as the toy presets train
     assert sum("--task code" in line for line in evaluations) == len(evaluations) // 2
+
+
+@pytest.mark.slow
+def test_attribution_is_evaluated_for_isolated_cells_and_reported_per_workflow(tmp_path):
+    from trl_multiagent.evaluation.attribution import attribution
+
+    cells = "--models org/m --tasks math --workflows voting".split()
+    out = grid("--dry-run", *cells, "--attribution", "--output_root", str(tmp_path))
+    attributions = [line for line in out.splitlines() if "--attribution" in line.split()]
+    assert len(attributions) == 1 and f"--run_dir {tmp_path}/m/math/voting-isolated " in attributions[0]
+
+    run = tmp_path / "m" / "math" / "voting-isolated"
+    run.mkdir(parents=True)
+    per_problem = {
+        frozenset(): [0.0, 0.0],
+        frozenset(["generator"]): [1.0, 0.0],
+        frozenset(["aggregator"]): [0.0, 0.0],
+        frozenset(["generator", "aggregator"]): [1.0, 1.0],
+    }
+    result = attribution(per_problem, ["generator", "aggregator"], bootstrap=20)
+    result.update(
+        run=str(run),
+        step=6,
+        workflow="Voting",
+        policy_sharing="isolated",
+        roles={"generator": ["generator"], "aggregator": ["aggregator"]},
+    )
+    (run / "attribution-step6-abc.json").write_text(json.dumps(result))
+    out = grid("--report_only", *cells, "--output_root", str(tmp_path))
+    # generator: 1/2 (0.5 - 0) + 1/2 (1 - 0) = 0.75; aggregator: 1/2 (0 - 0) + 1/2 (1 - 0.5) = 0.25
+    assert "| generator (generator) | +75.0 [" in out and "| aggregator (aggregator) | +25.0 [" in out
+    assert "| interaction | +50.0 [" in (tmp_path / "attribution.md").read_text()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "plots" / "attribution-m-math.png").is_file()

@@ -107,6 +107,7 @@ def load_trained_workflow(
     base_model: str | None = None,
     device: str = "cpu",
     dtype: str | torch.dtype | None = None,
+    adapter_folders: dict[str, str] | None = None,
 ) -> TrainedWorkflow:
     """Load a checkpoint's base model and role adapters and rebuild its workflow.
 
@@ -117,6 +118,8 @@ def load_trained_workflow(
         role_to_adapter: role type -> saved adapter name; defaults to the saved mapping.
         base_model: overrides the saved base model (e.g. a local copy of the Hub model).
         device, dtype: where and in which precision to load (``dtype=None`` keeps the checkpoint's own).
+        adapter_folders: adapter name -> the folder it is loaded from, for adapters ``role_to_adapter`` takes from
+            elsewhere than ``path`` (another run's checkpoint, on the same base model); the rest come from ``path``.
     """
     config = read_multiagent_config(path)
     workflow = workflow if workflow is not None else workflow_from_config(config["workflow"])
@@ -129,9 +132,12 @@ def load_trained_workflow(
         )
     mapping = {role: mapping[role] for role in workflow.roles}
     adapters = [name for name in unique_adapters(mapping) if name != BASE_MODEL]
+    folders = {adapter: Path(path) / adapter for adapter in adapters} | {
+        name: Path(folder) for name, folder in (adapter_folders or {}).items()
+    }
     for adapter in adapters:
-        if not (Path(path) / adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{path} has no adapter {adapter!r}; it holds {config['adapters']}.")
+        if not (folders[adapter] / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{folders[adapter]} holds no adapter; {path} holds {config['adapters']}.")
     on_base = config.get("adapter_models", {})  # adapters on other base models than base_model
     other = {on_base[a] for a in adapters if a in on_base}
     if BASE_MODEL in mapping.values() and other:
@@ -139,7 +145,7 @@ def load_trained_workflow(
 
     base_source = resolve_model_name(base_model or config["base_model"])  # "toy" -> the packaged folder
     model, router = _with_adapters(
-        _load_base(base_source, device, dtype), path, [a for a in adapters if a not in on_base]
+        _load_base(base_source, device, dtype), {a: folders[a] for a in adapters if a not in on_base}
     )
     has_tokenizer = (Path(path) / "tokenizer_config.json").is_file()
     tokenizer = AutoTokenizer.from_pretrained(str(path) if has_tokenizer else base_source)
@@ -147,22 +153,23 @@ def load_trained_workflow(
     for name in sorted(other):
         source = resolve_model_name(name)
         extra, extra_router = _with_adapters(
-            _load_base(source, device, dtype), path, [a for a in adapters if on_base.get(a) == name]
+            _load_base(source, device, dtype), {a: folders[a] for a in adapters if on_base.get(a) == name}
         )
         bases[name] = LoadedBase(extra, AutoTokenizer.from_pretrained(source), extra_router)
     role_bases = {role: on_base[a] for role, a in mapping.items() if a in on_base}
     return TrainedWorkflow(workflow, model, tokenizer, mapping, config, router, role_bases, bases)
 
 
-def _with_adapters(model: torch.nn.Module, path, adapters: list[str]) -> tuple[torch.nn.Module, Any]:
-    """``model`` with the saved ``adapters`` of ``path`` loaded under their names (in eval mode), and its router."""
+def _with_adapters(model: torch.nn.Module, folders: dict[str, Path]) -> tuple[torch.nn.Module, Any]:
+    """``model`` with each saved adapter (name -> folder) loaded under its name (in eval mode), and its router."""
     from peft import PeftModel
 
-    if not adapters:
+    if not folders:
         return model.eval(), _BaseOnlyRouter()
-    model = PeftModel.from_pretrained(model, str(Path(path) / adapters[0]), adapter_name=adapters[0])
-    for adapter in adapters[1:]:
-        model.load_adapter(str(Path(path) / adapter), adapter_name=adapter)
+    (first, first_folder), *rest = folders.items()
+    model = PeftModel.from_pretrained(model, str(first_folder), adapter_name=first)
+    for adapter, folder in rest:
+        model.load_adapter(str(folder), adapter_name=adapter)
     return model.eval(), AdapterRouter(model)
 
 

@@ -14,7 +14,7 @@ from ..monitoring.pass_at_k import pass_at_k
 from .evaluator import EvalSettings, evaluate, final_answer_rewards, list_checkpoints, sample_episodes, score
 from .generation import eos_token_ids, make_generation_config, run_episodes
 from .instability import read_log_history, role_instability, role_series
-from .modes import MODES, ModePlan, plan_mode
+from .modes import MODES, ModePlan, parse_role_policies, plan_mode
 from .results import RESULTS_FILE, read_results
 from .table import accuracy_curves, format_table, paper_table
 
@@ -31,6 +31,7 @@ __all__ = [
     "list_checkpoints",
     "make_generation_config",
     "paper_table",
+    "parse_role_policies",
     "pass_at_k",
     "plan_mode",
     "read_log_history",

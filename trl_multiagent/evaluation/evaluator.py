@@ -153,11 +153,14 @@ def evaluate(
     base_model: str | None = None,
     alone_role: str = "generator",
     role_tools: dict[str, list[Callable]] | None = None,
+    role_policies: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``); return the new rows.
 
     See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``). ``role_tools``
     (``{role: [function, ...]}``): tools for roles, added to those the workflow declares, as the trainer's.
+    ``role_policies`` (trained mode): role type -> ``"trained"``, ``"base"`` or another checkpoint folder, e.g.
+    ``{"evaluator": "base"}``.
     """
     settings = settings or EvalSettings()
     if output_dir is None and run_dir is None:
@@ -172,7 +175,9 @@ def evaluate(
     for step, checkpoint in tqdm(
         checkpoints, desc=f"{mode}: checkpoints", unit="checkpoint", disable=len(checkpoints) < 2
     ):
-        plan = plan_mode(mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role)
+        plan = plan_mode(
+            mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role, role_policies
+        )
         row = describe(plan, settings, step, run_dir, len(dataset))
         if result_key(row) in done:
             continue
@@ -214,7 +219,13 @@ def describe(
         # only when not the default, so rows recorded before this field existed keep their identity
         **({"rollout_backend": settings.rollout_backend} if settings.rollout_backend != "transformers" else {}),
         **({"chat_rendering": settings.chat_rendering} if settings.chat_rendering != "tokenizer" else {}),
+        **({"role_policies": format_role_policies(plan.role_policies)} if plan.role_policies else {}),
     }
+
+
+def format_role_policies(policies: dict[str, str]) -> str:
+    """``{"evaluator": "base"}`` -> ``"evaluator=base"``: the mix of trained and base roles a row (and cell) ran."""
+    return ",".join(f"{role}={policy}" for role, policy in sorted(policies.items()))
 
 
 def vllm_backend(trained: TrainedWorkflow, base_model: str, settings: EvalSettings):

@@ -34,6 +34,8 @@ def plot_accuracy(rows: list[dict[str, Any]], path: str | Path, title: str = "")
     for cell, points in sorted(accuracy_curves(rows).items(), key=lambda item: str(item[0])):
         values = dict(zip(CELL_FIELDS, cell))
         label = _LABELS[values["mode"]].format(**values)
+        if values["role_policies"]:
+            label += f" ({values['role_policies']})"
         steps, accuracies = zip(*points)
         if len(points) == 1 and values["mode"] == "base":
             axes.axhline(100 * accuracies[0], linestyle="--", linewidth=1, label=label)
@@ -66,3 +68,30 @@ def _save(plt, figure, path: str | Path) -> Path:
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_attribution(results: list[dict[str, Any]], path: str | Path, title: str = "") -> Path:
+    """One panel per attribution (``attribution.run_attribution``): each adapter's share of the gain and the
+    interaction, in points of success, with their bootstrap intervals; the whole gain as a dashed line."""
+    from .attribution import describe_sampling
+
+    plt = _pyplot()
+    figure, panels = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.5), squeeze=False)
+    for axes, result in zip(panels[0], results):
+        entries = [*result["shares"].items(), ("interaction", result["interaction"])]
+        labels = [name for name, _ in entries]
+        values = [100 * e["value"] for _, e in entries]
+        errors = [
+            [100 * (e["value"] - e["low"]) for _, e in entries],
+            [100 * (e["high"] - e["value"]) for _, e in entries],
+        ]
+        axes.barh(labels, values, xerr=errors, capsize=4, color=["C0"] * len(result["shares"]) + ["C7"])
+        axes.axvline(100 * result["gain"]["value"], linestyle="--", color="k", linewidth=1, label="gain")
+        axes.axvline(0, color="k", linewidth=0.5)
+        axes.invert_yaxis()
+        heading = f"{result['workflow']} ({result['policy_sharing']}), {describe_sampling(result)}"
+        axes.set(xlabel="share of the gain (points of success)", title=heading)
+        axes.legend(fontsize=7)
+    if title:
+        figure.suptitle(title)
+    return _save(plt, figure, path)

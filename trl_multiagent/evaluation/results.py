@@ -25,6 +25,7 @@ KEY_FIELDS = (
     "max_completion_length",
     "seed",
     "chat_rendering",  # absent (None) for the tokenizer's template, so rows recorded before it keep their key
+    "role_policies",  # absent (None) when every role runs its trained adapter
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 # A cell: one accuracy-vs-step curve.
-CELL_FIELDS = ("model", "dataset", "workflow", "policy_sharing", "mode", "trained_workflow", "k")
+CELL_FIELDS = ("model", "dataset", "workflow", "policy_sharing", "mode", "trained_workflow", "k", "role_policies")
 _MODE_ORDER = {"base": 0, "trained": 1, "transfer": 2, "generator_alone": 3}
 
 
@@ -40,8 +40,11 @@ def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry["vs_base_pp"] = 100 * (entry["peak"] - base["peak"])
         if entry["workflow"] == "SingleAgent":
             continue
-        for reference, where in (("transfer", {"mode": "transfer", "workflow": entry["workflow"]}),
-                                 ("single_agent", {"mode": "trained", "workflow": "SingleAgent"})):  # fmt: skip
+        references = (
+            ("transfer", {"mode": "transfer", "workflow": entry["workflow"]}),
+            ("single_agent", {"mode": "trained", "workflow": "SingleAgent", "role_policies": None}),
+        )
+        for reference, where in references:
             sa_rl = _best(table, entry, **where)
             if sa_rl is not None:
                 entry["residual_pp"], entry["residual_vs"] = 100 * (entry["peak"] - sa_rl["peak"]), reference
@@ -72,11 +75,15 @@ def format_table(table: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for e in table:
         lines.append(
-            f"| {e['model']} | {e['dataset']} | {e['workflow']} | {e['policy_sharing'] or '-'} | {e['mode']} "
+            f"| {e['model']} | {e['dataset']} | {e['workflow']} | {e['policy_sharing'] or '-'} | {_mode(e)} "
             f"| {100 * e['peak']:.1f} ({e['peak_step']}) | {100 * e['final']:.1f} ({e['final_step']}) "
             f"| {e['drop_pp']:.1f} | {_points(e['residual_pp'])} | {_points(e['vs_base_pp'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _mode(entry: dict[str, Any]) -> str:
+    return f"{entry['mode']} ({entry['role_policies']})" if entry.get("role_policies") else entry["mode"]
 
 
 def _points(value: float | None) -> str:

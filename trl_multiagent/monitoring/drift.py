@@ -27,6 +27,8 @@ _MEANING = {
     "length_cap": "the role's outputs hit the length cap (p95 at the cap), often with a collapsing median",
     "perplexity_rise": "one role's perplexity rose while accuracy has not fallen yet: the paper's early warning",
     "entropy_rise": "one role's entropy rose while accuracy has not fallen yet: the paper's early warning",
+    "judge_base_rate": "the judge's verdicts follow the base rate (balanced accuracy near 0.5) while its raw accuracy "
+    "looks fine: it gives the common verdict instead of judging (role_rewards='balanced' rewards judging both kinds)",
     "adapter_mismatch": "the role's calls were not sampled by its own adapter at the version trained (a missed sync, "
     "a swapped or evicted LoRA slot); the trainer's warning names the adapter and the versions",
 }
@@ -83,12 +85,30 @@ class DriftThresholds:
             "(accuracy has not fallen yet)."
         },
     )
+    judge_balanced_accuracy: float = field(
+        default=0.6,
+        metadata={
+            "help": "judge_base_rate: a verdict role's `verdict_balanced_accuracy`, averaged over its last "
+            "`baseline_steps` logs, at or below this (0.5: the verdict says nothing about the answer)..."
+        },
+    )
+    judge_raw_accuracy: float = field(
+        default=0.7,
+        metadata={
+            "help": "... while its `verdict_accuracy`, averaged alike, is at least this: raw accuracy that looks "
+            "fine because most judged answers are of one kind (the toy Eval-Opt: 91.5% 'Correct' on a generator "
+            "right 89% of the time)."
+        },
+    )
     baseline_steps: int = field(
         default=3,
         metadata={"help": "How many of a metric's first logged values are averaged into its baseline."},
     )
 
     def __post_init__(self) -> None:
+        for name in ("judge_balanced_accuracy", "judge_raw_accuracy"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"DriftThresholds.{name} is an accuracy; use a value in [0, 1].")
         for name in ("judge_code_fraction", "truncated_fraction"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"DriftThresholds.{name} is a fraction of outputs; use a value in [0, 1).")
@@ -138,14 +158,18 @@ class RoleDriftCallback(TrainerCallback):
     - ``perplexity_rise`` / ``entropy_rise``: a role's ``perplexity`` / ``entropy`` > ``uncertainty_rise_factor``
       x its baseline (entropy also ``entropy_min_rise`` above it) while ``workflow/success`` is still >= its
       baseline - ``success_tolerance`` (or not logged).
+    - ``judge_base_rate``: a verdict role's ``verdict_balanced_accuracy`` <= ``judge_balanced_accuracy`` while its
+      ``verdict_accuracy`` >= ``judge_raw_accuracy``, both averaged over its last ``baseline_steps`` logs (the
+      balanced accuracy is logged only for batches holding both right and wrong judged answers).
     - ``adapter_mismatch``: a role's ``adapter_mismatch`` > 0: in a logged step, its calls were not served by its
       own adapter at the expected version (``monitoring/adapter_check.py`` decides, per generation batch, from the
       backend's stamps and the sampler gap; no baseline needed, so it can fire at the first step).
 
-    The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``) are the research's signatures of a role
-    *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which cites every line of
-    the solution it judges, so writes about as much as the generator) does so by design, not by drift. That kind is
-    then not watched for that role (said once at INFO level); its lengths are still watched by ``length_drift``.
+    The fixed thresholds (``judge_code``, ``judge_length``, ``length_cap``, ``judge_base_rate``) are the research's
+    signatures of a role *changing*: a role whose starting window is already past one (e.g. the toy evaluator, which
+    cites every line of the solution it judges, so writes about as much as the generator) does so by design, not by
+    drift. That kind is then not watched for that role (said once at INFO level); its lengths are still watched by
+    ``length_drift``.
 
     An alarm is a ``logger.warning`` (main process), a ``DriftAlarm`` appended to ``self.alarms``, and
     ``alarm/<role>/<kind> = 1.0`` added to the logs and to the log's ``state.log_history`` entry; with
@@ -273,6 +297,20 @@ class RoleDriftCallback(TrainerCallback):
             recent = [*self._recent.get(cap, ()), values[cap]][-t.baseline_steps :]
             values[_recent_mean(role)] = statistics.fmean(recent)
             signature("length_cap", _recent_mean(role), t.truncated_fraction, cap, t.truncated_fraction, reported=cap)
+        balanced, raw = f"role/{role}/verdict_balanced_accuracy", f"role/{role}/verdict_accuracy"
+        if balanced in values and raw in values:  # judged on their means over the last `baseline_steps` logs
+            for key in (balanced, raw):
+                values[_recent(key)] = statistics.fmean([*self._recent.get(key, ()), values[key]][-t.baseline_steps :])
+            start, limit = self._baseline(balanced), t.judge_balanced_accuracy
+            watched = start is not None and (role, "judge_base_rate") not in self.unwatched
+            if watched and start <= limit:
+                self.unwatched.add((role, "judge_base_rate"))
+                what = f"{balanced} = {start:.4g} in its first {t.baseline_steps} logs <= {limit:.4g}"
+                logger.info("Role %r starts at the base rate (%s): judge_base_rate is not watched for it.", role, what)
+            elif watched:
+                recent = values[_recent(balanced)]
+                at_base_rate = recent <= limit and values[_recent(raw)] >= t.judge_raw_accuracy
+                checks["judge_base_rate"] = (balanced, recent, limit) if at_base_rate else None
         for metric in ("words_median", "completion_length"):
             key, baseline = f"role/{role}/{metric}", self._baseline(f"role/{role}/{metric}")
             if key in values and baseline and checks.get("length_drift") is None:  # a zero baseline has no ratio
@@ -301,6 +339,11 @@ class RoleDriftCallback(TrainerCallback):
 def _solver_ratio(role: str) -> str:
     """Internal key of a judge's words_median over the solvers' mean in the same log (never logged)."""
     return f"_judge_solver_ratio/{role}"
+
+
+def _recent(key: str) -> str:
+    """Internal key of a logged metric averaged over its last logs, this one included (never logged)."""
+    return f"_recent/{key}"
 
 
 def _recent_mean(role: str) -> str:

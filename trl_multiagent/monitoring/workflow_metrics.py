@@ -65,7 +65,10 @@ def workflow_metrics(
       sum to 1); ``workflow/iterations`` (mean calls per episode of the judged answer role) and
       ``workflow/retry_rate`` (share of episodes with more than one). With ground truth:
       ``workflow/verdict_accuracy``, the share of verdicts that are right (Correct iff the judged answer is right;
-      no verdict counts as Incorrect, since Eval-Opt retries on it).
+      no verdict counts as Incorrect, since Eval-Opt retries on it); per verdict role, ``role/<role>/verdict_accuracy``
+      and, when the batch holds both right and wrong judged answers, ``role/<role>/verdict_balanced_accuracy``: the
+      mean of its accuracy on right answers and on wrong ones (0.5 for a judge that always says the same, however
+      rare the other kind is).
     - ``"selection"`` roles pick among the latest answer of each instance of the answer role before them:
       ``workflow/selection/<i>`` for ``i = 1 .. n_candidates``, the share of episodes whose pick (after the
       fallbacks, 1-based) was ``i``; with ground truth, ``workflow/selection_accuracy``: among episodes with a right
@@ -129,6 +132,9 @@ def _declared_metrics(
     right: dict[str, list[bool]] = defaultdict(list)
     groups: list[list[bool]] = []
     iterations, verdicts, verdict_right, plan_sizes, selection_right = [], [], [], [], []
+    judged_truth: dict[str, list[tuple[bool, bool]]] = defaultdict(
+        list
+    )  # verdict role -> (answer right, verdict right)
     # A selection format's candidate count, when it declares one, so that never-picked candidates log 0.
     selectors = [fmt for fmt in formats.values() if fmt.kind == "selection"]
     picks = [0] * max((getattr(fmt, "n_candidates", 0) for fmt in selectors), default=0)
@@ -149,6 +155,7 @@ def _declared_metrics(
                     judged_roles.add(episode.calls[ref.judged].role)
                     if graded:
                         verdict_right.append(grades[i].right)
+                        judged_truth[call.role].append((right_of[e][ref.judged], grades[i].right))
             elif fmt.kind == "selection":
                 if ref.candidates:
                     index = min(fmt.read(call.text), len(ref.candidates) - 1)
@@ -182,6 +189,11 @@ def _declared_metrics(
         metrics["workflow/verdict_unparseable_rate"] = _share(v is None for v in verdicts)
     if verdict_right:
         metrics["workflow/verdict_accuracy"] = _share(verdict_right)
+    for role, pairs in judged_truth.items():
+        metrics[f"role/{role}/verdict_accuracy"] = _share(ok for _, ok in pairs)
+        per_truth = [[ok for truth, ok in pairs if truth is kind] for kind in (True, False)]
+        if all(per_truth):
+            metrics[f"role/{role}/verdict_balanced_accuracy"] = statistics.fmean(map(_share, per_truth))
     if sum(picks):
         metrics |= {f"workflow/selection/{k + 1}": count / sum(picks) for k, count in enumerate(picks)}
     if selection_right:

@@ -13,6 +13,13 @@ at least 1.
   answer gets the outcome, a verdict is compared with it, a selection gets it: the reference's code workflows).
 - ``"own_answers"``, this library's variant: the same, except that no role is zeroed (workers by their own answers, a
   plan by the episode's outcome) and an unreadable verdict reads as Incorrect (as Eval-Opt reads it to go on).
+- ``"balanced"``: ``"reference"`` with each judge's verdicts class-balanced, so that a judge cannot earn its reward
+  by repeating the base rate. Over a verdict role's graded calls in the batch (this process's episodes), n of them,
+  n_c judging an attempt whose truth is c (right or wrong), C the number of truths present: a right verdict on an
+  attempt of truth c gets n / (C * n_c), a wrong or unreadable one 0. The batch mean of the reward is then the
+  judge's balanced accuracy (the mean of its accuracy on right attempts and on wrong ones): a judge answering
+  "Correct" always earns 0.5, however rare wrong attempts are, where ``"reference"`` would give it the share of
+  right attempts. With one truth present in the batch it is ``"reference"``'s reward.
 
 A plan role that the workflow does not list in ``zero_role_reward`` gets the episode's outcome in both.
 
@@ -31,7 +38,7 @@ from ..workflows.correctness import grade_calls, solved
 from ..workflows.formats import references
 
 Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
-ROLE_REWARD_VARIANTS = ("reference", "own_answers")
+ROLE_REWARD_VARIANTS = ("reference", "own_answers", "balanced")
 
 
 def builtin_role_rewards(
@@ -41,7 +48,7 @@ def builtin_role_rewards(
     (None for a role without a format); ``outcome``: each episode's outcome reward."""
     if variant not in ROLE_REWARD_VARIANTS:
         raise ValueError(f"`role_rewards` must be one of {ROLE_REWARD_VARIANTS}, got {variant!r}.")
-    formats, reference = workflow.formats, variant == "reference"
+    formats, reference = workflow.formats, variant in ("reference", "balanced")
     zero = set(workflow.zero_role_reward) if reference else set()
     by_outcome = set(workflow.outcome_role_reward) if reference else set()
     answers = [
@@ -52,11 +59,13 @@ def builtin_role_rewards(
     for (e, i), value in zip(answers, scores):
         right[e][i] = solved(value)
     rewards = []
+    verdicts: list[tuple[int, int, str, bool]] = []  # (episode, call, role, truth of what it judged)
     for e, episode in enumerate(episodes):
         per_call: list[float | None] = []
         # reference: an unreadable verdict is wrong (rewarded 0); own_answers: it reads as Incorrect
         grades = grade_calls(formats, episode.calls, right[e], strict_verdicts=reference)
-        for call, grade in zip(episode.calls, grades):
+        judged = [ref.judged for ref in references(formats, episode.calls)]
+        for i, (call, grade) in enumerate(zip(episode.calls, grades)):
             kind, fmt = _kind(formats, call), formats.get(call.role)
             if call.role in zero:
                 per_call.append(0.0)
@@ -65,12 +74,29 @@ def builtin_role_rewards(
             elif call.role in by_outcome and kind == "verdict":
                 verdict = fmt.parse(call.text)  # None when unreadable: rewarded 0
                 per_call.append(float(verdict == solved(outcome[e])))
+                verdicts.append((e, i, call.role, solved(outcome[e])))
             elif kind == "plan":
                 per_call.append(float(outcome[e]))
             else:  # answers, verdicts and selections by their own grade; None where there is nothing to grade
                 per_call.append(None if grade.right is None else float(grade.right))
+                if kind == "verdict" and grade.right is not None:
+                    verdicts.append((e, i, call.role, right[e][judged[i]]))
         rewards.append(per_call)
+    if variant == "balanced":
+        for role in dict.fromkeys(role for _, _, role, _ in verdicts):
+            calls = [(e, i, truth) for e, i, r, truth in verdicts if r == role]
+            weights = balanced_weights([truth for _, _, truth in calls])
+            for (e, i, _), weight in zip(calls, weights):
+                rewards[e][i] *= weight
     return rewards
+
+
+def balanced_weights(truths: Sequence[bool]) -> list[float]:
+    """The weight of each verdict of a group: n / (C * n_c) for a verdict judging an attempt of truth c (n verdicts,
+    n_c of truth c, C truths present); a right verdict's reward 1 times it averages to the balanced accuracy."""
+    truths = list(truths)
+    counts = {truth: truths.count(truth) for truth in set(truths)}
+    return [len(truths) / (len(counts) * counts[truth]) for truth in truths]
 
 
 def custom_role_rewards(
