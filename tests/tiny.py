@@ -92,3 +92,24 @@ def tiny_trainer(
         answer_checker=answer_checker,
         role_reward_funcs=role_reward_funcs,
     )
+
+
+def train_recording(trainer) -> tuple[list, list]:
+    """Train ``trainer`` and return what it scored: every generation batch ``generate_and_score`` returned (what the
+    loss read) and every episode the engine ran, in order."""
+    batches, episodes = [], []
+    score, run = trainer.generate_and_score, trainer.engine.run
+
+    def recorded_score(inputs):
+        batches.append(score(inputs))
+        return batches[-1]
+
+    def recorded_run(prompts):
+        ran = run(prompts)
+        episodes.extend(ran)
+        return ran
+
+    trainer.generate_and_score = recorded_score
+    trainer.engine.run = recorded_run
+    trainer.train()
+    return batches, episodes

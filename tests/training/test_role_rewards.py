@@ -10,7 +10,7 @@ import pytest
 import torch
 from reference_rules import reference_advantages, reference_role_rewards, right
 from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
-from tiny import tiny_config, tiny_trainer
+from tiny import tiny_config, tiny_trainer, train_recording
 from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt, OrchWorkers, SingleAgent, Voting
@@ -94,11 +94,7 @@ def test_evaluator_advantages_are_its_verdict_rewards_normalised_per_prompt(tiny
         tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=scripted_eval_opt,
         policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", role_rewards="reference",
     )  # fmt: skip
-    batches, episodes = [], []
-    score, run = trainer.generate_and_score, trainer.engine.run
-    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
-    trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
-    trainer.train()
+    batches, episodes = train_recording(trainer)
     batch = batches[0]
     right, every_verdict = {}, []  # verdict reward by hand: Correct iff the attempt just before it is right
     for e, episode in enumerate(episodes):
@@ -194,11 +190,7 @@ def test_trainer_advantages_under_the_paper_groups_are_the_references(tiny_model
         policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
         role_rewards=role_rewards,
     )  # fmt: skip
-    batches, episodes = [], []
-    score, run = trainer.generate_and_score, trainer.engine.run
-    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
-    trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
-    trainer.train()
+    batches, episodes = train_recording(trainer)
     answers = [re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1) for e in episodes]
     answers = [str(int(a) + 2) for a in answers]
     if role_rewards is None:
@@ -238,11 +230,7 @@ def test_a_role_reward_func_scores_that_roles_calls_and_sets_their_advantages(ti
         policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
         role_reward_funcs={"evaluator": judge},
     )  # fmt: skip
-    batches, episodes = [], []
-    score, run = trainer.generate_and_score, trainer.engine.run
-    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
-    trainer.engine.run = lambda prompts: episodes.extend(run(prompts)) or episodes[-len(prompts) :]
-    trainer.train()
+    batches, episodes = train_recording(trainer)
 
     answers = [
         str(int(re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1)) + 2) for e in episodes

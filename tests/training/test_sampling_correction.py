@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from presets import CONFIGS, ON_CPU, preset, recipe_args
 from scripted import ScriptedBackend
-from tiny import half_right_answers, tiny_trainer
+from tiny import half_right_answers, tiny_trainer, train_recording
 from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig
@@ -42,9 +42,7 @@ def test_no_importance_sampling_ratio_under_the_paper_preset(tiny_model_dir, tmp
         vllm_importance_sampling_correction=correction, update_schedule=PAPER["update_schedule"],
         max_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
     )  # fmt: skip
-    batches, score = [], trainer.generate_and_score
-    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
-    trainer.train()
+    batches, _ = train_recording(trainer)
     (batch,) = batches
     assert batch.sampling_per_token_logps is not None  # the rollout's log-probs are there either way
     if correction:
