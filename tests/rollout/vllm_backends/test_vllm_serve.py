@@ -11,6 +11,8 @@ import shlex
 import signal
 import socket
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -79,23 +81,27 @@ def free_port_pair() -> int:
 
 
 @pytest.mark.slow
-def test_one_printed_server_per_base_serves_the_training_run(tiny_model_dir, tiny_judge_dir, tmp_path):
+def test_one_printed_server_per_base_serves_the_training_run(tiny_model_dir, tiny_judge_dir, tmp_path, monkeypatch):
     """Eval-Opt with the evaluator on a second base: `vllm-serve --dry-run` prints a server per base and the URLs;
     each server started with `--base` serves its base's adapter as synced after every step (sampled-token log-probs
-    equal the trainer's: a role served from the wrong base or a stale slot would not)."""
+    equal the trainer's: a role served from the wrong base or a stale slot would not). Both servers and the trainer
+    read one `VLLM_API_KEY`: a request without it is refused, the trainer's are served."""
+    monkeypatch.setenv("VLLM_API_KEY", "key-of-the-test")  # the trainer's environment (and the servers', below)
     port = free_port_pair()
     command = [sys.executable, "-m", "trl_multiagent.cli", "vllm-serve", "--model", tiny_model_dir, "--workflow"]
     command += ["eval_opt", "--role_models", json.dumps({"evaluator": tiny_judge_dir}), "--lora_r", "4"]
     command += ["--host", "127.0.0.1", "--port", str(port)]
     printed = run_offline([*command, "--dry-run"]).stdout.strip().splitlines()
+    assert sum(line.endswith('--api-key "$VLLM_API_KEY"') for line in printed) == 2
     trainer_flags = shlex.split(printed[-1].removeprefix("# the trainer: "))
     urls = json.loads(trainer_flags[trainer_flags.index("--vllm_server_base_urls") + 1])
     assert urls == {tiny_model_dir: [f"http://127.0.0.1:{port}"], tiny_judge_dir: [f"http://127.0.0.1:{port + 1}"]}
 
     extra = ["--dtype", "float32", "--enforce-eager", "--seed", "0"]  # passed through to vLLM
     unset = ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    key = {"VLLM_API_KEY": "key-of-the-test"}
     servers = [
-        launch_offline([*command, "--base", base, *extra], log=tmp_path / f"server{i}.log", unset=unset)
+        launch_offline([*command, "--base", base, *extra], log=tmp_path / f"server{i}.log", env=key, unset=unset)
         for i, base in enumerate(urls)
     ]
     try:
@@ -114,6 +120,11 @@ def test_one_printed_server_per_base_serves_the_training_run(tiny_model_dir, tin
                         if "lora_B" in key:
                             param.copy_(torch.randn(param.shape, generator=generator) * 0.3)
         trainer.train()
+        for (served,) in urls.values():
+            keyless = urllib.request.Request(f"{served}/v1/models")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(keyless, timeout=30)
+            assert refused.value.code == 401
     finally:
         for server in servers:
             server.send_signal(signal.SIGINT)
