@@ -36,7 +36,7 @@ a candidate with its check, the evaluator re-computes the check and says ``\boxe
 and each retry reads the previous attempt, which lists the candidates already tried, and proposes an untried one. With
 an evaluator right with probability q, the episode finds the answer with probability that reaches min(1, 3/k) at
 q = 1 (k = 4: 75% against one pass's 25%, or 50% for a pass that checks and switches); at the teacher's q = 0.9 the
-scripted policies give about 61% (``scripts/mod_search_feasibility.py`` simulates these policies on held-out
+scripted policies give about 63% (``scripts/mod_search_feasibility.py`` simulates these policies on held-out
 problems without a model).
 
 What a cost-matched single agent can do (the same number of calls): majority vote over n one-pass answers gains
