@@ -21,7 +21,7 @@ written so far, so it can beat 1/k only by computing values:
   checks one candidate and, when it misses, boxes another succeeds 1/k + (1 - 1/k) / (k - 1) = 2/k; that is the
   written ceiling of one pass (with k = 4: 25% without a check, 50% with one);
 - in its hidden state: the values of k candidates, each three chained lookups over parameters that change per
-  problem (about 14,000 (x, a, b, m) combinations), compared with the target, before the first answer token. The
+  problem (about 13,000 (x, a, b, m) combinations), compared with the target, before the first answer token. The
   toy model (4 layers) is never shown this, its teacher's first guesses are uniform, and RL at toy budgets gives
   about one bit per episode (a few thousand episodes per run): far too little to learn a two- or three-hop
   composition that small transformers are known to miss without writing the intermediate steps.
