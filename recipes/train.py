@@ -55,10 +55,11 @@ def train_dataset(script_args: ScriptArguments, seed: int):
     name = script_args.dataset_name
     if name is None:
         raise ValueError(
-            "Set --dataset_name (or dataset_name in the --config file): arithmetic, toy_code, a file or a Hub id."
+            "Set --dataset_name (or dataset_name in the --config file): arithmetic, mod_search, toy_code, a file or a "
+            "Hub id."
         )
     for task in TASKS.values():  # a built-in task's dataset or offline generator, whichever --task is
-        if name in (task.generated, task.dataset_id):
+        if task.generator(name) is not None or name == task.dataset_id:
             return task.train_dataset(name, script_args.dataset_train_split, seed)
     if name.endswith((".json", ".jsonl")):
         return load_dataset("json", data_files=name, split="train")

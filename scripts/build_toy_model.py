@@ -23,7 +23,11 @@ can, by supervised learning on transcripts of the real workflows:
    - the aggregator and synthesizer check the candidates the same way, in order, and pick a correct one when there
      is one, ``JUDGE_ACCURACY`` of the time: verifying with citations is what lets the judges start above chance
      (the code synthesizer then repeats the picked program);
-   - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer.
+   - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer;
+   - with ``--search_problems N`` (default 0: the shipped model has none), the math workflows also run on mod_search
+     problems (``trl_multiagent.tasks.mod_search``): solvers propose an untried candidate, uniformly, with its check
+     (``Tried 14, 9. 27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. \boxed{27}``), the evaluator re-computes the check
+     and the judges read the candidates' remainders, right ``SEARCH_JUDGE_ACCURACY`` of the time.
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
    its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
    sequences stay short on CPU.
@@ -54,7 +58,9 @@ import torch
 from trl_multiagent.evaluation.toy import WORKFLOWS, evaluate, held_out_dataset
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 from trl_multiagent.tasks.code import code_prompt
-from trl_multiagent.tasks.math import math_prompt
+from trl_multiagent.tasks.math import extract_boxed, math_prompt
+from trl_multiagent.tasks.mod_search import ModSearchProblem, make_mod_search_problem
+from trl_multiagent.tasks.registry import get_task
 from trl_multiagent.tasks.toy_code import CONSTANTS, make_toy_code_problem
 from trl_multiagent.testing import CHAT_TEMPLATE, SPECIAL_TOKENS, qwen_style_tokenizer, random_qwen3
 from trl_multiagent.toy import TOY_MODEL_DIR
@@ -404,14 +410,131 @@ class CodeTeacher:
         return target
 
 
+# The search world: mod_search problems (trl_multiagent.tasks.mod_search), k candidates of which one maps to the
+# target. A solver proposes a candidate it has not tried yet, uniformly, with its check: one pass knows no better, and
+# the retries of Eval-Opt read the tried ones from the previous attempt. Its checks are always right; the judges'
+# errors are slips in a remainder, which flip what they conclude.
+SEARCH_JUDGE_ACCURACY = 0.9  # checking is the easy part of this family, by design
+SEARCH_STRATEGIES = (
+    "Check the candidates in the order they are listed, one per attempt.",
+    "Compute the product first, then add, then take the remainder.",
+    "Rule out a candidate by its remainder before trying the next one.",
+    "Write each product and sum in full before taking the remainder.",
+    "Start with the last candidate listed and work backwards.",
+    "Compare the remainder with the target only after finishing the computation.",
+)
+_TRIED = re.compile(r"Tried ((?:\d+, )*\d+)\.")
+
+
+def tried_candidates(messages: list[dict]) -> tuple[int, ...]:
+    """The candidates earlier attempts of the episode tried, in order, as this call sees them: each assistant turn's
+    ``Tried`` list and boxed number (a fresh-history retry sees its latest attempt, whose list carries the others;
+    a shared-history one sees every attempt, and critiques box no number)."""
+    tried: list[int] = []
+    for message in messages:
+        if message["role"] != "assistant":
+            continue
+        listed = _TRIED.search(message["content"])
+        boxed = extract_boxed(message["content"])
+        numbers = [int(x) for x in listed.group(1).split(", ")] if listed else []
+        numbers += [int(boxed)] if boxed is not None and boxed.isdigit() else []
+        tried += [x for x in numbers if x not in tried]
+    return tuple(tried)
+
+
+def search_verdict(problem: ModSearchProblem, x: int, judged_right: bool, rng: random.Random) -> tuple[str, str]:
+    """What a judge concludes of candidate ``x``, as (the remainder it found, its finding): the true remainder
+    unless the judgement is wrong, then a slip that supports it (the target, or another remainder)."""
+    right = problem.accepts(x)
+    if judged_right == right:
+        found = problem.value(x)
+    elif judged_right:
+        found = problem.target
+    else:
+        found = rng.choice([r for r in range(problem.modulus) if r != problem.target])
+    finding = f"{found} as asked" if judged_right else f"{found}, not {problem.target}"
+    return str(found), finding
+
+
+def search_review(problem: ModSearchProblem, x: int, rng: random.Random, accuracy: float) -> str:
+    r"""The evaluator's re-computed check of ``x`` and its verdict, right with probability ``accuracy``:
+    ``27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. Gives 5 as asked. \boxed{Correct}``."""
+    judged_right = problem.accepts(x) if rng.random() < accuracy else not problem.accepts(x)
+    found, finding = search_verdict(problem, x, judged_right, rng)
+    *lines, last = problem.check_lines(x)
+    last = f"{last.rsplit(' = ', 1)[0]} = {found}."
+    verdict = "Correct" if judged_right else "Incorrect"
+    return f"{' '.join([*lines, last])} Gives {finding}. \\boxed{{{verdict}}}"
+
+
+def search_compare(problem: ModSearchProblem, candidates: list[int], rng: random.Random, accuracy: float):
+    """A judge's reading of the candidates' stated remainders in order, up to the one it picks, and that pick
+    (0-based): ``Solution 1: gives 2, not 5. Solution 2: gives 5 as asked.``. The pick is the first right candidate
+    with probability ``accuracy`` when there is one, else random."""
+    right = [problem.accepts(x) for x in candidates]
+    pick = right.index(True) if any(right) and rng.random() < accuracy else rng.randrange(len(candidates))
+    checks = [
+        f"Solution {j + 1}: gives {search_verdict(problem, x, j == pick, rng)[1]}."
+        for j, x in enumerate(candidates[: pick + 1])
+    ]
+    return " ".join(checks), pick
+
+
+class SearchTeacher:
+    """The ``Teacher`` of one mod_search episode; ``judge_accuracy`` sets how often evaluator verdicts and
+    aggregator/synthesizer picks are right."""
+
+    def __init__(
+        self,
+        problem: ModSearchProblem,
+        rng: random.Random,
+        records: list,
+        judge_accuracy: float = SEARCH_JUDGE_ACCURACY,
+    ):
+        self.problem = problem
+        self.rng = rng
+        self.records = records
+        self.judge_accuracy = judge_accuracy
+        self.attempts: dict[str, int] = {}  # every solver output of the episode, by text -> its candidate
+
+    def _candidates(self, content: str) -> list[int]:
+        blocks = re.split(r"--- Solution \d+ ---\n", content)[1:]
+        return [next(x for text, x in self.attempts.items() if text in block) for block in blocks]
+
+    async def __call__(self, role: str, messages: list[dict], *, instance: int = 0) -> str:
+        content = messages[-1]["content"]
+        if role in ("generator", "worker"):
+            tried = tried_candidates(messages)
+            untried = [x for x in self.problem.candidates if x not in tried] or list(self.problem.candidates)
+            x = self.rng.choice(untried)
+            target = self.problem.worked_answer(x, tried)
+            self.attempts[target] = x
+        elif role == "evaluator":
+            x = next(x for text, x in self.attempts.items() if text in content)
+            target = search_review(self.problem, x, self.rng, self.judge_accuracy)
+        elif role in ("aggregator", "synthesizer"):
+            candidates = self._candidates(content)
+            checks, pick = search_compare(self.problem, candidates, self.rng, self.judge_accuracy)
+            target = f"{checks} \\boxed{{{pick + 1 if role == 'aggregator' else candidates[pick]}}}"
+        elif role == "orchestrator":
+            chosen = self.rng.sample(SEARCH_STRATEGIES, 3)
+            target = "\n".join(f"STRATEGY {k}: {s}" for k, s in enumerate(chosen, start=1))
+        else:
+            raise ValueError(f"The toy teacher has no script for role {role!r}.")
+        self.records.append((role, messages, target))
+        return target
+
+
 # The toy preset's workflows (guarded prompts, fresh Eval-Opt chats, a fixed worker count, the raw single-agent
 # prompt), per task: the requests the shipped toy model was trained on, and the ones recipes/configs/toy*.yaml run.
 TAUGHT = {task: tuple(build(task) for build in WORKFLOWS.values()) for task in ("math", "code")}
 
 
-def transcripts(n_problems: int, seed: int, n_code_problems: int = 0) -> list[tuple[str, list[dict], str]]:
-    """(role, messages, target) for every call of every built-in workflow on ``n_problems`` fresh arithmetic problems
-    and ``n_code_problems`` toy_code problems."""
+def transcripts(
+    n_problems: int, seed: int, n_code_problems: int = 0, n_search_problems: int = 0
+) -> list[tuple[str, list[dict], str]]:
+    """(role, messages, target) for every call of every built-in workflow on ``n_problems`` fresh arithmetic problems,
+    ``n_code_problems`` toy_code problems and ``n_search_problems`` fresh mod_search problems."""
     rng = random.Random(seed)
     held_out = {row["prompt"][0]["content"] for row in held_out_dataset(1000)}  # never trained on
     records: list = []
@@ -429,6 +552,17 @@ def transcripts(n_problems: int, seed: int, n_code_problems: int = 0) -> list[tu
         problem = CodeProblem(rng.choice(kinds), rng)
         for workflow in TAUGHT["code"]:
             asyncio.run(workflow.run(problem.prompt, CodeTeacher(problem, rng, records)))
+    # Drawn after the others, so a build without them (the shipped toy model's) makes the same transcripts as before.
+    if n_search_problems:
+        search_held_out = {row["prompt"][0]["content"] for row in get_task("math").eval_dataset("mod_search", 1000)}
+        count = 0
+        while count < n_search_problems:
+            search = make_mod_search_problem(rng)
+            if math_prompt(search.text)[0]["content"] in search_held_out:
+                continue
+            count += 1
+            for workflow in TAUGHT["math"]:
+                asyncio.run(workflow.run(math_prompt(search.text), SearchTeacher(search, rng, records)))
     keep = {"orchestrator": ORCHESTRATOR_KEEP, "generator": SOLVER_KEEP, "worker": SOLVER_KEEP}
     return [r for r in records if rng.random() < keep.get(r[0], 1.0)]
 
@@ -545,6 +679,13 @@ def main() -> None:
     parser.add_argument(
         "--code_problems", type=int, default=6000, help="toy_code problems; every workflow runs on each"
     )
+    parser.add_argument(
+        "--search_problems",
+        type=int,
+        default=0,
+        help="mod_search problems (easy to check, hard to answer in one pass); every math workflow runs on each. "
+        "The shipped toy model is built without them (0)",
+    )
     parser.add_argument("--steps", type=int, default=2600)
     parser.add_argument("--tokens_per_batch", type=int, default=4096)
     parser.add_argument("--lr", type=float, default=2e-3)
@@ -568,10 +709,13 @@ def main() -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     # 1. Transcripts of every built-in workflow, from the scripted teacher.
-    records = transcripts(args.problems, seed=args.seed, n_code_problems=args.code_problems)
+    records = transcripts(args.problems, args.seed, args.code_problems, args.search_problems)
     if args.roles:
         records = [record for record in records if record[0] in args.roles]
-    log(f"{len(records)} calls from {args.problems} arithmetic and {args.code_problems} toy_code problems")
+    log(
+        f"{len(records)} calls from {args.problems} arithmetic, {args.code_problems} toy_code and "
+        f"{args.search_problems} mod_search problems"
+    )
 
     # 2. Tokenizer on the chat-templated transcripts.
     from jinja2 import Template

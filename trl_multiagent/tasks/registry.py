@@ -8,7 +8,7 @@ datasets); ``tests/tasks/test_tasks_registry.py`` checks they cover exactly thes
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import Dataset
@@ -16,6 +16,7 @@ from datasets import Dataset
 from .arithmetic import make_arithmetic_dataset
 from .code import DEEPCODER_ID, CodeReward, load_deepcoder
 from .math import DAPO_MATH_ID, load_dapo_math, math_answer_checker, math_reward
+from .mod_search import make_mod_search_dataset
 from .toy_code import make_toy_code_dataset
 
 # The offline generators have no held-out split: training draws GENERATED_TRAIN_SIZE rows with the run's seed,
@@ -41,18 +42,28 @@ class Task:
     # compare both with the reference's files).
     eval_length: int
     answer_checker: Callable[[str, Any], bool] | None = None  # per-role regrading of one output against the truth
+    # More offline families with the same columns, graded by the same reward, by name (n, seed) -> rows.
+    other_generators: dict[str, Callable[..., Dataset]] = field(default_factory=dict)
+
+    def generator(self, name: str | None) -> Callable[..., Dataset] | None:
+        """The offline generator called ``name`` (``generated`` or one of ``other_generators``), else None."""
+        if name == self.generated:
+            return self.generate
+        return self.other_generators.get(name) if name is not None else None
 
     def train_dataset(self, name: str | None = None, split: str = "train", seed: int = 0) -> Dataset:
-        """The training rows of ``name`` (a Hub id, a local .jsonl/.parquet file, or the generator's name;
-        default: the task's dataset); the generator draws ``GENERATED_TRAIN_SIZE`` rows with ``seed``."""
-        if name == self.generated:
-            return self.generate(n=GENERATED_TRAIN_SIZE, seed=seed)
+        """The training rows of ``name`` (a Hub id, a local .jsonl/.parquet file, or a generator's name;
+        default: the task's dataset); a generator draws ``GENERATED_TRAIN_SIZE`` rows with ``seed``."""
+        generate = self.generator(name)
+        if generate is not None:
+            return generate(n=GENERATED_TRAIN_SIZE, seed=seed)
         return self.load(split=split, path_or_id=name or self.dataset_id)
 
     def eval_dataset(self, name: str | None = None, limit: int | None = None) -> Dataset:
         """The test split of ``name`` (as in ``train_dataset``), its first ``limit`` problems."""
-        if name == self.generated:
-            return self.generate(n=limit if limit is not None else GENERATED_EVAL_SIZE, seed=GENERATED_EVAL_SEED)
+        generate = self.generator(name)
+        if generate is not None:
+            return generate(n=limit if limit is not None else GENERATED_EVAL_SIZE, seed=GENERATED_EVAL_SEED)
         return self.load(split="test", path_or_id=name or self.dataset_id, limit=limit)
 
 
@@ -68,6 +79,8 @@ TASKS: dict[str, Task] = {
         training_length=5120,
         eval_length=8192,
         answer_checker=math_answer_checker,
+        # Easy to check, hard to answer in one pass: where verification and retries should pay (mod_search.py).
+        other_generators={"mod_search": make_mod_search_dataset},
     ),
     "code": Task(
         name="code",
