@@ -11,8 +11,9 @@ The main base is the trainer's own PEFT model (TRL builds, wraps and prepares it
 once, with its own tokenizer and chat template, gets the same ``peft_config``, TRL's fused LM head (the loss reads
 log-probs from it) and gradient checkpointing when the run asks for it, and lives on the training device beside
 the main base; ``AdapterUpdates`` installs its adapters and routes its forwards, and the optimizer steps its
-adapters with the main base's. The other rooms read what they need from ``Bases`` (the rollout backend factory one
-engine per base, checkpoints the saved mapping) and never the configuration field.
+adapters with the main base's; under DeepSpeed the extra bases become submodules of the trainer's model
+(``hold_in``), so the one engine holds and steps every base. The other rooms read what they need from ``Bases`` (the
+rollout backend factory one engine per base, checkpoints the saved mapping) and never the configuration field.
 """
 
 from __future__ import annotations
