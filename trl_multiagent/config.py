@@ -68,8 +68,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "distinct base is loaded once (with `model_init_kwargs`), with its own tokenizer and chat template, and "
             "gets the trainer's `peft_config`; `policy_sharing` and `role_to_adapter` apply within a base (under "
             "shared policy, one adapter per base: `shared` on `model`, `shared-<name>` on another base). One "
-            "optimizer steps every adapter of every base; DDP works, DeepSpeed does not (refused). A JSON string is "
-            "accepted on the command line.",
+            "optimizer steps every adapter of every base. DDP works; under DeepSpeed (ZeRO-2, ZeRO-3) one engine "
+            "holds every base. Not with `cast_lm_head_to_fp32`. A JSON string is accepted on the command line.",
         },
     )
     role_loss_weights: dict[str, float] | str | None = field(

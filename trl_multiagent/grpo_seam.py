@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 import trl
@@ -39,6 +40,22 @@ def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
 
         add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
     # TRL 1.14 computes them from the model's ordinary logits (`selective_log_softmax`): nothing to add.
+
+
+@contextmanager
+def accumulating(accelerator, model) -> Iterator[None]:
+    """Backward passes that add to the gradients of a micro-step without ending it: no gradient sync across processes
+    (``no_sync``) and, under DeepSpeed, no engine step (accelerate's backward steps the engine whenever its
+    ``sync_gradients`` is set, which the Trainer sets for the whole last micro-step of an accumulation; the Trainer
+    sets it through the same private setter of accelerate's gradient state)."""
+    state = accelerator.gradient_state
+    synced = state.sync_gradients
+    state._set_sync_gradients(False)
+    try:
+        with accelerator.no_sync(model):
+            yield
+    finally:
+        state._set_sync_gradients(synced)
 
 
 class GRPOSeam(GRPOTrainer):
@@ -165,6 +182,21 @@ class GRPOSeam(GRPOTrainer):
     def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Load the model's weights from a checkpoint folder."""
         super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def accumulating(self, model) -> AbstractContextManager[None]:
+        """Backward passes that add to the gradients of a micro-step without ending it (``accumulating``)."""
+        return accumulating(self.accelerator, model)
+
+    @staticmethod
+    def clear_zero3_gradients(engine) -> None:
+        """Zero ZeRO-3's reduced gradients after an engine step. ZeRO-3 keeps them in one flat buffer that the first
+        backward of an accumulation overwrites and later ones add to, and never clears: a parameter that gets no
+        gradient in the first backward (samples routed to another adapter, or another base) would add its new
+        gradient to the previous step's, and one with no gradient in the whole step would be stepped with the
+        previous step's again. Measured on DeepSpeed 0.19 (tests/training/test_deepspeed_role_models.py)."""
+        buffer = getattr(getattr(engine, "optimizer", None), "grad_partitions_flat_buffer", None)
+        if buffer is not None:
+            buffer.zero_()
 
     # ------------------------------------------------------------------------------------- TRL's loss
     def trl_loss(self, model, inputs: dict, return_outputs=False, num_items_in_batch=None):

@@ -126,7 +126,6 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             device=self.accelerator.device,
             peft_config=lora,
             quantization_config=quantization_config,
-            distributed="DeepSpeed" if self.is_deepspeed_enabled else None,
             score_like_trainer=lambda model: score_like_trl(model, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
@@ -140,8 +139,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             args,
             bases=self.bases,
             measure_gradients=not self.is_deepspeed_enabled,
-            accelerator=self.accelerator,
+            accelerator=None if self.is_deepspeed_enabled else self.accelerator,  # DeepSpeed reduces every base's
         )
+        if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
+            self.bases.hold_in(self.model)
         self.adapter_names = self.adapters.adapter_names
         self.router = self.adapters.router
         self.adapter_check = AdapterCheck.for_run(args, workflow.roles, self.role_adapters, self.model)
@@ -427,8 +428,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         """Forward and backward each part; only the last one synchronises gradients across processes."""
         loss = torch.zeros((), device=self.accelerator.device)
         for i, part in enumerate(parts):
-            with self.accelerator.no_sync(model) if i < len(parts) - 1 else nullcontext():
+            with self.accumulating(model) if i < len(parts) - 1 else nullcontext():
                 loss = loss + super().training_step(model, part, num_items_in_batch)
+        if self.is_deepspeed_enabled and self.accelerator.sync_gradients:  # the engine stepped on the last backward
+            self.clear_zero3_gradients(model)
         return loss
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
@@ -574,11 +577,13 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             self.adapters.load_state_dict(state)
 
     def save_to(self, output_dir: str | None = None, state_dict=None) -> None:
-        super().save_to(output_dir, state_dict)
-        if self.args.should_save:
-            output_dir = output_dir or self.args.output_dir
-            config = self.multiagent_config()
-            saved_run.save_run_files(output_dir, config, self.adapters.shadows, self.adapters.by_base(self.model))
+        super().save_to(output_dir, self.bases.own_state(state_dict))  # the trainer's base's adapters only
+        with self.bases.gathered():  # the other bases' adapters, whole under ZeRO-3 (every process gathers)
+            if self.args.should_save:
+                output_dir = output_dir or self.args.output_dir
+                config = self.multiagent_config()
+                bases = self.adapters.by_base(self.model)
+                saved_run.save_run_files(output_dir, config, self.adapters.shadows, bases)
             write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
     def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:

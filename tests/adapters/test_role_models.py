@@ -222,14 +222,15 @@ def test_untrained_bases_per_role_run_through_their_own_tokenizers(tiny_model_di
         load_base_workflow(tiny_model_dir, EvalOpt(), role_models={"judge": tiny_judge_dir})
 
 
-def test_deepspeed_with_several_bases_is_refused(tiny_model_dir, tiny_judge_dir, tmp_path):
+def test_fp32_lm_head_with_several_bases_is_refused(tiny_model_dir, tiny_judge_dir, tmp_path):
+    """DeepSpeed is supported (tests/training/test_deepspeed_role_models.py); the fp32 LM head is not."""
     trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), save_strategy="no", policy_sharing="isolated")
     args = trainer.args
-    args.role_models = {"evaluator": tiny_judge_dir}
-    with pytest.raises(ValueError, match="do not support DeepSpeed"):
-        Bases.from_config(
-            args, peft_model=trainer.model, role_adapters=trainer.role_adapters, device="cpu", distributed="DeepSpeed"
-        )
+    args.role_models, args.cast_lm_head_to_fp32 = {"evaluator": tiny_judge_dir}, True
+    with pytest.raises(
+        ValueError, match="do not support `cast_lm_head_to_fp32`: it is applied to the trainer's model"
+    ):
+        Bases.from_config(args, peft_model=trainer.model, role_adapters=trainer.role_adapters, device="cpu")
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ The main base is the trainer's own PEFT model (TRL builds, wraps and prepares it
 once, with its own tokenizer and chat template, gets the same ``peft_config``, TRL's fused LM head (the loss reads
 log-probs from it) and gradient checkpointing when the run asks for it, and lives on the training device beside
 the main base; ``AdapterUpdates`` installs its adapters and routes its forwards, and the optimizer steps its
-adapters with the main base's. The other rooms read what they need from ``Bases`` (the rollout backend factory one
-engine per base, checkpoints the saved mapping) and never the configuration field.
+adapters with the main base's; under DeepSpeed the extra bases become submodules of the trainer's model
+(``hold_in``), so the one engine holds and steps every base. The other rooms read what they need from ``Bases`` (the
+rollout backend factory one engine per base, checkpoints the saved mapping) and never the configuration field.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 import copy
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,13 +173,11 @@ class Bases:
         device,
         peft_config=None,
         quantization_config=None,
-        distributed: str | None = None,
         score_like_trainer: Callable[[torch.nn.Module], None] | None = None,
     ) -> Bases:
         """The bases ``args.role_models`` asks for once TRL built ``peft_model`` (the trainer's), its extra bases
         loaded; ``Bases.one`` without it. ``role_adapters``: role -> adapter as resolved on one base; ``peft_config``:
         the trainer's, as the user gave it (before PEFT resolved ``"all-linear"`` for the main base);
-        ``distributed``: what the run is distributed with, which roles on several bases do not support;
         ``score_like_trainer``: applied to each extra base so TRL's log-prob code scores it as the trainer's model."""
         if not args.role_models:
             return cls.one(role_adapters)
@@ -187,22 +187,11 @@ class Bases:
         bases = role_bases(list(role_adapters), args.role_models, main)
         placed, adapter_base = adapters_on_bases(role_adapters, bases, main, explicit=bool(args.role_to_adapter))
         extra_names = [b for b in dict.fromkeys(adapter_base.values()) if b != main]
-        refused = [
-            why
-            for why, on in (
-                (
-                    f"{distributed} (its engine holds one model and its optimizer: another base's adapters would be "
-                    "neither partitioned nor stepped by it)",
-                    distributed is not None,
-                ),
-                ("`cast_lm_head_to_fp32` (applied to the trainer's model only)", args.cast_lm_head_to_fp32),
-            )
-            if on
-        ]
-        if extra_names and refused:
+        if extra_names and args.cast_lm_head_to_fp32:
             raise ValueError(
                 f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
-                f"{'; '.join(refused)}. Train in one process without these, or put every role on one base."
+                "`cast_lm_head_to_fp32`: it is applied to the trainer's model only, so the other bases' log-probs "
+                "would be computed at another precision. Turn it off, or put every role on one base."
             )
         if extra_names and score_like_trainer is None:
             raise ValueError("Loading other bases needs `score_like_trainer` (the trainer passes the seam's).")
@@ -225,6 +214,61 @@ class Bases:
         }
         return cls(main, placed, adapter_base, extra=extra)
 
+    # ------------------------------------------------------------------------------- under one DeepSpeed engine
+    def hold_in(self, model: torch.nn.Module) -> None:
+        """Make the extra bases submodules of ``model`` (the trainer's PEFT model, before DeepSpeed prepares it), so
+        the one engine DeepSpeed builds around ``model`` holds every base: ZeRO-3 partitions their parameters (and
+        gathers them in each of their forwards), ZeRO-2 and ZeRO-3 reduce their gradients and partition their
+        optimizer state, and the engine's optimizer steps their adapters with the trainer's. They stay out of
+        ``model.state_dict()``: what PEFT saves or syncs for the trainer's base holds its own adapters only, and each
+        base's adapters are read from that base's own PEFT model. Call it once every base's adapters are installed
+        and routed (the routers scan their own model's layers)."""
+        if not self.extra or hasattr(model, ENGINE_HOLDER):
+            return
+        model.add_module(ENGINE_HOLDER, _HeldBases([base.model for base in self.extra.values()]))
+
+    def holds(self, engine) -> bool:
+        """Whether ``engine`` (a wrapped trainer's model) is the DeepSpeed engine around the model holding these
+        bases."""
+        held = getattr(getattr(engine, "module", None), ENGINE_HOLDER, None)
+        return held is not None and any(m is b.model for m in held.bases for b in self.extra.values())
+
+    @staticmethod
+    def through_engine(engine, model: torch.nn.Module) -> Callable[..., Any]:
+        """``model`` (a held base) called through ``engine``'s forward, which does per forward what its backward
+        relies on (ZeRO's gradient accumulation count, the backward prologue hooked on the outputs): the engine's
+        module forwards to ``model`` for that one call."""
+
+        def forward(*args, **kwargs):
+            engine.module.forward = lambda *a, **k: model(*a, **k)
+            try:
+                return engine(*args, **kwargs)
+            finally:
+                del engine.module.forward
+
+        return forward
+
+    @contextmanager
+    def gathered(self) -> Iterator[None]:
+        """The extra bases' trainable parameters whole while it lasts (ZeRO-3 partitions them; no-op otherwise).
+        Every process enters it: gathering is collective."""
+        params = [p for b in self.extra.values() for p in b.model.parameters() if p.requires_grad]
+        if not any(hasattr(p, "ds_id") for p in params):  # DeepSpeed marks the parameters ZeRO-3 partitioned
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params):
+            yield
+
+    @staticmethod
+    def own_state(state_dict: dict | None) -> dict | None:
+        """``state_dict`` of the trainer's model without the extra bases it holds (ZeRO-3's consolidated state
+        dict reads every submodule's parameters, not ``state_dict()``)."""
+        if state_dict is None:
+            return None
+        return {k: v for k, v in state_dict.items() if not k.startswith(f"{ENGINE_HOLDER}.")}
+
     @property
     def role_base(self) -> dict[str, str] | None:
         """Role type -> the name of its base, or None with one unnamed base."""
@@ -246,6 +290,26 @@ class Bases:
     def saved_mapping(self) -> dict[str, str]:
         """Role -> base model name for the roles not on the main base (what ``multiagent_config.json`` stores)."""
         return {role: model_name(base) for role, base in (self.role_base or {}).items() if base != self.main}
+
+
+ENGINE_HOLDER = "multiagent_role_bases"  # the trainer's model's submodule holding the extra bases under DeepSpeed
+
+
+class _HeldBases(torch.nn.Module):
+    """The extra bases' PEFT models, held by the trainer's model for DeepSpeed's engine; left out of state dicts."""
+
+    def __init__(self, models: Sequence[torch.nn.Module]):
+        super().__init__()
+        self.bases = torch.nn.ModuleList(models)
+        self.register_state_dict_post_hook(_drop_own_keys)
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("The held bases are called one by one, through their own PEFT models.")
+
+
+def _drop_own_keys(module, state_dict, prefix, local_metadata) -> None:
+    for key in [k for k in state_dict if k.startswith(prefix)]:
+        del state_dict[key]
 
 
 _LAYOUT_KEYS = ("every_n_layers", "offload")  # Trainer-only gradient checkpointing keys, not for torch's checkpoint

@@ -96,6 +96,7 @@ class AdapterUpdates:
         self.model_of.update({s: split.model for split in self.role_splits for s in split.shadows})
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
         self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
+        self.held = bases if bases.extra else None  # under DeepSpeed, the trainer's engine holds the other bases
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
 
     @classmethod
@@ -158,7 +159,8 @@ class AdapterUpdates:
 
     def forward_target(self, adapters: Sequence[str], main_model) -> tuple[torch.nn.Module, AdapterRouter]:
         """The model (``main_model``, as the caller holds it, for the trainer's base) and router of the one base the
-        samples of ``adapters`` sit on; an extra base follows ``main_model``'s train/eval mode."""
+        samples of ``adapters`` sit on; an extra base follows ``main_model``'s train/eval mode, and is called through
+        ``main_model`` when that is the DeepSpeed engine holding it (``Bases.through_engine``)."""
         bases = {self.base_of[a] for a in adapters}
         if len(bases) != 1:
             raise ValueError(f"A forward mixes samples of base models {sorted(map(str, bases))}; split it by base.")
@@ -166,6 +168,8 @@ class AdapterUpdates:
         if base == next(iter(self.models)):
             return main_model, self.routers[base]
         self.models[base].train(main_model.training)
+        if main_model is not self.model and self.held is not None and self.held.holds(main_model):
+            return self.held.through_engine(main_model, self.models[base]), self.routers[base]
         return self.models[base], self.routers[base]
 
     def by_base(self, main_model) -> dict:
