@@ -584,7 +584,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
                 config = self.multiagent_config()
                 bases = self.adapters.by_base(self.model)
                 saved_run.save_run_files(output_dir, config, self.adapters.shadows, bases)
-            write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
+                write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
     def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         # Replaces the Trainer's loading: every role adapter, on every base, from its own folder.
