@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
 import trl
@@ -107,6 +108,22 @@ class GRPOSeam(GRPOTrainer):
     def gradient_norm(self, model, grad_norm=None):
         """The gradient norm the step logs (``grad_norm``: the one clipping returned, None without clipping)."""
         return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    # Trainer: sets accelerate's `sync_gradients` before each micro-step of its loop (`gradient_state.
+    # _set_sync_gradients`), True on the last micro-step of an optimizer step. Under DeepSpeed, `accelerator.backward`
+    # made while it is True ends with the engine's own optimizer step (clipping, step, zeroing the gradients).
+    @contextmanager
+    def step_held(self, model) -> Iterator[None]:
+        """Backward passes made inside add to the gradients of the optimizer step the micro-step's last backward
+        ends: no synchronisation across processes (DDP), no step of the DeepSpeed engine."""
+        state = self.accelerator.gradient_state
+        synced = state.sync_gradients
+        state._set_sync_gradients(False)
+        try:
+            with self.accelerator.no_sync(model):
+                yield
+        finally:
+            state._set_sync_gradients(synced)
 
     # TRL writes its model card, then the Trainer writes checkpoint-<step>/ (model, optimizer, scheduler, state).
     # Every file goes to a folder aside first, renamed to checkpoint-<step> once complete (checkpoints/atomic.py).

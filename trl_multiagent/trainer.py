@@ -421,13 +421,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             loss_type=self.loss_type,
             keys=self.adapters.forward_keys(batch.adapters),
         )
+        parts = self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id)  # under DeepSpeed
         return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
-        """Forward and backward each part; only the last one synchronises gradients across processes."""
+        """Forward and backward each part; only the last one synchronises gradients across processes (and, under
+        DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed)."""
         loss = torch.zeros((), device=self.accelerator.device)
         for i, part in enumerate(parts):
-            with self.accelerator.no_sync(model) if i < len(parts) - 1 else nullcontext():
+            with self.step_held(model) if i < len(parts) - 1 else nullcontext():
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         return loss
 
