@@ -147,16 +147,17 @@ def extensions_dir(tmp_path_factory) -> str:
 ZERO_CASES = ["Voting:merged", "EvalOpt:merged"]
 
 
-def assert_close_to(weights: dict, reference: dict) -> None:
-    """Equal to float rounding. ZeRO-2 and ZeRO-3 reduce an adapter's gradient over the processes after each of its
-    forwards (a micro-step holds several), DDP once per micro-step after summing them locally: the same terms added
-    in another order, 3.5e-7 at most measured after 2 steps at learning rate 5e-2. The errors this test caught were
-    1e-2 to 4e-1 (one DeepSpeed optimizer step per forward; processes reducing different adapters' gradients)."""
+# Max |difference| from DDP's adapters: 3 times the largest measured after 2 steps at learning rate 5e-2 (ZeRO-2
+# 3.5e-7, ZeRO-3 3.2e-5: float rounding, docs/scaling.md). The errors this test caught were 1.9e-2 to 4e-1.
+ZERO_TOLERANCE = {2: 1e-6, 3: 1e-4}
+
+
+def assert_close_to(weights: dict, reference: dict, atol: float) -> None:
     assert weights.keys() == reference.keys()
     for adapter in reference:
         assert weights[adapter].keys() == reference[adapter].keys()
         for name, expected in reference[adapter].items():
-            torch.testing.assert_close(weights[adapter][name], expected, rtol=0, atol=1e-5, msg=f"{adapter}: {name}")
+            torch.testing.assert_close(weights[adapter][name], expected, rtol=0, atol=atol, msg=f"{adapter}: {name}")
 
 
 @pytest.mark.slow
@@ -178,4 +179,4 @@ def test_multi_node_config_under_zero_trains_like_ddp(tiny_model_dir, tmp_path, 
         weights = load(tmp_path, case, 0)
         assert_trained(weights)
         assert_same(load(tmp_path, case, 1), weights)
-        assert_close_to(weights, load(one_machine, case, 0))
+        assert_close_to(weights, load(one_machine, case, 0), ZERO_TOLERANCE[stage])
