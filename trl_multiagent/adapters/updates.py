@@ -98,7 +98,7 @@ class AdapterUpdates:
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
         self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
         self.most_over_processes = None  # elementwise max of a tensor over processes, under DeepSpeed (`from_config`)
-        self.first_forward_all = False  # under ZeRO-3 (`from_config`): see `same_forwards`
+        self.clear_engine_gradients = None  # under ZeRO-3 (`from_config`): see `before_optimizer_step`
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
 
     @classmethod
@@ -126,14 +126,11 @@ class AdapterUpdates:
         ):
             updates.most_over_processes = lambda tensor: accelerator.gather(tensor[None]).max(dim=0).values
         if accelerator is not None and accelerator.distributed_type == DistributedType.DEEPSPEED:
-            zero3 = accelerator.state.deepspeed_plugin.zero_stage == 3 and len(updates.adapter_names) > 1
-            if zero3 and not updates.mixes_adapters:
-                raise ValueError(
-                    "ZeRO-3 with several adapters starts each optimizer step with one forward through all of them "
-                    "(`AdapterUpdates.same_forwards` says why), which LoRA on MoE expert weights cannot do. Use "
-                    "ZeRO-2, or leave the experts out of `target_modules`."
+            if accelerator.state.deepspeed_plugin.zero_stage == 3:
+                # The optimizer's partitioned gradients (DeepSpeedZeroOptimizer_Stage3, deepspeed 0.19)
+                updates.clear_engine_gradients = lambda: (
+                    accelerator.deepspeed_engine_wrapped.engine.optimizer.grad_partitions_flat_buffer.zero_()
                 )
-            updates.first_forward_all = zero3
         return updates
 
     # ----------------------------------------------------------------------------------------------------- setup
@@ -228,7 +225,14 @@ class AdapterUpdates:
 
     def before_optimizer_step(self) -> GradientNorms | None:
         """2. Complete each adapter's gradient, measure it, damp it; returns what was measured (None where the
-        gradients are not in ``.grad``)."""
+        gradients are not in ``.grad``).
+
+        Under DeepSpeed the engine has stepped already (in the step's last backward). ZeRO-3 starts a step's
+        gradients afresh only for the parameters the step's first backward reaches (`partition_grads` copies at
+        micro-step 0, adds after) and `zero_grad` leaves its buffer as it is, so an adapter first reached by a
+        later forward of the next step would train on its gradient plus this step's: the buffer is cleared here."""
+        if self.clear_engine_gradients is not None:
+            self.clear_engine_gradients()
         if self.average is not None:
             self._average_extra_gradients()
         role_squares = {}
@@ -317,9 +321,7 @@ class AdapterUpdates:
         on_main = [p for p in parts if self.base_of[p.adapters[0]] == main]
         if not on_main:
             on_main = [
-                self._stand_in(
-                    parts[0], [next(a for a in self.adapter_names if self.base_of[a] == main)], pad_token_id
-                )
+                self._stand_in(parts[0], next(a for a in self.adapter_names if self.base_of[a] == main), pad_token_id)
             ]
         return [p for p in parts if self.base_of[p.adapters[0]] != main] + on_main
 
@@ -330,32 +332,22 @@ class AdapterUpdates:
         backward and ZeRO-3 gathers its weights during its forward, so every process must run the same adapters in
         the same order (the numbers of calls, hence of parts, differ between processes). Parts go in adapter order,
         each adapter as many times as on the process with the most, a process with fewer making up the count with
-        stand-ins that train nothing.
-
-        Under ZeRO-3, first a stand-in holding one sample of every adapter: ZeRO-3 starts an optimizer step's
-        gradients afresh only for the parameters the step's first backward reaches, and adds the later backward
-        passes' to what its buffer holds, so an adapter first reached by a later forward would train on its
-        gradient plus the previous step's (measured: 10-15% off DDP's update after 2 steps)."""
-        if not parts:
+        stand-ins that train nothing."""
+        if not parts or self.most_over_processes is None:
             return parts
-        if self.most_over_processes is not None:
-            counts = torch.tensor([sum(p.adapters[0] == a for p in parts) for a in self.adapter_names])
-            most = self.most_over_processes(counts.to(parts[0].prompt_ids.device)).tolist()
-            aligned = []
-            for adapter, count in zip(self.adapter_names, most):
-                own = [p for p in parts if p.adapters[0] == adapter]
-                aligned += own + [self._stand_in(parts[0], [adapter], pad_token_id) for _ in range(count - len(own))]
-            parts = aligned
-        if self.first_forward_all:
-            parts = [self._stand_in(parts[0], self.adapter_names, pad_token_id), *parts]
-        return parts
+        counts = torch.tensor([sum(p.adapters[0] == a for p in parts) for a in self.adapter_names])
+        most = self.most_over_processes(counts.to(parts[0].prompt_ids.device)).tolist()
+        aligned = []
+        for adapter, count in zip(self.adapter_names, most):
+            own = [p for p in parts if p.adapters[0] == adapter]
+            aligned += own + [self._stand_in(parts[0], adapter, pad_token_id) for _ in range(count - len(own))]
+        return aligned
 
-    def _stand_in(self, template, adapters: list[str], pad_token_id: int):
-        """A part with one sample per adapter of ``adapters`` that trains nothing (padding, no completion token,
-        zero weight) but runs forward and backward like any other, made from the first sample of ``template``."""
-        one = template.select([0] * len(adapters))
+    def _stand_in(self, template, adapter: str, pad_token_id: int):
+        """A one-sample part of ``adapter`` (and a role of it) that trains nothing (padding, no completion token, zero
+        weight) but runs forward and backward like any other, made from the first sample of ``template``."""
+        one = template.select([0])
         zero = torch.zeros_like(one.advantages)
-        roles = [next(r for r, a in self.role_adapters.items() if a == adapter) for adapter in adapters]
         return replace(
             one,
             prompt_ids=torch.full_like(one.prompt_ids, pad_token_id),
@@ -363,8 +355,8 @@ class AdapterUpdates:
             completion_mask=torch.zeros_like(one.completion_mask),
             advantages=zero,
             sample_weights=zero,
-            adapters=list(adapters),
-            roles=roles,
+            adapters=[adapter],
+            roles=[next(r for r, a in self.role_adapters.items() if a == adapter)],
             old_per_token_logps=None,
             ref_per_token_logps=None,
             sampling_per_token_logps=None,
