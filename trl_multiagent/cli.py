@@ -125,9 +125,8 @@ def _serve(argv: Sequence[str]) -> int:
                 print(f"# {command.base} (adapters {', '.join(command.adapters)})")
             print(line)
         if len(commands) > 1:
-            print(
-                f"# the trainer: --rollout_backend vllm --vllm_mode server --vllm_server_base_urls '{vllm_serve.trainer_urls(commands)}'"
-            )
+            urls = vllm_serve.trainer_urls(commands)
+            print(f"# the trainer: --rollout_backend vllm --vllm_mode server --vllm_server_base_urls '{urls}'")
         return 0
     try:
         command = vllm_serve.pick(commands, known.base)

@@ -190,13 +190,23 @@ class GRPOSeam(GRPOTrainer):
     @staticmethod
     def clear_zero3_gradients(engine) -> None:
         """Zero ZeRO-3's reduced gradients after an engine step. ZeRO-3 keeps them in one flat buffer that the first
-        backward of an accumulation overwrites and later ones add to, and never clears: a parameter that gets no
+        backward of an accumulation overwrites and later ones add to (``partition_grads`` in
+        ``deepspeed/runtime/zero/stage3.py``, 0.19), and ``zero_grad`` leaves as it is: a parameter that gets no
         gradient in the first backward (samples routed to another adapter, or another base) would add its new
         gradient to the previous step's, and one with no gradient in the whole step would be stepped with the
-        previous step's again. Measured on DeepSpeed 0.19 (tests/training/test_deepspeed_role_models.py)."""
-        buffer = getattr(getattr(engine, "optimizer", None), "grad_partitions_flat_buffer", None)
-        if buffer is not None:
-            buffer.zero_()
+        previous step's again. Measured (tests/training/test_deepspeed_role_models.py, test_multinode.py). ZeRO-1
+        and ZeRO-2 zero their gradients themselves; a ZeRO-3 optimizer without the buffer (a DeepSpeed release that
+        renamed it) fails here rather than train on stale gradients."""
+        if engine.zero_optimization_stage() != 3:
+            return
+        buffer = getattr(engine.optimizer, "grad_partitions_flat_buffer", None)
+        if buffer is None:
+            raise RuntimeError(
+                f"ZeRO-3's optimizer ({type(engine.optimizer).__name__}) has no `grad_partitions_flat_buffer`: this "
+                "DeepSpeed release keeps its reduced gradients elsewhere, and trl-multiagent cannot clear them "
+                "between steps. Use deepspeed 0.19 (tested), or ZeRO-2."
+            )
+        buffer.zero_()
 
     # ------------------------------------------------------------------------------------- TRL's loss
     def trl_loss(self, model, inputs: dict, return_outputs=False, num_items_in_batch=None):

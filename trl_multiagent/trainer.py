@@ -139,7 +139,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             args,
             bases=self.bases,
             measure_gradients=not self.is_deepspeed_enabled,
-            accelerator=None if self.is_deepspeed_enabled else self.accelerator,  # DeepSpeed reduces every base's
+            accelerator=self.accelerator,
         )
         if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
             self.bases.hold_in(self.model)
@@ -422,10 +422,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             loss_type=self.loss_type,
             keys=self.adapters.forward_keys(batch.adapters),
         )
+        parts = self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id)  # under DeepSpeed
         return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
-        """Forward and backward each part; only the last one synchronises gradients across processes."""
+        """Forward and backward each part; only the last one synchronises gradients across processes (and, under
+        DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed)."""
         loss = torch.zeros((), device=self.accelerator.device)
         for i, part in enumerate(parts):
             with self.accumulating(model) if i < len(parts) - 1 else nullcontext():

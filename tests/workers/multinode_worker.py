@@ -65,6 +65,8 @@ for case in cases:
         "backend": state.backend,
         "distributed_type": str(state.distributed_type),
         "zero_stage": trainer.model_wrapped.zero_optimization_stage() if trainer.is_deepspeed_enabled else None,
+        # the optimizer steps DeepSpeed's engine took (it steps after a backward made while gradients sync)
+        "engine_steps": trainer.model_wrapped.global_steps if trainer.is_deepspeed_enabled else None,
     }
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(topology, f)

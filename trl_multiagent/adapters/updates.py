@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
+from accelerate.utils import DistributedType
 
 from .bases import Bases
 from .coherence import CoherenceDamping
@@ -97,13 +98,15 @@ class AdapterUpdates:
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
         self.average = None  # averages a tensor over processes when the other bases need it (DDP; `from_config`)
         self.held = bases if bases.extra else None  # under DeepSpeed, the trainer's engine holds the other bases
+        self.most_over_processes = None  # elementwise max of a tensor over processes, under DeepSpeed (`from_config`)
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
 
     @classmethod
     def from_config(cls, peft_model, args, *, bases: Bases, measure_gradients: bool, accelerator=None):
         """The adapters and schedule a ``MultiAgentGRPOConfig`` asks for, one per adapter of ``bases``; with several
         processes (``accelerator``) the other bases' gradients are averaged over processes before each step, as DDP
-        averages the trainer's."""
+        averages the trainer's (under DeepSpeed the engine holding every base reduces them, and the processes align
+        their forwards: ``same_forwards``)."""
         updates = cls(
             peft_model,
             bases.role_adapters,
@@ -115,7 +118,11 @@ class AdapterUpdates:
             mix_adapters_in_forward=args.mix_adapters_in_forward,
             lr_per_update=args.lr_scheduler_steps == "per_update",
         )
-        if accelerator is not None and accelerator.num_processes > 1 and len(updates.models) > 1:
+        if accelerator is None or accelerator.num_processes == 1:
+            return updates
+        if accelerator.distributed_type == DistributedType.DEEPSPEED:  # the one engine reduces every base's gradients
+            updates.most_over_processes = lambda tensor: accelerator.gather(tensor[None]).max(dim=0).values
+        elif len(updates.models) > 1:
             updates.average = lambda tensor: accelerator.reduce(tensor, reduction="mean")
         return updates
 
@@ -153,7 +160,7 @@ class AdapterUpdates:
         Orch-Workers step, PEFT's mixed-batch path cost 1.2-1.3x the time of one adapter, splitting ~0.8-1.0x:
         benchmarks/sharing_cost.py) and LoRA can mix them in one batch (not on MoE weights); else base models where
         roles sit on several (adapter names are unique across bases, so splitting by adapter splits by base)."""
-        if not self.mix_in_forward:
+        if not self.mix_in_forward or self.most_over_processes is not None:  # `same_forwards` needs one adapter each
             return list(adapters)
         return [str(self.base_of[a]) for a in adapters] if len(self.models) > 1 else None
 
@@ -302,16 +309,48 @@ class AdapterUpdates:
         main = next(iter(self.models))
         on_main = [p for p in parts if self.base_of[p.adapters[0]] == main]
         if not on_main:
-            one = parts[0].select([0])
-            pad, zero = torch.full_like(one.prompt_ids, pad_token_id), torch.zeros_like(one.advantages)
-            on_main = [replace(
-                one, prompt_ids=pad, completion_ids=torch.full_like(one.completion_ids, pad_token_id),
-                completion_mask=torch.zeros_like(one.completion_mask), advantages=zero, sample_weights=zero,
-                adapters=[next(a for a in self.adapter_names if self.base_of[a] == main)],
-                old_per_token_logps=None, ref_per_token_logps=None, sampling_per_token_logps=None,
-                importance_sampling_ratio=None,
-            )]  # fmt: skip
+            on_main = [
+                self._stand_in(parts[0], next(a for a in self.adapter_names if self.base_of[a] == main), pad_token_id)
+            ]
         return [p for p in parts if self.base_of[p.adapters[0]] != main] + on_main
+
+    def same_forwards(self, parts: list, pad_token_id: int) -> list:
+        """The forwards of one micro-step (one adapter each) as DeepSpeed needs them to train as DDP does.
+
+        With several processes, alike on every process: ZeRO-2 reduces the gradients of a part's adapter during its
+        backward and ZeRO-3 gathers its weights during its forward, so every process must run the same adapters in
+        the same order (the numbers of calls, hence of parts, differ between processes). Parts go in adapter order,
+        each adapter as many times as on the process with the most, a process with fewer making up the count with
+        stand-ins that train nothing."""
+        if not parts or self.most_over_processes is None:
+            return parts
+        counts = torch.tensor([sum(p.adapters[0] == a for p in parts) for a in self.adapter_names])
+        most = self.most_over_processes(counts.to(parts[0].prompt_ids.device)).tolist()
+        aligned = []
+        for adapter, count in zip(self.adapter_names, most):
+            own = [p for p in parts if p.adapters[0] == adapter]
+            aligned += own + [self._stand_in(parts[0], adapter, pad_token_id) for _ in range(count - len(own))]
+        return aligned
+
+    def _stand_in(self, template, adapter: str, pad_token_id: int):
+        """A one-sample part of ``adapter`` (and a role of it) that trains nothing (padding, no completion token, zero
+        weight) but runs forward and backward like any other, made from the first sample of ``template``."""
+        one = template.select([0])
+        zero = torch.zeros_like(one.advantages)
+        return replace(
+            one,
+            prompt_ids=torch.full_like(one.prompt_ids, pad_token_id),
+            completion_ids=torch.full_like(one.completion_ids, pad_token_id),
+            completion_mask=torch.zeros_like(one.completion_mask),
+            advantages=zero,
+            sample_weights=zero,
+            adapters=[adapter],
+            roles=[next(r for r, a in self.role_adapters.items() if a == adapter)],
+            old_per_token_logps=None,
+            ref_per_token_logps=None,
+            sampling_per_token_logps=None,
+            importance_sampling_ratio=None,
+        )
 
     # -------------------------------------------------------------------------------------------------- helpers
     def _adapter_squares(self) -> dict[str, float]:
