@@ -204,7 +204,7 @@ class GRPOSeam(GRPOTrainer):
             raise RuntimeError(
                 f"ZeRO-3's optimizer ({type(engine.optimizer).__name__}) has no `grad_partitions_flat_buffer`: this "
                 "DeepSpeed release keeps its reduced gradients elsewhere, and trl-multiagent cannot clear them "
-                "between steps. Use deepspeed 0.19 (tested), or ZeRO-2."
+                "between steps. Use deepspeed 0.18.6 to 0.19 (both keep it there), or ZeRO-2."
             )
         buffer.zero_()
 
