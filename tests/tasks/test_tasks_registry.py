@@ -79,6 +79,14 @@ def test_generated_rows_train_and_hold_out_on_different_seeds(task):
     assert held_out.to_list() != spec.generate(n=20, seed=0).to_list()
 
 
+def test_the_toy_evaluation_reads_another_generator_of_the_task_by_name():
+    rows = held_out_dataset(5, "math", "mod_search").to_list()
+    assert rows == get_task("math").eval_dataset("mod_search", limit=5).to_list()
+    assert all(row["prompt"][0]["content"].startswith("Which of the numbers") for row in rows)
+    with pytest.raises(ValueError, match="its generators are \\['arithmetic', 'mod_search'\\]"):
+        held_out_dataset(5, "math", "toy_code")
+
+
 def test_the_math_reward_of_a_right_answer_counts_as_solved():
     spec = get_task("math")
     rows = spec.eval_dataset(spec.generated, limit=3).to_list()

@@ -3,6 +3,7 @@ r"""Measure a policy on held-out toy problems: success per workflow and format-f
     python -m trl_multiagent.evaluation.toy                                  # the shipped toy model
     python -m trl_multiagent.evaluation.toy --policy outputs/toy-eval-opt --workflows eval_opt
     python -m trl_multiagent.evaluation.toy --task code                      # toy_code, graded in the sandbox
+    python -m trl_multiagent.evaluation.toy --policy /tmp/toy-search --dataset_name mod_search  # --search_problems
 
 ``--policy`` is ``toy``, a model folder (every role on the base model), or the ``output_dir`` of a training run
 (its role adapters, routed as in training). This is the evaluator (``evaluator.py``: its episodes, task rewards and
@@ -56,11 +57,16 @@ WORKFLOWS = {
 }
 
 
-def held_out_dataset(n: int = 300, task: str = "math") -> Dataset:
-    """The first ``n`` held-out problems of the task's offline generator (``arithmetic`` or ``toy_code``): the rows
-    ``recipes/evaluate.py --dataset_name arithmetic|toy_code`` scores with ``--limit n``."""
+def held_out_dataset(n: int = 300, task: str = "math", dataset: str | None = None) -> Dataset:
+    """The first ``n`` held-out problems of one of the task's offline generators (``dataset``; default the task's
+    own, ``arithmetic`` or ``toy_code``): the rows ``recipes/evaluate.py --dataset_name <dataset>`` scores with
+    ``--limit n``."""
     spec = get_task(task)
-    return spec.eval_dataset(spec.generated, limit=n)
+    name = dataset or spec.generated
+    if spec.generator(name) is None:
+        known = [spec.generated, *spec.other_generators]
+        raise ValueError(f"{name!r} is not an offline generator of the {task} task; its generators are {known}.")
+    return spec.eval_dataset(name, limit=n)
 
 
 def follows_format(workflow: Workflow, role: str, text: str) -> bool:
@@ -82,12 +88,12 @@ def load_policy(
     return load_trained_workflow(path, workflow=workflow)
 
 
-def toy_settings(task: str, n: int, temperature: float, seed: int = 0) -> EvalSettings:
-    """The evaluator's settings for one run over the first ``n`` held-out toy problems: one episode each, all in one
-    batch, at the toy preset's completion length."""
+def toy_settings(task: str, n: int, temperature: float, seed: int = 0, dataset: str | None = None) -> EvalSettings:
+    """The evaluator's settings for one run over the first ``n`` held-out toy problems (of ``dataset``, default the
+    task's generator): one episode each, all in one batch, at the toy preset's completion length."""
     return EvalSettings(
         task=task,
-        dataset_name=get_task(task).generated,
+        dataset_name=dataset or get_task(task).generated,
         limit=n,
         temperature=temperature,
         max_completion_length=MAX_NEW_TOKENS,
@@ -97,9 +103,16 @@ def toy_settings(task: str, n: int, temperature: float, seed: int = 0) -> EvalSe
     )
 
 
-def run_toy(trained: TrainedWorkflow, rows: list[dict], task: str, temperature: float, seed: int = 0) -> list[Episode]:
+def run_toy(
+    trained: TrainedWorkflow,
+    rows: list[dict],
+    task: str,
+    temperature: float,
+    seed: int = 0,
+    dataset: str | None = None,
+) -> list[Episode]:
     """One episode per row through the evaluator, all in one batch (``temperature=0``: greedy)."""
-    settings = toy_settings(task, len(rows), temperature, seed)
+    settings = toy_settings(task, len(rows), temperature, seed, dataset)
     return [episode for _, batch in sample_episodes(trained, rows, settings) for episode in batch]
 
 
@@ -167,13 +180,19 @@ def evaluate(
     seed: int = 0,
     task: str = "math",
     role_models: dict[str, str] | None = None,
+    dataset: str | None = None,
 ) -> dict:
     """Greedy success, pass@1 (mean success of ``samples`` runs at temperature 0.7) and per-role format rates
-    (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems."""
+    (greedy, and over the sampled runs) and role quality (sampled) on the first ``n`` held-out problems of
+    ``dataset`` (default: the task's generator)."""
     trained = load_policy(policy, workflow_name, task, role_models)
-    rows = held_out_dataset(n, task).to_list()
-    greedy = run_toy(trained, rows, task, temperature=0.0)
-    every_sampled = [e for k in range(samples) for e in run_toy(trained, rows, task, temperature=0.7, seed=seed + k)]
+    rows = held_out_dataset(n, task, dataset).to_list()
+    greedy = run_toy(trained, rows, task, temperature=0.0, dataset=dataset)
+    every_sampled = [
+        e
+        for k in range(samples)
+        for e in run_toy(trained, rows, task, temperature=0.7, seed=seed + k, dataset=dataset)
+    ]
     solved_all = successes(
         task, greedy + every_sampled, rows * (samples + 1)
     )  # one batch: the sandbox runs it at once
@@ -193,6 +212,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", default="toy", help="'toy', a model folder, or a training run's output_dir")
     parser.add_argument("--task", default="math", choices=list(TASKS), help="math: arithmetic; code: toy_code")
+    parser.add_argument(
+        "--dataset_name", default=None, help="another offline generator of the task (math: mod_search)"
+    )
     parser.add_argument("--workflows", nargs="+", default=list(WORKFLOWS), choices=list(WORKFLOWS))
     parser.add_argument("--problems", type=int, default=300)
     parser.add_argument("--samples", type=int, default=4)
@@ -207,13 +229,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     for name in args.workflows:
-        result = evaluate(args.policy, name, args.problems, args.samples, args.seed, args.task, args.role_models)
+        result = evaluate(
+            args.policy, name, args.problems, args.samples, args.seed, args.task, args.role_models, args.dataset_name
+        )
         formats = ", ".join(f"{role} {rate:.1%}" for role, rate in result["format_sampled"].items())
         quality = ", ".join(f"{key} {rate:.1%}" for key, rate in result["roles_sampled"].items())
         print(f"{name}: greedy {result['greedy']:.1%}, pass@1 {result['pass@1']:.1%}")
         print(f"  format (sampled): {formats}\n  roles (sampled): {quality}")
         bases = {"role_models": args.role_models} if args.role_models else {}
-        print(json.dumps({"policy": args.policy, **bases, **result}), flush=True)
+        dataset = {"dataset": args.dataset_name} if args.dataset_name else {}
+        print(json.dumps({"policy": args.policy, **bases, **dataset, **result}), flush=True)
 
 
 if __name__ == "__main__":
