@@ -188,6 +188,12 @@ def review(solution: Solution, problem: str, rng: random.Random) -> str:
     return f"{step_checks(solution, ops, wrong_step, error)} \\boxed{{{'Incorrect' if wrong_step else 'Correct'}}}"
 
 
+def judged_pick(right: list[bool], rng: random.Random, accuracy: float) -> int:
+    """A judge's pick among candidates (0-based): the first right one with probability ``accuracy`` when there is
+    one, else a random one."""
+    return right.index(True) if any(right) and rng.random() < accuracy else rng.randrange(len(right))
+
+
 def compare(candidates: list[Solution], problem: str, rng: random.Random) -> tuple[str, int]:
     """A judge's step checks of the candidates in order, up to the one it picks, and that pick (0-based):
     ``Solution 1: Step 1 (shares): 9 - 3 = 6. Wrong operation. Solution 2: Step 1 (shares): 9 / 3 = 3. Checks out.``
@@ -198,7 +204,7 @@ def compare(candidates: list[Solution], problem: str, rng: random.Random) -> tup
     """
     ops = operations(problem)[1]
     right = [c.wrong_step is None for c in candidates]
-    pick = right.index(True) if any(right) and rng.random() < JUDGE_ACCURACY else rng.randrange(len(candidates))
+    pick = judged_pick(right, rng, JUDGE_ACCURACY)
     checks = []
     for j, candidate in enumerate(candidates[: pick + 1]):
         if j == pick:
@@ -364,7 +370,7 @@ def code_review(problem: CodeProblem, program: Program, rng: random.Random) -> s
 def code_compare(problem: CodeProblem, candidates: list[Program], rng: random.Random) -> tuple[str, int]:
     """The arithmetic judges' ``compare`` for programs: line checks of the candidates in order up to the pick."""
     right = [c.right for c in candidates]
-    pick = right.index(True) if any(right) and rng.random() < JUDGE_ACCURACY else rng.randrange(len(candidates))
+    pick = judged_pick(right, rng, JUDGE_ACCURACY)
     checks = [
         f"Solution {j + 1}: {code_judgement(problem, candidate, j == pick, rng)}"
         for j, candidate in enumerate(candidates[: pick + 1])
@@ -472,7 +478,7 @@ def search_compare(problem: ModSearchProblem, candidates: list[int], rng: random
     (0-based): ``Solution 1: gives 2, not 5. Solution 2: gives 5 as asked.``. The pick is the first right candidate
     with probability ``accuracy`` when there is one, else random."""
     right = [problem.accepts(x) for x in candidates]
-    pick = right.index(True) if any(right) and rng.random() < accuracy else rng.randrange(len(candidates))
+    pick = judged_pick(right, rng, accuracy)
     checks = [
         f"Solution {j + 1}: gives {search_verdict(problem, x, j == pick, rng)[1]}."
         for j, x in enumerate(candidates[: pick + 1])

@@ -42,22 +42,6 @@ def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
     # TRL 1.14 computes them from the model's ordinary logits (`selective_log_softmax`): nothing to add.
 
 
-@contextmanager
-def accumulating(accelerator, model) -> Iterator[None]:
-    """Backward passes that add to the gradients of a micro-step without ending it: no gradient sync across processes
-    (``no_sync``) and, under DeepSpeed, no engine step (accelerate's backward steps the engine whenever its
-    ``sync_gradients`` is set, which the Trainer sets for the whole last micro-step of an accumulation; the Trainer
-    sets it through the same private setter of accelerate's gradient state)."""
-    state = accelerator.gradient_state
-    synced = state.sync_gradients
-    state._set_sync_gradients(False)
-    try:
-        with accelerator.no_sync(model):
-            yield
-    finally:
-        state._set_sync_gradients(synced)
-
-
 class GRPOSeam(GRPOTrainer):
     """``GRPOTrainer`` with its private hooks and state behind public names (see the module docstring)."""
 
@@ -183,9 +167,20 @@ class GRPOSeam(GRPOTrainer):
         """Load the model's weights from a checkpoint folder."""
         super()._load_from_checkpoint(resume_from_checkpoint, model)
 
-    def accumulating(self, model) -> AbstractContextManager[None]:
-        """Backward passes that add to the gradients of a micro-step without ending it (``accumulating``)."""
-        return accumulating(self.accelerator, model)
+    @contextmanager
+    def accumulating(self, model) -> Iterator[None]:
+        """Backward passes that add to the gradients of a micro-step without ending it: no gradient sync across
+        processes (``no_sync``) and, under DeepSpeed, no engine step (accelerate's backward steps the engine whenever
+        its ``sync_gradients`` is set, which the Trainer sets for the whole last micro-step of an accumulation; the
+        Trainer sets it through the same private setter of accelerate's gradient state)."""
+        state = self.accelerator.gradient_state
+        synced = state.sync_gradients
+        state._set_sync_gradients(False)
+        try:
+            with self.accelerator.no_sync(model):
+                yield
+        finally:
+            state._set_sync_gradients(synced)
 
     @staticmethod
     def clear_zero3_gradients(engine) -> None:

@@ -5,11 +5,8 @@ retries avoid what the history shows was tried, and the judges are right at thei
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -18,18 +15,7 @@ from trl_multiagent.tasks.math import extract_boxed, math_prompt
 from trl_multiagent.tasks.mod_search import N_CANDIDATES, ModSearchProblem, make_mod_search_problem
 from trl_multiagent.workflows import EvalOpt
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "build_toy_model.py"
 PROBLEM = ModSearchProblem((14, 27, 9, 22), multiplier=7, offset=3, modulus=11, target=5)  # answer 27
-
-
-@pytest.fixture(scope="module")
-def build():
-    spec = importlib.util.spec_from_file_location("build_toy_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
 
 
 def episode(build, workflow, problem: ModSearchProblem, seed: int, **teacher) -> tuple[str, list]:

@@ -3,29 +3,12 @@ follow every role's format, make greedy decoding miss on the confusable operatio
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
-import sys
 from collections import Counter
-from pathlib import Path
-
-import pytest
 
 from trl_multiagent.evaluation.toy import WORKFLOWS, follows_format
 from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
-
-SCRIPT = Path(__file__).parents[2] / "scripts" / "build_toy_model.py"
-
-
-@pytest.fixture(scope="module")
-def build():
-    spec = importlib.util.spec_from_file_location("build_toy_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
 
 
 def test_every_transcript_target_follows_its_role_format(build):

@@ -12,21 +12,16 @@ from harness import TESTS, run_offline
 from trl_multiagent.training.advantages import group_advantages
 
 
+def torchrun_two_processes(worker: str, model_dir: str, output_dir, *, port: int) -> None:
+    """``tests/workers/<worker> <model_dir> <output_dir>`` in two processes (torchrun, gloo); a rank waiting on the
+    other times out."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    run_offline([*command, str(TESTS / "workers" / worker), model_dir, str(output_dir)])
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes(tiny_model_dir, tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29517",
-        str(TESTS / "workers" / "ddp_worker.py"),
-        tiny_model_dir,
-        str(tmp_path),
-    ]
-    run_offline(command)
+    torchrun_two_processes("ddp_worker.py", tiny_model_dir, tmp_path, port=29517)
 
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["world_size"] == 2 and r["steps"] == 2 for r in ranks)
@@ -52,17 +47,5 @@ def test_torchrun_two_processes(tiny_model_dir, tmp_path):
     "same number of rows on every process; remove this marker then.",
 )
 def test_ranks_whose_episodes_make_different_numbers_of_calls_train_together(tiny_model_dir, tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        "29519",
-        str(TESTS / "workers" / "uneven_ranks_worker.py"),
-        tiny_model_dir,
-        str(tmp_path),
-    ]
-    run_offline(command, timeout=300)
+    torchrun_two_processes("uneven_ranks_worker.py", tiny_model_dir, tmp_path, port=29519)
     assert [json.loads((tmp_path / f"rank{r}.json").read_text())["steps"] for r in range(2)] == [2, 2]
