@@ -42,9 +42,16 @@ from .rollout.tool_loop import build_role_tools
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
+from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
-from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
+from .training.mini_batches import (
+    SameScoringForwards,
+    bounded_logps,
+    check_schedule,
+    mini_batch_plan,
+    split_for_memory,
+)
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .workflows.base import Workflow
 
@@ -338,7 +345,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches:
                 batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
-            if self.args.monitor_kl_to_base or any(self.role_beta[r] for r in set(batch.roles)):
+            if self.args.monitor_kl_to_base or any(self.role_beta.values()):  # alike on every process
                 batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
@@ -369,6 +376,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             with router.route(names):
                 return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
+        same_forwards = None
+        if self.adapters.most_over_processes is not None:  # several processes under DeepSpeed (ZeRO-3 gathers)
+            reference, pad = adapters[0] == BASE_MODEL, self.text_tokenizer.pad_token_id  # base model, or own adapters
+
+            def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
+                return self.adapters.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
+
+            same_forwards = SameScoringForwards(self.adapter_names, self.adapters.most_over_processes, stand_in)
         return bounded_logps(
             batch,
             adapters,
@@ -376,6 +391,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_tokens=self.args.max_tokens_per_micro_batch,
             forward=forward,
             keys=self.adapters.forward_keys(batch.adapters),
+            same_forwards=same_forwards,
         )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
@@ -389,8 +405,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # micro-batches and weigh each sample exactly (loss_weights.py).
         if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
             return generation_batch
-        if not self.model.training:
-            return loss_ready(self.generate_and_score(generation_batch), self.loss_type)
+        if not self.model.training:  # an evaluation batch: its loss forwards (`compute_loss` adds them up)
+            return self._evaluation_forwards(loss_ready(self.generate_and_score(generation_batch), self.loss_type))
         steps = self.args.steps_per_generation
         if self.micro_step % (steps * self.num_iterations) == 0 or self.buffered_micro_batches is None:
             batch = self.generate_and_score(generation_batch).shuffled()
@@ -423,7 +439,25 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             keys=self.adapters.forward_keys(batch.adapters),
         )
         parts = self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id)  # under DeepSpeed
-        return self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id)
+        return self._even_forwards(self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id))
+
+    def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
+        """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each
+        weighted so that their losses add up to the batch's, alike on every process as training's are."""
+        keys = self.adapters.forward_keys(batch.adapters)
+        parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
+        return self._even_forwards(self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id))
+
+    def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
+        """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
+        if self.accelerator.num_processes == 1:
+            return parts
+        return even_forwards(
+            parts,
+            most_over_processes=lambda t: gather(t[None]).max(dim=0).values,
+            pad_token_id=self.text_tokenizer.pad_token_id,
+            loss_type=self.loss_type,
+        )
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes (and, under
@@ -478,6 +512,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):
+        if isinstance(inputs, list):  # an evaluation batch in its forwards (`_evaluation_forwards`)
+            return sum(self.compute_loss(model, part) for part in inputs)
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training

@@ -58,6 +58,24 @@ def record_episodes(trainer) -> list:
     return episodes
 
 
+def test_evaluation_runs_each_base_in_its_own_forward(tiny_model_dir, tiny_judge_dir, tmp_path):
+    """`evaluate()` with roles on two bases: the evaluation batch's loss runs one forward per base (a forward cannot
+    mix them), and both roles' loss metrics are logged."""
+    settings = dict(per_device_eval_batch_size=4, num_generations_eval=2, seed=0, policy_sharing="isolated")
+    settings.update(role_models={"evaluator": tiny_judge_dir}, save_strategy="no")
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        eval_dataset=addition_dataset(4),
+        reward_funcs=length_parity_reward,
+        **settings,
+    )
+    metrics = trainer.evaluate()
+    assert math.isfinite(metrics["eval_loss"])
+    assert all(f"eval_role/{role}/entropy" in metrics for role in ("generator", "evaluator"))
+
+
 @pytest.mark.parametrize("frozen", ["generator", "evaluator"])
 def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny_judge_dir, tmp_path, frozen):
     trainer = two_model_trainer(tiny_model_dir, tiny_judge_dir, tmp_path, role_loss_weights={frozen: 0.0})

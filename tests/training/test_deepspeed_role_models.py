@@ -116,25 +116,48 @@ def two_processes(worker_args: list[str], folder, env: dict | None = None, port:
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.slow
-def test_two_zero2_processes_train_both_bases_as_ddp(tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir):
-    """torchrun, 2 processes over gloo: the ranks roll out different episodes (so their numbers of forwards per
-    adapter differ), ZeRO-2's one engine holds both bases, and both ranks end with the adapters DDP ends with."""
-    ddp_dir, zero_dir = tmp_path / "ddp", tmp_path / "zero2"
-    ddp_dir.mkdir(), zero_dir.mkdir()
+@pytest.fixture(scope="module")
+def two_ddp_processes(tiny_model_dir, tiny_judge_dir, tmp_path_factory):
+    """The two-process run under DDP (torchrun, gloo): what the ZeRO ranks must end with."""
+    ddp_dir = tmp_path_factory.mktemp("ddp")
     two_processes([tiny_model_dir, tiny_judge_dir, str(ddp_dir), "none", "plain"], ddp_dir)
+    return ddp_dir
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [2, 3])
+def test_two_zero_processes_train_both_bases_as_ddp(
+    tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, two_ddp_processes, stage
+):
+    """2 processes over gloo: the ranks roll out different episodes (so their numbers of forwards per adapter
+    differ), one ZeRO engine per rank holds both bases, and both ranks end with the adapters DDP ends with. ZeRO-2
+    through torchrun and the config in the trainer's arguments; ZeRO-3 through `accelerate launch` with the config
+    file (under torchrun, transformers' `zero.Init` at model loading sees one process: DeepSpeed's batch check fails
+    before training)."""
+    zero_dir = tmp_path / f"zero{stage}"
+    zero_dir.mkdir()
     env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
-    config = zero_config(2, zero_dir)
-    ranks = two_processes([tiny_model_dir, tiny_judge_dir, str(zero_dir), config, "plain"], zero_dir, env, "29535")
+    config = zero_config(stage, zero_dir)
+    if stage == 2:
+        ranks = two_processes([tiny_model_dir, tiny_judge_dir, str(zero_dir), config, "plain"], zero_dir, env, "29535")
+    else:
+        accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+        launch = [accelerate, "launch", "--use_deepspeed", "--deepspeed_config_file", config, "--num_processes", "2"]
+        launch += ["--mixed_precision", "no", "--main_process_port", "29536"]
+        worker = str(TESTS / "workers" / "deepspeed_role_models_worker.py")
+        command = [*launch, worker, tiny_model_dir, tiny_judge_dir, str(zero_dir), "none", "plain"]
+        run_offline(command, cwd=zero_dir, env=env, timeout=900)
+        ranks = [json.loads((zero_dir / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["engine"] for r in ranks] == ["DeepSpeedEngine"] * 2 and all(r["world_size"] == 2 for r in ranks)
-    assert all(r["steps"] == 2 for r in ranks)
-    ddp_losses = json.loads((ddp_dir / "rank0.json").read_text())["losses"]
+    assert [r["zero_stage"] for r in ranks] == [stage, stage] and all(r["steps"] == 2 for r in ranks)
+    ddp_losses = json.loads((two_ddp_processes / "rank0.json").read_text())["losses"]
     assert ranks[0]["losses"] == pytest.approx(ddp_losses, rel=1e-4, abs=1e-6)
-    reference = load_file(ddp_dir / "rank0-after.safetensors")
+    reference = load_file(two_ddp_processes / "rank0-after.safetensors")
     for rank in range(2):
         after = load_file(zero_dir / f"rank{rank}-after.safetensors")
         assert after.keys() == reference.keys()
         worst = max((after[k] - reference[k]).abs().max().item() for k in reference)
+        print(f"ZeRO-{stage} rank {rank}: max |adapter - DDP's| = {worst:.2e}")
         assert worst <= TWO_PROCESS_TOLERANCE, f"rank {rank} drifted {worst} from DDP"
     before = load_file(zero_dir / "rank0-before.safetensors")
     for adapter in ("generator", "evaluator"):

@@ -310,7 +310,7 @@ class AdapterUpdates:
         on_main = [p for p in parts if self.base_of[p.adapters[0]] == main]
         if not on_main:
             on_main = [
-                self._stand_in(parts[0], next(a for a in self.adapter_names if self.base_of[a] == main), pad_token_id)
+                self.stand_in(parts[0], next(a for a in self.adapter_names if self.base_of[a] == main), pad_token_id)
             ]
         return [p for p in parts if self.base_of[p.adapters[0]] != main] + on_main
 
@@ -329,10 +329,10 @@ class AdapterUpdates:
         aligned = []
         for adapter, count in zip(self.adapter_names, most):
             own = [p for p in parts if p.adapters[0] == adapter]
-            aligned += own + [self._stand_in(parts[0], adapter, pad_token_id) for _ in range(count - len(own))]
+            aligned += own + [self.stand_in(parts[0], adapter, pad_token_id) for _ in range(count - len(own))]
         return aligned
 
-    def _stand_in(self, template, adapter: str, pad_token_id: int):
+    def stand_in(self, template, adapter: str, pad_token_id: int):
         """A one-sample part of ``adapter`` (and a role of it) that trains nothing (padding, no completion token, zero
         weight) but runs forward and backward like any other, made from the first sample of ``template``."""
         one = template.select([0])
