@@ -610,6 +610,13 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     def load_optimizer_and_scheduler(self, checkpoint) -> None:
         super().load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and self.is_deepspeed_enabled and self.bases.extra:
+            # The engine restored its optimizer state (every base's) and the weights of the trainer's model's
+            # state dict, which leaves out the other bases it holds: their adapters come from their folders.
+            with self.bases.gathered(modifier_rank=0):
+                for peft_model, names in list(self.adapters.by_base(self.model).values())[1:]:
+                    saved_run.load_role_adapters(peft_model, checkpoint, names)
+            self.adapters.weights_loaded()
         state = saved_run.load_update_state(checkpoint)
         if state is not None:
             self.adapters.load_state_dict(state)

@@ -29,10 +29,11 @@ pytest.importorskip("deepspeed", reason="install the test extras: pip install -e
 # it). One Adam step moves a weight by ~lr = 5e-2: the bound is 2% of one step. Before the engine stepped once per
 # micro-step and ZeRO-3's stale gradients were cleared, the differences were 0.15 and 0.04 (two to four steps' worth).
 TOLERANCE = {2: 0.0, 3: 1e-3}
-# Two ZeRO-2 processes against two DDP processes (2026-12-01): generator 9.1e-5, evaluator 7.6e-7; both steps' loss
-# and grad_norm equal to 2e-7 relative. ZeRO-2 reduces each forward's gradient and DDP the micro-step's sum (another
-# summation order), and Adam's division by a gradient's running magnitude enlarges that where a gradient is near zero.
-# The bound is 2% of one Adam step, as for ZeRO-3 above; a missed or repeated optimizer step is ~5e-2.
+# Two ZeRO-2 processes against two DDP processes (2026-12-01): generator 9.1e-5, evaluator 7.6e-7; two ZeRO-3
+# processes: 5.4e-5; both steps' loss and grad_norm equal to 2e-7 relative. ZeRO-2 reduces each forward's gradient
+# and DDP the micro-step's sum (another summation order), and Adam's division by a gradient's running magnitude
+# enlarges that where a gradient is near zero. The bound is 2% of one Adam step, as for ZeRO-3 above; a missed or
+# repeated optimizer step is ~5e-2.
 TWO_PROCESS_TOLERANCE = 1e-3
 
 
@@ -114,6 +115,36 @@ def two_processes(worker_args: list[str], folder, env: dict | None = None, port:
                str(TESTS / "workers" / "deepspeed_role_models_worker.py"), *worker_args]  # fmt: skip
     run_offline(command, cwd=folder, env=env, timeout=900)  # a rank waiting on the other times out
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_run_with_two_bases_resumes_where_it_stopped(
+    tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, stage
+):
+    """One process: a run resumed from its step-1 checkpoint (the engine's state, both bases' adapters, the
+    optimizer state of both) ends step 2 with the adapters and loss of the run that did not stop. Before the other
+    bases' adapters were loaded from their folders, the engine left them at their initial weights for step 2's
+    rollouts and loss: 0.043 off."""
+    launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
+    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
+    worker = str(TESTS / "workers" / "deepspeed_role_models_worker.py")
+    config = zero_config(stage, tmp_path)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    straight.mkdir(), resumed.mkdir()
+    base = [launcher, "--num_gpus", "1", "--master_port", "29537", worker, tiny_model_dir, tiny_judge_dir]
+    run_offline([*base, str(straight), config, "plain"], cwd=straight, env=env, timeout=900)
+    shutil.copytree(straight / "checkpoint-1", resumed / "checkpoint-1")
+    run_offline(
+        [*base, str(resumed), config, "plain", str(resumed / "checkpoint-1")], cwd=resumed, env=env, timeout=900
+    )
+    assert json.loads((resumed / "rank0.json").read_text())["steps"] == 2
+    expected, after = load_file(straight / "rank0-after.safetensors"), load_file(resumed / "rank0-after.safetensors")
+    assert after.keys() == expected.keys() and any(k.startswith("evaluator/") for k in after)
+    worst = max((after[k] - expected[k]).abs().max().item() for k in expected)
+    assert worst <= 1e-6, f"the resumed run ended {worst} away from the run that did not stop"
+    losses = [json.loads((folder / "rank0.json").read_text())["losses"][-1] for folder in (straight, resumed)]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Run by tests/training/test_deepspeed_role_models.py: 2 steps of Eval-Opt with the evaluator on a second base model
 (`role_models`), through the DeepSpeed engine when launched by `deepspeed` with a config file, or without DeepSpeed
 when the config argument is `none`; per-role KL on (each role's reference pass through its own base), a checkpoint at
-step 2. Writes each adapter's weights before and after (`rank<r>-before/after.safetensors`) and `rank<r>.json`."""
+every step; resumed from a checkpoint when given one. Writes each adapter's weights before and after
+(`rank<r>-before/after.safetensors`) and `rank<r>.json`."""
 
 import json
 import os
@@ -17,9 +18,9 @@ from trl_multiagent.adapters.routing import adapter_parameters
 
 torch.set_num_threads(1)
 args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
-model_dir, judge_dir, output_dir, ds_config, checkpointing = args
+model_dir, judge_dir, output_dir, ds_config, checkpointing, *resume = args  # resume: a checkpoint to resume from
 settings = dict(
-    max_steps=2, save_steps=2, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", seed=0, beta=0.1,
+    max_steps=2, save_steps=1, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", seed=0, beta=0.1,
     role_models={"evaluator": judge_dir}, gradient_checkpointing=checkpointing == "checkpointing",
 )  # fmt: skip
 if ds_config != "none":
@@ -44,7 +45,7 @@ def adapter_weights() -> dict[str, torch.Tensor]:
 
 rank = int(os.environ.get("RANK", "0"))
 save_file(adapter_weights(), f"{output_dir}/rank{rank}-before.safetensors")
-trainer.train()
+trainer.train(resume_from_checkpoint=resume[0] if resume else None)
 save_file(adapter_weights(), f"{output_dir}/rank{rank}-after.safetensors")
 engine = trainer.model_wrapped
 result = {

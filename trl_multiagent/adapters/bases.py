@@ -249,8 +249,9 @@ class Bases:
         return forward
 
     @contextmanager
-    def gathered(self) -> Iterator[None]:
-        """The extra bases' trainable parameters whole while it lasts (ZeRO-3 partitions them; no-op otherwise).
+    def gathered(self, modifier_rank: int | None = None) -> Iterator[None]:
+        """The extra bases' trainable parameters whole while it lasts (ZeRO-3 partitions them; no-op otherwise);
+        with ``modifier_rank``, what that process writes into them is kept (partitioned again from its values).
         Every process enters it: gathering is collective."""
         params = [p for b in self.extra.values() for p in b.model.parameters() if p.requires_grad]
         if not any(hasattr(p, "ds_id") for p in params):  # DeepSpeed marks the parameters ZeRO-3 partitioned
@@ -258,7 +259,7 @@ class Bases:
             return
         import deepspeed
 
-        with deepspeed.zero.GatheredParameters(params):
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank):
             yield
 
     @staticmethod
