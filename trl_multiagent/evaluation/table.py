@@ -123,10 +123,12 @@ def family_table(
         if line is None:
             continue
         by_seed = final.setdefault(line, {}).setdefault(_setting(row), {})
-        kept = by_seed.get(row["seed"])
+        kept = by_seed.get(row.get("seed"))
         if kept is None or row["step"] >= kept["step"]:  # the newest checkpoint; of a step evaluated twice, the last
-            by_seed[row["seed"]] = row
-    settings = sorted({s for by_setting in final.values() for s in by_setting}, key=lambda s: (s[1] > 0, s[0], s))
+            by_seed[row.get("seed")] = row
+    settings = sorted(
+        {s for by_setting in final.values() for s in by_setting}, key=lambda s: (bool(s[1]), s[0] or 0, str(s))
+    )
     labels = _setting_labels(settings)
     notes: list[str] = []
     outcomes: dict[int, list[float] | None] = {}
@@ -144,7 +146,7 @@ def family_table(
         return outcomes[id(row)]
 
     def residual(ours: dict[int, dict], theirs: dict[int, dict] | None) -> dict[str, Any] | None:
-        seeds = sorted(set(ours) & set(theirs or {}))
+        seeds = sorted(set(ours) & set(theirs or {}), key=_seed_order)
         if not seeds:
             return None
         sides = [[per_problem(side[s]) for s in seeds] for side in (ours, theirs)]
@@ -159,11 +161,12 @@ def family_table(
         mode, workflow, sharing = line
         results = {}
         for setting, by_seed in final[line].items():
-            accuracies = [by_seed[s]["accuracy"] for s in sorted(by_seed)]
+            seeds = sorted(by_seed, key=_seed_order)
+            accuracies = [by_seed[s]["accuracy"] for s in seeds]
             entry = {
                 "mean": float(np.mean(accuracies)),
                 "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else None,
-                "seeds": sorted(by_seed),
+                "seeds": seeds,
                 "steps": sorted({row["step"] for row in by_seed.values()}),
                 "vs_single_agent": None,
                 "vs_transfer": None,
@@ -194,6 +197,10 @@ def family_table(
     }
 
 
+def _seed_order(seed: int | None) -> tuple:
+    return (seed is not None, seed or 0)  # rows recorded without a seed first
+
+
 _SETTING_FIELDS = ("k", "temperature", "top_p", "max_completion_length", "num_problems", "dataset", "chat_rendering")
 
 
@@ -204,11 +211,17 @@ def _setting(row: dict[str, Any]) -> tuple:
 
 def _setting_labels(settings: list[tuple]) -> dict[tuple, str]:
     """``greedy`` or ``pass@1 k=4 T=0.7``; settings that would read alike also name their problems and length."""
-    short = {s: "greedy" if not s[1] else f"pass@1 k={s[0]} T={s[1]:g}" for s in settings}
+    short = {s: _sampling_label(*s[:2]) for s in settings}
     counts = {label: list(short.values()).count(label) for label in short.values()}
     return {
         s: label if counts[label] == 1 else f"{label}, {s[4]} problems, {s[3]} tokens" for s, label in short.items()
     }
+
+
+def _sampling_label(k: int | None, temperature: float | None) -> str:
+    if temperature is None:
+        return "accuracy"  # a row that does not record how it sampled
+    return "greedy" if temperature == 0 else f"pass@1 k={k} T={temperature:g}"
 
 
 def _family_line(row: dict[str, Any]) -> tuple | None:
@@ -242,7 +255,9 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
     """The family table as markdown: per sampling setting the success in percent (mean ± standard deviation over
     seeds) and the residuals in points with their intervals."""
     labels = [s["label"] for s in table["settings"]]
-    all_seeds = sorted({s for line in table["lines"] for r in line["results"].values() for s in r["seeds"]})
+    all_seeds = sorted(
+        {s for line in table["lines"] for r in line["results"].values() for s in r["seeds"]}, key=_seed_order
+    )
     pct = round(100 * table["confidence"])
     spread = "mean ± standard deviation over seeds" if len(all_seeds) > 1 else "one seed"
     lines = [
