@@ -267,7 +267,7 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
     ]
     columns = ["line", "sharing", "step"]
     for label in labels:
-        columns += [f"{label} %", f"{label}: vs SA-RL pp", f"{label}: vs SA-RL in workflow pp"]
+        columns += [f"{label} %", "vs SA-RL pp", "vs SA-RL in workflow pp"]
     lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for line in table["lines"]:
         steps = sorted({s for r in line["results"].values() for s in r["steps"]})
