@@ -1,10 +1,12 @@
-"""Train and evaluate the paper's grid: workflow x policy sharing x model x task, plus base-model and SA-RL controls.
+"""Train and evaluate the paper's grid: workflow x policy sharing x model x task family (x seed), plus base-model and
+SA-RL controls.
 
 Every cell is one `accelerate launch recipes/<workflow>_<task>.py` with the same seed and budget; the SA-RL control
-is `single_agent_<task>` per model and task. Then every checkpoint is evaluated (`recipes/evaluate.py`): each cell,
-the base model in each workflow, the SA-RL run alone and in each workflow ("transfer"). Finally the table (peak
-accuracy and its step, final accuracy, drop from peak, residual vs SA-RL in points), per-role instability summaries
-and plots go to `<output_root>/`.
+is `single_agent_<task>` per model, family and seed. Then every checkpoint is evaluated (`recipes/evaluate.py`):
+each cell, the base model in each workflow, the SA-RL run alone and in each workflow ("transfer"). Finally the
+tables (per cell: peak accuracy and its step, final accuracy, drop from peak, residual vs SA-RL in points; per
+family: the residuals with their intervals, below), per-role instability summaries and plots go to
+`<output_root>/`.
 
 See the commands without running anything:
 
@@ -49,7 +51,7 @@ resumes from its newest complete checkpoint. Re-submitting skips finished traini
 
 `--attribution` adds, per isolated cell, which role's training brought the gain (`recipes/evaluate.py --attribution`:
 each role's Shapley share with bootstrap intervals over problems; `<output_root>/attribution.md` and
-`plots/attribution-<model>-<task>.png`).
+`plots/attribution-<model>-<family>.png`).
 
 The family table (`<output_root>/families.md`, `families.json`; the paper's Table 1 layout), per family and model:
 a line per trained workflow x sharing, SA-RL, SA-RL in each workflow and the base model in each workflow; per
@@ -282,9 +284,8 @@ def parse_family(entry: str) -> Family:
         )
     if name in FAMILIES:
         known = FAMILIES[name]
-        return Family(name, **{key: fields.get(key, getattr(known, key)) for key in FAMILY_KEYS}, needs_model=(
-            None if "model" in fields else known.needs_model
-        ))  # fmt: skip
+        values = {key: fields.get(key, getattr(known, key)) for key in FAMILY_KEYS}
+        return Family(name, **values, needs_model=None if "model" in fields else known.needs_model)
     if "task" not in fields:
         raise ValueError(
             f"--families entry {entry!r}: {name!r} is not one of the named families ({', '.join(FAMILIES)}); "
@@ -382,7 +383,7 @@ def trained_rendering(config: str | None) -> list[str]:
     if config is None:
         return []
     library = MultiAgentGRPOConfig.__dataclass_fields__
-    preset = yaml.safe_load(Path(config).read_text()) or {}
+    preset = yaml.safe_load(Path(shipped_path(config)).read_text()) or {}
     rendering = preset.get("chat_rendering", library["chat_rendering"].default)
     template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
     return ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
@@ -456,10 +457,20 @@ def ready(command: list[str]) -> bool:
 
 def resolve(command: list[str]) -> list[str]:
     """A printed command as it runs: `python` and `accelerate` of this environment, scripts found under the
-    repository."""
+    repository, and shipped configs (recipes/configs/, accelerate_configs/) found there when not here."""
     executable = {"python": sys.executable, "accelerate": str(Path(sys.executable).parent / "accelerate")}
     resolved = [executable.get(arg, arg) if i == 0 else arg for i, arg in enumerate(command)]
-    return [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    resolved = [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    return [shipped_path(arg) for arg in resolved]
+
+
+def shipped_path(value: str) -> str:
+    """``recipes/...`` or ``accelerate_configs/...`` as given when it exists here, else the repository's (or the
+    installed package's) file; any other value unchanged."""
+    if value.startswith(("recipes/", "accelerate_configs/")) and not Path(value).exists():
+        if (ROOT / value).exists():
+            return str(ROOT / value)
+    return value
 
 
 def run(command: list[str]) -> bool:

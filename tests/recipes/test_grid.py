@@ -9,6 +9,8 @@ import sys
 import pytest
 from harness import ROOT, run_offline
 
+from trl_multiagent.evaluation import read_results
+
 
 def grid(*args: str, timeout: int = 120) -> str:
     return run_offline([sys.executable, "recipes/grid.py", *args], cwd=ROOT, timeout=timeout).stdout
@@ -253,3 +255,22 @@ def test_report_with_seeds_writes_a_table_per_seed_and_the_family_table(capsys, 
     assert table.startswith("## seed 1\n") and "## seed 2\n" in table
     assert "| toy | arithmetic | Voting | isolated | trained | 50.0 (30) |" in table.split("## seed 2")[1]
     assert set(json.loads((tmp_path / "table.json").read_text())) == {"1", "2"}
+
+
+@pytest.mark.slow
+def test_toy_preset_end_to_end_one_family_two_cells(tmp_path):
+    out = grid(
+        "--preset", "toy", "--families", "arithmetic", "--workflows", "eval_opt", "--policy_sharing", "isolated",
+        "--seeds", "7", "--max_steps", "1", "--save_steps", "1", "--eval_samplings", "--temperature 0",
+        "--eval_args", "--limit 4 --max_completion_length 80", "--output_root", str(tmp_path), timeout=900,
+    )  # fmt: skip
+    (row,) = read_results(tmp_path / "toy" / "arithmetic" / "seed-7" / "eval_opt-isolated")
+    assert (row["step"], row["seed"], row["temperature"], len(row["problem_solved"])) == (1, 7, 0.0, 4)
+    (sa_rl,) = read_results(tmp_path / "toy" / "arithmetic" / "seed-7" / "single_agent")[:1]
+    families = json.loads((tmp_path / "families.json").read_text())
+    (table,) = families.values()
+    eval_opt = next(line for line in table["lines"] if line["label"] == "EvalOpt")["results"]["greedy"]
+    residual = eval_opt["vs_single_agent"]
+    assert residual["value"] == pytest.approx(row["accuracy"] - sa_rl["accuracy"]) and residual["seeds"] == [7]
+    assert residual["low"] <= residual["value"] <= residual["high"]
+    assert (tmp_path / "families.md").read_text() in out
