@@ -264,9 +264,10 @@ def test_toy_preset_end_to_end_one_family_two_cells(tmp_path):
         "--seeds", "7", "--max_steps", "1", "--save_steps", "1", "--eval_samplings", "--temperature 0",
         "--eval_args", "--limit 4 --max_completion_length 80", "--output_root", str(tmp_path), timeout=900,
     )  # fmt: skip
-    (row,) = read_results(tmp_path / "toy" / "arithmetic" / "seed-7" / "eval_opt-isolated")
+    folder = tmp_path / "toy" / "arithmetic" / "seed-7"
+    (row,) = [r for r in read_results(folder / "eval_opt-isolated") if r["mode"] == "trained"]  # beside base's
     assert (row["step"], row["seed"], row["temperature"], len(row["problem_solved"])) == (1, 7, 0.0, 4)
-    (sa_rl,) = read_results(tmp_path / "toy" / "arithmetic" / "seed-7" / "single_agent")[:1]
+    (sa_rl,) = [r for r in read_results(folder / "single_agent") if r["mode"] == "trained"]
     families = json.loads((tmp_path / "families.json").read_text())
     (table,) = families.values()
     eval_opt = next(line for line in table["lines"] if line["label"] == "EvalOpt")["results"]["greedy"]
