@@ -141,7 +141,7 @@ def family_table(
                 outcomes[id(row)] = None
                 notes.append(
                     f"no per-problem outcomes for {row.get('run')} ({row['mode']} {row['workflow']}, step "
-                    f"{row['step']}, seed {row['seed']}): {missing!r}; evaluate it again for its interval."
+                    f"{row['step']}, seed {row.get('seed')}): {missing!r}; evaluate it again for its interval."
                 )
         return outcomes[id(row)]
 
