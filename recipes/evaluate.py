@@ -24,6 +24,8 @@ The other modes (``--mode``):
     # the run's generator with an untrained evaluator; or with another run's evaluator
     python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=base
     python recipes/evaluate.py --run_dir runs/eval_opt_math --role_policies evaluator=runs/other/checkpoint-500
+    # only the newest checkpoint (e.g. pass@1 over 4 samples, beside greedy accuracy at every checkpoint)
+    python recipes/evaluate.py --run_dir runs/voting_math --checkpoints final --k 4
     # which role's training brought the gain: every subset of the adapters trained/base, Shapley shares
     python recipes/evaluate.py --run_dir runs/eval_opt_math --attribution --limit 500
 
@@ -86,6 +88,14 @@ class EvaluateArguments:
         },
     )
     bootstrap: int = field(default=1000, metadata={"help": "With --attribution: resamplings of the problems."})
+    checkpoints: str = field(
+        default="all",
+        metadata={
+            "help": "'all': every checkpoint-N of --run_dir; 'final': only the newest (e.g. a costly sampled "
+            "evaluation beside greedy accuracy at every step).",
+            "choices": ["all", "final"],
+        },
+    )
     role_policies: list[str] = field(
         default_factory=list,
         metadata={
@@ -135,6 +145,7 @@ if __name__ == "__main__":
         base_model=args.base_model,
         alone_role=args.alone_role,
         role_policies=parse_role_policies(args.role_policies),
+        final_only=args.checkpoints == "final",
     )
     for row in new_rows:
         print(f"step {row['step']}: accuracy {row['accuracy']:.3f}  pass@{row['k']} {row['pass_at_k']:.3f}")

@@ -1,10 +1,12 @@
-"""Train and evaluate the paper's grid: workflow x policy sharing x model x task, plus base-model and SA-RL controls.
+"""Train and evaluate the paper's grid: workflow x policy sharing x model x task family (x seed), plus base-model and
+SA-RL controls.
 
 Every cell is one `accelerate launch recipes/<workflow>_<task>.py` with the same seed and budget; the SA-RL control
-is `single_agent_<task>` per model and task. Then every checkpoint is evaluated (`recipes/evaluate.py`): each cell,
-the base model in each workflow, the SA-RL run alone and in each workflow ("transfer"). Finally the table (peak
-accuracy and its step, final accuracy, drop from peak, residual vs SA-RL in points), per-role instability summaries
-and plots go to `<output_root>/`.
+is `single_agent_<task>` per model, family and seed. Then every checkpoint is evaluated (`recipes/evaluate.py`):
+each cell, the base model in each workflow, the SA-RL run alone and in each workflow ("transfer"). Finally the
+tables (per cell: peak accuracy and its step, final accuracy, drop from peak, residual vs SA-RL in points; per
+family: the residuals with their intervals, below), per-role instability summaries and plots go to
+`<output_root>/`.
 
 See the commands without running anything:
 
@@ -14,8 +16,26 @@ Paper grid (one GPU per run, sequentially; 3 workflows x 2 sharings x 3 models x
 
     python recipes/grid.py --output_root runs/grid --eval_args "--k 4 --temperature 0.7"
 
-CPU, offline (the shipped toy model and presets; the arithmetic task alone takes about 40 minutes, output in README;
-`--tasks math code` adds the toy_code cells, graded in the sandbox: README's 20-step code grid took 27 minutes more):
+CPU, offline: `--preset toy` stands for the toy model, the toy families, the CPU launch config, 30 steps with a
+checkpoint every 10, evaluations on 100 held-out problems at 80 tokens per call (greedy at every checkpoint, pass@1
+over 4 samples at T=0.7 at the newest) and `outputs/grid-toy`; any flag given with it wins over the preset's value:
+
+    python recipes/grid.py --preset toy --dry-run                # every launch and evaluation
+    python recipes/grid.py --preset toy --seeds 1 2 3            # 3 seeds, each under <family>/seed-N/
+
+Task families (`--families`): a family is a task trained with one recipe config and evaluated on one dataset, on a
+model. Named families: `arithmetic` (math task, `arithmetic` dataset, recipes/configs/toy.yaml), `toy_code` (code
+task, `toy_code`, toy_code.yaml), both on `--models`; and `mod_search` (math task, its `mod_search` dataset,
+toy.yaml), which runs on a model of its own because the shipped toy model is not trained on it: build one
+(`scripts/build_toy_model.py --search_problems N --output_dir DIR`, see docs/toy.md) and add it as
+
+    python recipes/grid.py --preset toy --families arithmetic toy_code mod_search:model=DIR
+
+An entry is `NAME` or `NAME:key=value,...` with the keys task, dataset, train_dataset, recipe_config and model (a
+local model folder, or a shipped toy model's name); a name not listed above needs task=. Without `--families` the
+grid is `--models` x `--tasks`, each task a family of its own (`--recipe_config` and `--eval_dataset` per task), as
+in the toy grid's records in docs/toy.md (one evaluation per checkpoint, sampled as recipes/configs/paper_eval.yaml
+sets, T=0.7):
 
     python recipes/grid.py --models toy --tasks math code --accelerate_config accelerate_configs/cpu.yaml \
         --recipe_config math=recipes/configs/toy.yaml code=recipes/configs/toy_code.yaml \
@@ -31,10 +51,21 @@ resumes from its newest complete checkpoint. Re-submitting skips finished traini
 
 `--attribution` adds, per isolated cell, which role's training brought the gain (`recipes/evaluate.py --attribution`:
 each role's Shapley share with bootstrap intervals over problems; `<output_root>/attribution.md` and
-`plots/attribution-<model>-<task>.png`).
+`plots/attribution-<model>-<family>.png`).
+
+The family table (`<output_root>/families.md`, `families.json`; the paper's Table 1 layout), per family and model:
+a line per trained workflow x sharing, SA-RL, SA-RL in each workflow and the base model in each workflow; per
+sampling setting evaluated (greedy; pass@1 over k samples) the success of each run's newest evaluated checkpoint as
+the mean ± sample standard deviation over seeds, and each trained workflow's residual (its success minus SA-RL's, in
+points) against SA-RL alone and against SA-RL in the same workflow, with a 95% paired bootstrap interval over
+problems (1,000 resamplings): both sides are evaluated on the same problems; seeds are pooled per problem (each
+problem's success averaged over the seeds both sides have), then problems are resampled, so the interval is over
+problems at these seeds, while the ± column shows the spread between seeds. The newest checkpoint, not the peak: a
+peak chosen on the same problems would bias the residual. A cost-matched SA-RL (sampled as often as a workflow calls
+its model, best of n) is not computed; SA-RL in the same workflow makes the workflow's own calls.
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
-`--report_only` only rebuilds the table and plots from what is there.
+`--report_only` only rebuilds the tables and plots from what is there.
 """
 
 import json
@@ -50,11 +81,64 @@ from tqdm.auto import tqdm
 from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.evaluation import format_table, paper_table, read_log_history, read_results, role_instability
+from trl_multiagent.evaluation import (
+    family_table,
+    format_family_table,
+    format_table,
+    paper_table,
+    read_log_history,
+    read_results,
+    role_instability,
+)
 from trl_multiagent.tasks import TASKS
+from trl_multiagent.toy import SHIPPED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SA_RL = "single_agent"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A task family: ``task``'s recipes trained with ``recipe_config`` (on ``train_dataset`` when set, else the
+    config's dataset) and evaluated on ``dataset`` (None: the task's own), on ``model`` (None: each of --models)."""
+
+    name: str
+    task: str
+    dataset: str | None = None
+    train_dataset: str | None = None
+    recipe_config: str | None = None
+    model: str | None = None
+    needs_model: str | None = None  # why the family has no default model, and how to make one
+
+
+FAMILIES = {
+    "arithmetic": Family("arithmetic", "math", "arithmetic", "arithmetic", "recipes/configs/toy.yaml"),
+    "toy_code": Family("toy_code", "code", "toy_code", "toy_code", "recipes/configs/toy_code.yaml"),
+    "mod_search": Family(
+        "mod_search",
+        "math",
+        "mod_search",
+        "mod_search",
+        "recipes/configs/toy.yaml",
+        needs_model="the shipped toy model is not trained on mod_search. Build a model that is "
+        "(scripts/build_toy_model.py --search_problems N --output_dir DIR; see docs/toy.md) and pass it as "
+        "--families mod_search:model=DIR",
+    ),
+}
+FAMILY_KEYS = ("task", "dataset", "train_dataset", "recipe_config", "model")
+# `--preset NAME`: defaults of the grid's flags; a flag given on the command line (or in --config) wins.
+PRESETS = {
+    "toy": {
+        "families": ["arithmetic", "toy_code"],  # mod_search joins once its model exists (see the docstring)
+        "models": ["toy"],
+        "accelerate_config": "accelerate_configs/cpu.yaml",
+        "max_steps": 30,
+        "save_steps": 10,
+        "eval_args": "--limit 100 --max_completion_length 80",
+        "eval_samplings": ["--temperature 0", "--k 4 --temperature 0.7 --checkpoints final"],
+        "output_root": "outputs/grid-toy",
+    },
+}
 
 
 @dataclass
@@ -71,19 +155,54 @@ class GridArguments:
         default_factory=lambda: list(TASKS),
         metadata={"help": "Tasks (trl_multiagent.tasks.TASKS).", "choices": list(TASKS)},
     )
-    output_root: str = field(default="runs/grid", metadata={"help": "Runs go to <root>/<model>/<task>/<cell>."})
+    families: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Task families instead of --tasks: NAME (arithmetic, toy_code, mod_search) or "
+            "NAME:key=value,... with the keys task, dataset, train_dataset, recipe_config, model (a local model "
+            "folder or a shipped toy model's name; without it the family runs on each of --models), e.g. "
+            "mod_search:model=/path/to/model."
+        },
+    )
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "'toy': the CPU-offline grid (toy model and families, cpu launch config, 30 steps, greedy and "
+            "pass@1 evaluations on 100 problems); flags given beside it win.",
+            "choices": list(PRESETS),
+        },
+    )
+    output_root: str = field(
+        default="runs/grid",
+        metadata={"help": "Runs go to <root>/<model>/<family>/<cell> (with --seeds: <family>/seed-N/<cell>)."},
+    )
     seed: int = field(default=42, metadata={"help": "Seed of every run and evaluation."})
+    seeds: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "Run every cell once per seed, each seed's runs under seed-N/ (default: --seed, no seed-N)."
+        },
+    )
     max_steps: int = field(default=500, metadata={"help": "Training steps of every run (the paper: 500)."})
     save_steps: int = field(default=5, metadata={"help": "Checkpoint (and evaluation) interval (the paper: 5)."})
     accelerate_config: str = field(default="accelerate_configs/single_gpu.yaml", metadata={"help": "Launch config."})
     recipe_config: list[str] = field(
-        default_factory=list, metadata={"help": "task=path: the --config yaml of that task's recipes."}
+        default_factory=list,
+        metadata={"help": "task=path (or family=path): the --config yaml of that task's (family's) recipes."},
     )
     recipe_args: str = field(default="", metadata={"help": "Extra flags for every training command."})
     eval_dataset: list[str] = field(
-        default_factory=list, metadata={"help": "task=name: the evaluation dataset (default: the task's own)."}
+        default_factory=list,
+        metadata={"help": "task=name (or family=name): the evaluation dataset (default: the task's own)."},
     )
     eval_args: str = field(default="", metadata={"help": "Extra flags for every evaluation (e.g. '--k 4')."})
+    eval_samplings: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Evaluate everything once per entry, each entry's flags after --eval_args, e.g. "
+            "'--temperature 0' '--k 4 --temperature 0.7 --checkpoints final' (default: once, --eval_args alone)."
+        },
+    )
     launcher: str = field(
         default="local",
         metadata={
@@ -140,6 +259,8 @@ class Cell:
     workflow: str  # recipe name, or "single_agent" for the SA-RL control
     policy_sharing: str
     run_dir: Path
+    family: Family
+    seed: int
 
 
 def per_task(entries: list[str], name: str) -> dict[str, str]:
@@ -149,67 +270,150 @@ def per_task(entries: list[str], name: str) -> dict[str, str]:
     return dict(pairs)
 
 
+def parse_family(entry: str) -> Family:
+    """``NAME`` or ``NAME:key=value,...`` (see --families) -> a family; a named one takes its defaults from
+    ``FAMILIES``."""
+    name, _, spec = entry.partition(":")
+    fields = dict(pair.split("=", 1) for pair in spec.split(",") if "=" in pair) if spec else {}
+    bad = [pair for pair in spec.split(",") if "=" not in pair] if spec else []
+    unknown = sorted(set(fields) - set(FAMILY_KEYS))
+    if not name or bad or unknown:
+        raise ValueError(
+            f"--families entry {entry!r}: write NAME or NAME:key=value,... with the keys {', '.join(FAMILY_KEYS)}, "
+            "e.g. mod_search:model=/path/to/model."
+        )
+    if name in FAMILIES:
+        known = FAMILIES[name]
+        values = {key: fields.get(key, getattr(known, key)) for key in FAMILY_KEYS}
+        return Family(name, **values, needs_model=None if "model" in fields else known.needs_model)
+    if "task" not in fields:
+        raise ValueError(
+            f"--families entry {entry!r}: {name!r} is not one of the named families ({', '.join(FAMILIES)}); "
+            f"give its task too, e.g. {name}:task=math,dataset=...,recipe_config=..."
+        )
+    fields.setdefault("train_dataset", fields.get("dataset"))
+    return Family(name, **fields)
+
+
+def check_family_model(family: Family) -> None:
+    """A family's own model must be there: the offline families' models are built here, not downloaded."""
+    if family.model is None and family.needs_model:
+        raise ValueError(f"Family {family.name!r} has no model: {family.needs_model}.")
+    if family.model is not None and family.model not in SHIPPED_MODELS:
+        if not (Path(family.model) / "config.json").is_file():
+            raise FileNotFoundError(
+                f"Family {family.name!r}: no model at {family.model} (a folder with config.json, or one of "
+                f"{sorted(SHIPPED_MODELS)}). Build it first, or fix the path in --families."
+            )
+
+
+def grid_families(args: GridArguments) -> list[Family]:
+    """--families, or one family per --tasks entry; per-task (or per-family) --recipe_config and --eval_dataset
+    entries replace a family's own."""
+    configs = per_task(args.recipe_config, "recipe_config")
+    datasets = per_task(args.eval_dataset, "eval_dataset")
+    if args.families:
+        families = [parse_family(entry) for entry in args.families]
+    else:  # the grid as before families: a task's family is named after it and trains on its config's dataset
+        families = [Family(task, task) for task in args.tasks]
+    unknown = sorted((set(configs) | set(datasets)) - {f.name for f in families} - set(TASKS))
+    if unknown:
+        raise ValueError(
+            f"--recipe_config / --eval_dataset name {unknown}: neither a task ({', '.join(TASKS)}) nor a family of "
+            f"this grid ({', '.join(f.name for f in families)})."
+        )
+    families = [
+        Family(
+            family.name,
+            family.task,
+            datasets.get(family.name, datasets.get(family.task, family.dataset)),
+            family.train_dataset,
+            configs.get(family.name, configs.get(family.task, family.recipe_config)),
+            family.model,
+            family.needs_model,
+        )
+        for family in families
+    ]
+    for family in families:
+        if family.task not in TASKS:
+            raise ValueError(f"Family {family.name!r}: unknown task {family.task!r} (tasks: {', '.join(TASKS)}).")
+        check_family_model(family)
+    if len({f.name for f in families}) != len(families):
+        raise ValueError(f"--families names a family twice: {[f.name for f in families]}.")
+    return families
+
+
 def grid_cells(args: GridArguments) -> list[Cell]:
-    """Per model and task: the SA-RL control first, then every workflow x policy sharing."""
+    """Per family, model and seed: the SA-RL control first, then every workflow x policy sharing."""
     cells = []
-    for model in args.models:
-        for task in args.tasks:
-            folder = Path(args.output_root) / Path(model.rstrip("/")).name / task
-            cells.append(Cell(model, task, SA_RL, "isolated", folder / SA_RL))
-            for workflow in args.workflows:
-                for sharing in args.policy_sharing:
-                    cells.append(Cell(model, task, workflow, sharing, folder / f"{workflow}-{sharing}"))
+    for family in grid_families(args):
+        for model in [family.model] if family.model else args.models:
+            folder = Path(args.output_root) / Path(model.rstrip("/")).name / family.name
+            for seed in args.seeds or [args.seed]:
+                seed_folder = folder / f"seed-{seed}" if args.seeds else folder
+                cells.append(Cell(model, family.task, SA_RL, "isolated", seed_folder / SA_RL, family, seed))
+                for workflow in args.workflows:
+                    for sharing in args.policy_sharing:
+                        run_dir = seed_folder / f"{workflow}-{sharing}"
+                        cells.append(Cell(model, family.task, workflow, sharing, run_dir, family, seed))
     return cells
 
 
+def group_key(cell: Cell) -> tuple[str, str, int]:
+    """The cells that share controls: one model, family and seed."""
+    return cell.model, cell.family.name, cell.seed
+
+
 def train_command(args: GridArguments, cell: Cell) -> list[str]:
-    config = per_task(args.recipe_config, "recipe_config").get(cell.task)
+    config, dataset = cell.family.recipe_config, cell.family.train_dataset
     return [
         "accelerate", "launch", "--config_file", args.accelerate_config, f"recipes/{cell.workflow}_{cell.task}.py",
         *(["--config", config] if config else []),
+        *(["--dataset_name", dataset] if dataset else []),
         "--model_name_or_path", cell.model, "--output_dir", str(cell.run_dir), "--policy_sharing", cell.policy_sharing,
-        "--seed", str(args.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
+        "--seed", str(cell.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
         *shlex.split(args.recipe_args),
     ]  # fmt: skip
 
 
-def trained_renderings(args: GridArguments) -> dict[str, list[str]]:
-    """task -> the flags that render evaluation prompts as its recipe config trains them (`chat_rendering` and
+def trained_rendering(config: str | None) -> list[str]:
+    """The flags that render evaluation prompts as a recipe config trains them (`chat_rendering` and
     `chat_template_kwargs`; the library defaults where the config leaves them out). Without a config the recipes
-    and evaluate.py read the paper presets, which render alike."""
+    and evaluate.py read the paper presets, which render alike: no flags."""
+    if config is None:
+        return []
     library = MultiAgentGRPOConfig.__dataclass_fields__
-    flags = {}
-    for task, config in per_task(args.recipe_config, "recipe_config").items():
-        preset = yaml.safe_load(Path(config).read_text()) or {}
-        rendering = preset.get("chat_rendering", library["chat_rendering"].default)
-        template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
-        flags[task] = ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
-    return flags
+    preset = yaml.safe_load(Path(shipped_path(config)).read_text()) or {}
+    rendering = preset.get("chat_rendering", library["chat_rendering"].default)
+    template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
+    return ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
 
 
 def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
-    """Each cell's checkpoints; per model and task the base model in each workflow, SA-RL alone and transferred."""
-    datasets = per_task(args.eval_dataset, "eval_dataset")
-    renderings = trained_renderings(args)
+    """Each cell's checkpoints; per model, family and seed the base model in each workflow, SA-RL alone and
+    transferred; each of them once per --eval_samplings entry."""
+    renderings = {config: trained_rendering(config) for config in {cell.family.recipe_config for cell in cells}}
+    samplings = [shlex.split(sampling) for sampling in args.eval_samplings] or [[]]
 
-    def command(cell: Cell, *extra: str) -> list[str]:
-        dataset = ["--dataset_name", datasets[cell.task]] if cell.task in datasets else []
-        rendering = renderings.get(cell.task, [])
-        common = ["--task", cell.task, *dataset, *rendering, "--seed", str(args.seed), *shlex.split(args.eval_args)]
-        return ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
+    def command(cell: Cell, *extra: str) -> list[list[str]]:
+        dataset = ["--dataset_name", cell.family.dataset] if cell.family.dataset else []
+        rendering = renderings[cell.family.recipe_config]
+        common = ["--task", cell.task, *dataset, *rendering, "--seed", str(cell.seed), *shlex.split(args.eval_args)]
+        run = ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
+        return [run + sampling for sampling in samplings]
 
-    commands = [command(cell) for cell in cells]
+    commands = [c for cell in cells for c in command(cell)]
     for sa_rl in (cell for cell in cells if cell.workflow == SA_RL):
         first_per_workflow: dict[str, Cell] = {}  # the workflow is the same under every policy sharing
         for cell in cells:
-            if (cell.model, cell.task) == (sa_rl.model, sa_rl.task) and cell.workflow != SA_RL:
+            if group_key(cell) == group_key(sa_rl) and cell.workflow != SA_RL:
                 first_per_workflow.setdefault(cell.workflow, cell)
-        commands.append(command(sa_rl, "--mode", "base"))
+        commands += command(sa_rl, "--mode", "base")
         for cell in first_per_workflow.values():
-            commands.append(command(cell, "--mode", "base"))
-            commands.append(command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir)))
+            commands += command(cell, "--mode", "base")
+            commands += command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir))
     if args.attribution:  # a shared policy is one adapter: nothing to split between roles
-        commands += [command(cell, "--attribution") for cell in cells if attributed(cell)]
+        commands += [c for cell in cells if attributed(cell) for c in command(cell, "--attribution")]
     return commands
 
 
@@ -217,7 +421,7 @@ def attributed(cell: Cell) -> bool:
     return cell.workflow != SA_RL and cell.policy_sharing == "isolated"
 
 
-def attribution_report(root: Path, cells: list[Cell]) -> str:
+def attribution_report(root: Path, cells: list[Cell], args: GridArguments) -> str:
     """Every attribution found in the cells' run folders, as one markdown table per workflow (and its plot)."""
     from trl_multiagent.evaluation.attribution import format_attribution
 
@@ -232,9 +436,11 @@ def attribution_report(root: Path, cells: list[Cell]) -> str:
     try:
         from trl_multiagent.evaluation.plots import plot_attribution
 
-        for model, task in dict.fromkeys((cell.model, cell.task) for cell, _ in results):
-            group = [result for cell, result in results if (cell.model, cell.task) == (model, task)]
-            plot_attribution(group, root / "plots" / f"attribution-{Path(model).name}-{task}.png", f"{model} {task}")
+        for key in dict.fromkeys(group_key(cell) for cell, _ in results):
+            group = [(cell, result) for cell, result in results if group_key(cell) == key]
+            title = " ".join(map(str, key if args.seeds else key[:2]))
+            path = root / "plots" / f"attribution-{plot_name(group[0][0], args)}.png"
+            plot_attribution([result for _, result in group], path, title)
     except ImportError as e:
         print(f"No attribution plot: {e}")
     return "\n".join(format_attribution(result) for _, result in results)
@@ -251,10 +457,20 @@ def ready(command: list[str]) -> bool:
 
 def resolve(command: list[str]) -> list[str]:
     """A printed command as it runs: `python` and `accelerate` of this environment, scripts found under the
-    repository."""
+    repository, and shipped configs (recipes/configs/, accelerate_configs/) found there when not here."""
     executable = {"python": sys.executable, "accelerate": str(Path(sys.executable).parent / "accelerate")}
     resolved = [executable.get(arg, arg) if i == 0 else arg for i, arg in enumerate(command)]
-    return [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    resolved = [str(ROOT / arg) if arg.startswith("recipes/") and arg.endswith(".py") else arg for arg in resolved]
+    return [shipped_path(arg) for arg in resolved]
+
+
+def shipped_path(value: str) -> str:
+    """``recipes/...`` or ``accelerate_configs/...`` as given when it exists here, else the repository's (or the
+    installed package's) file; any other value unchanged."""
+    if value.startswith(("recipes/", "accelerate_configs/")) and not Path(value).exists():
+        if (ROOT / value).exists():
+            return str(ROOT / value)
+    return value
 
 
 def run(command: list[str]) -> bool:
@@ -368,26 +584,45 @@ def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluat
 
 
 def report(args: GridArguments, cells: list[Cell]) -> None:
-    """Table, per-role instability and plots of every run, written to <output_root>/."""
+    """Tables, per-role instability and plots of every run, written to <output_root>/."""
     root = Path(args.output_root)
     rows = {cell.run_dir: read_results(cell.run_dir) for cell in cells}
-    table = paper_table([row for cell_rows in rows.values() for row in cell_rows])
-    instability = {str(cell.run_dir): role_instability(read_log_history(cell.run_dir)) for cell in cells}
     root.mkdir(parents=True, exist_ok=True)
-    (root / "table.md").write_text(format_table(table))
+    tables, text = {}, ""
+    for seed in args.seeds or [None]:  # one curve per cell and seed: without --seeds, one table as before seeds
+        seed_rows = [row for cell in cells if seed in (None, cell.seed) for row in rows[cell.run_dir]]
+        tables[seed] = paper_table(seed_rows)
+        text += (f"## seed {seed}\n\n" if seed is not None else "") + format_table(tables[seed])
+    table = tables[None] if not args.seeds else {str(seed): table for seed, table in tables.items()}
+    families = {}
+    for model, family in dict.fromkeys((cell.model, cell.family) for cell in cells):
+        group = [row for cell in cells if (cell.model, cell.family) == (model, family) for row in rows[cell.run_dir]]
+        title = f"{family.name} ({family.task} task, {family.dataset or 'its own dataset'}) on {model}"
+        families[title] = family_table(group)
+    family_text = "\n".join(format_family_table(title, result) for title, result in families.items())
+    instability = {str(cell.run_dir): role_instability(read_log_history(cell.run_dir)) for cell in cells}
+    (root / "table.md").write_text(text)
     (root / "table.json").write_text(json.dumps(table, indent=1))
+    (root / "families.md").write_text(family_text)
+    (root / "families.json").write_text(json.dumps(families, indent=1))
     (root / "instability.json").write_text(json.dumps(instability, indent=1))
-    print("\n" + format_table(table))
+    print("\n" + text)
     print(instability_table(instability))
-    attribution = attribution_report(root, cells)
+    attribution = attribution_report(root, cells, args)
     if attribution:
         (root / "attribution.md").write_text(attribution)
         print(attribution)
+    print(family_text)
     try:
-        plot(root / "plots", rows, cells)
+        plot(root / "plots", rows, cells, args)
     except ImportError as e:
         print(f"No plots: {e}")
-    print(f"Wrote {root}/table.md, table.json, instability.json and plots/")
+    print(f"Wrote {root}/table.md, table.json, families.md, families.json, instability.json and plots/")
+
+
+def plot_name(cell: Cell, args: GridArguments) -> str:
+    """``<model>-<family>`` (and ``-seed<N>`` with --seeds) in the names of a cell's plots."""
+    return f"{Path(cell.model).name}-{cell.family.name}" + (f"-seed{cell.seed}" if args.seeds else "")
 
 
 def instability_table(instability: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -400,19 +635,25 @@ def instability_table(instability: dict[str, dict[str, dict[str, float]]]) -> st
     return "\n".join(lines) + "\n"
 
 
-def plot(folder: Path, rows: dict[Path, list[dict]], cells: list[Cell]) -> None:
-    """Accuracy vs step per model and task (every cell and control); per run, per-role training curves."""
+def plot(folder: Path, rows: dict[Path, list[dict]], cells: list[Cell], args: GridArguments) -> None:
+    """Accuracy vs step per model, family and seed (every cell and control); per run, per-role training curves."""
     from trl_multiagent.evaluation.plots import plot_accuracy, plot_role_metric
 
-    for model, task in dict.fromkeys((cell.model, cell.task) for cell in cells):
-        group = [row for cell in cells if (cell.model, cell.task) == (model, task) for row in rows[cell.run_dir]]
+    for key in dict.fromkeys(group_key(cell) for cell in cells):
+        group_cells = [cell for cell in cells if group_key(cell) == key]
+        group = [row for cell in group_cells for row in rows[cell.run_dir]]
         if group:
-            plot_accuracy(group, folder / f"accuracy-{Path(model).name}-{task}.png", title=f"{model} {task}")
+            name, (model, family, seed) = plot_name(group_cells[0], args), key
+            title = f"{model} {family}" + (f" seed {seed}" if args.seeds else "")
+            plot_accuracy(group, folder / f"accuracy-{name}.png", title=title)
     for cell in cells:
         history = read_log_history(cell.run_dir)
         for metric in ("completion_length", "perplexity", "entropy", "policy_ratio"):
-            name = f"{Path(cell.model).name}-{cell.task}-{cell.run_dir.name}-{metric}.png"
-            plot_role_metric(history, metric, folder / name, title=f"{cell.run_dir.name} ({cell.model}, {cell.task})")
+            name = f"{plot_name(cell, args)}-{cell.run_dir.name}-{metric}.png"
+            title = f"{cell.run_dir.name} ({cell.model}, {cell.family.name}" + (
+                f", seed {cell.seed})" if args.seeds else ")"
+            )
+            plot_role_metric(history, metric, folder / name, title=title)
 
 
 def main(args: GridArguments) -> int:
@@ -452,7 +693,22 @@ def main(args: GridArguments) -> int:
     return 1 if failed else 0
 
 
+def parse_args(argv: list[str]) -> GridArguments:
+    """The grid's flags; ``--preset NAME`` first sets its values as defaults, so that any flag given (or set by
+    --config) wins over the preset's."""
+    parser = TrlParser((GridArguments,))
+    presets = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--preset"]
+    presets += [arg.split("=", 1)[1] for arg in argv if arg.startswith("--preset=")]
+    for name in presets[-1:]:
+        if name not in PRESETS:
+            raise ValueError(f"--preset {name!r}: the presets are {', '.join(PRESETS)}.")
+        parser.set_defaults(**PRESETS[name])
+    (args,) = parser.parse_args_and_config(argv)
+    if args.preset is not None and args.preset not in presets:
+        raise ValueError("Give --preset on the command line (a --config file cannot set it).")
+    return args
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    (grid_args,) = TrlParser((GridArguments,)).parse_args_and_config()
-    sys.exit(main(grid_args))
+    sys.exit(main(parse_args(sys.argv[1:])))

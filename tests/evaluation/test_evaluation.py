@@ -21,6 +21,7 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
+from trl_multiagent.evaluation.results import problem_success
 
 TINY_EVAL = dict(task="math", dataset_name="arithmetic", limit=2, max_completion_length=6)
 
@@ -140,6 +141,16 @@ def test_evaluating_a_run_twice_appends_nothing(voting_run):
     assert set(call["parsed"]) == {"kind", "value", "parsed"} and call["parsed"]["kind"] == "selection"
     assert 1 <= call["parsed"]["value"] <= 3 and call["reward"] == episode["reward"]
     assert episode["row"]["answer"]
+
+
+def test_rows_record_each_problems_successes_and_final_only_evaluates_the_newest(voting_run, tmp_path):
+    settings = EvalSettings(**TINY_EVAL, k=3, temperature=1.0, seed=5)
+    (row,) = evaluate(voting_run, "trained", settings, output_dir=tmp_path, final_only=True)
+    assert row["step"] == 2  # checkpoint-1 is not evaluated
+    assert len(row["problem_solved"]) == 2 and all(0 <= count <= 3 for count in row["problem_solved"])
+    assert sum(row["problem_solved"]) / 6 == pytest.approx(row["accuracy"])
+    from_episodes = problem_success({k: v for k, v in row.items() if k != "problem_solved"})  # a row recorded before
+    assert problem_success(row) == from_episodes == [count / 3 for count in row["problem_solved"]]
 
 
 def test_transfer_and_generator_alone(tiny_model_dir, voting_run, tmp_path):

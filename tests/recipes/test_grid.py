@@ -9,6 +9,8 @@ import sys
 import pytest
 from harness import ROOT, run_offline
 
+from trl_multiagent.evaluation import read_results
+
 
 def grid(*args: str, timeout: int = 120) -> str:
     return run_offline([sys.executable, "recipes/grid.py", *args], cwd=ROOT, timeout=timeout).stdout
@@ -133,3 +135,143 @@ def test_attribution_is_evaluated_for_isolated_cells_and_reported_per_workflow(t
     assert "| interaction | +50.0 [" in (tmp_path / "attribution.md").read_text()
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "plots" / "attribution-m-math.png").is_file()
+
+
+def load_grid():
+    spec = importlib.util.spec_from_file_location("grid_recipe", ROOT / "recipes" / "grid.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def dry_run(capsys, *args: str) -> tuple[list[str], list[str]]:
+    grid_module = load_grid()
+    assert grid_module.main(grid_module.parse_args(["--dry-run", *args])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    launches = [line for line in lines if line.startswith("accelerate launch ")]
+    return launches, [line for line in lines if line.startswith("python recipes/evaluate.py ")]
+
+
+def test_toy_preset_prints_every_family_and_seed(capsys, tmp_path):
+    launches, evaluations = dry_run(capsys, "--preset", "toy", "--seeds", "1", "2", "--output_root", str(tmp_path))
+    assert len(launches) == 2 * 2 * (3 * 2 + 1)  # families x seeds x (workflows x sharings + SA-RL)
+    assert all("--config_file accelerate_configs/cpu.yaml" in line for line in launches)
+    assert all("--model_name_or_path toy " in line and "--max_steps 30 --save_steps 10" in line for line in launches)
+    for family, config, task in (("arithmetic", "toy.yaml", "math"), ("toy_code", "toy_code.yaml", "code")):
+        for seed in (1, 2):
+            folder = f"--output_dir {tmp_path}/toy/{family}/seed-{seed}/"
+            ours = [line for line in launches if folder in line]
+            assert len(ours) == 7 and all(f"--seed {seed} " in line for line in ours)
+            assert all(f"--config recipes/configs/{config} --dataset_name {family} " in line for line in ours)
+            assert all(f"_{task}.py " in line for line in ours)
+            evaluated = [line for line in evaluations if f"--run_dir {tmp_path}/toy/{family}/seed-{seed}/" in line]
+            # 7 runs, 3 base-model workflows + SA-RL's, 3 transfers; greedy and sampled each
+            assert len(evaluated) == (7 + 4 + 3) * 2
+            assert all(f"--dataset_name {family} " in line and f"--seed {seed} " in line for line in evaluated)
+    greedy = [line for line in evaluations if line.endswith("--limit 100 --max_completion_length 80 --temperature 0")]
+    sampled = [line for line in evaluations if line.endswith("--k 4 --temperature 0.7 --checkpoints final")]
+    assert len(greedy) == len(sampled) == len(evaluations) // 2
+
+
+def test_flags_given_beside_the_preset_win(capsys, tmp_path):
+    grid_module = load_grid()
+    args = grid_module.parse_args(["--preset", "toy", "--save_steps", "5", "--families", "arithmetic"])
+    assert (args.save_steps, args.max_steps, args.models, args.families) == (5, 30, ["toy"], ["arithmetic"])
+    assert args.output_root == "outputs/grid-toy" and args.seeds == []  # one seed, no seed-N folder
+    launches, _ = dry_run(capsys, "--preset", "toy", "--families", "arithmetic", "--output_root", str(tmp_path))
+    assert len(launches) == 7 and all(f"{tmp_path}/toy/arithmetic/" in line for line in launches)
+    assert all("--seed 42 " in line for line in launches)
+    with pytest.raises(ValueError, match="the presets are toy"):
+        grid_module.parse_args(["--preset", "paper"])
+
+
+def test_without_seeds_and_families_the_grid_is_as_before(tmp_path):
+    grid_module = load_grid()
+    args = grid_module.parse_args(
+        ["--models", "org/m", "--tasks", "math", "--workflows", "voting", "--output_root", str(tmp_path)]
+    )
+    cells = grid_module.grid_cells(args)
+    assert [cell.run_dir for cell in cells] == [tmp_path / "m" / "math" / name for name in (
+        "single_agent", "voting-shared", "voting-isolated"
+    )]  # fmt: skip
+    command = grid_module.train_command(args, cells[0])
+    assert "--dataset_name" not in command and "--config" not in command  # the recipe's paper preset decides
+    with pytest.raises(ValueError, match="neither a task"):
+        grid_module.grid_cells(grid_module.parse_args(["--eval_dataset", "maths=arithmetic"]))
+
+
+def test_mod_search_runs_on_a_model_of_its_own(capsys, tmp_path):
+    grid_module = load_grid()
+    with pytest.raises(ValueError, match="not trained on mod_search.*--families mod_search:model=DIR"):
+        grid_module.grid_cells(grid_module.parse_args(["--preset", "toy", "--families", "arithmetic", "mod_search"]))
+    missing = tmp_path / "toy-search"
+    with pytest.raises(FileNotFoundError, match=f"no model at {missing}"):
+        grid_module.grid_cells(grid_module.parse_args(["--families", f"mod_search:model={missing}"]))
+    missing.mkdir()
+    (missing / "config.json").write_text("{}")
+    launches, evaluations = dry_run(
+        capsys, "--preset", "toy", "--families", "arithmetic", f"mod_search:model={missing}", "--output_root",
+        str(tmp_path / "runs"),
+    )  # fmt: skip
+    search = [line for line in launches if "/mod_search/" in line]
+    assert len(search) == len(launches) - 7 == 7  # arithmetic stays on --models (toy)
+    assert all(f"--dataset_name mod_search --model_name_or_path {missing} " in line for line in search)
+    assert all(f"{tmp_path}/runs/toy-search/mod_search/" in line for line in search)
+    assert all("--dataset_name mod_search" in line for line in evaluations if "/mod_search/" in line)
+    with pytest.raises(ValueError, match="give its task too"):
+        grid_module.grid_cells(grid_module.parse_args(["--families", "mine:dataset=x.jsonl"]))
+
+
+def write_rows(run_dir, rows):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "eval_results.jsonl").open("a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def test_report_with_seeds_writes_a_table_per_seed_and_the_family_table(capsys, tmp_path):
+    grid_module = load_grid()
+    common = dict(model="toy", dataset="arithmetic", k=1, temperature=0.0, top_p=1.0, num_problems=2)
+
+    def result(mode, workflow, sharing, seed, solved, step=30):
+        return {**common, "mode": mode, "workflow": workflow, "policy_sharing": sharing, "seed": seed, "step": step,
+                "accuracy": sum(solved) / 2, "problem_solved": solved, "trained_workflow": workflow}  # fmt: skip
+
+    for seed, sa, voting in ((1, [0, 1], [1, 1]), (2, [0, 0], [1, 0])):
+        folder = tmp_path / "toy" / "arithmetic" / f"seed-{seed}"
+        write_rows(folder / "single_agent", [result("trained", "SingleAgent", "isolated", seed, sa)])
+        write_rows(folder / "voting-isolated", [result("trained", "Voting", "isolated", seed, voting)])
+    args = grid_module.parse_args(
+        ["--preset", "toy", "--families", "arithmetic", "--workflows", "voting", "--policy_sharing", "isolated",
+         "--seeds", "1", "2", "--output_root", str(tmp_path), "--report_only"]
+    )  # fmt: skip
+    assert grid_module.main(args) == 0
+    out = capsys.readouterr().out
+    families = (tmp_path / "families.md").read_text()
+    assert families in out and "arithmetic (math task, arithmetic) on toy: seed(s) 1, 2" in families
+    # Voting: 100 and 50 (mean 75, sd 35.4); SA-RL: 50 and 0; pooled per problem [1, .5] - [0, .5] = +50
+    assert "| Voting | isolated | 30 | 75.0 ± 35.4 | +50.0 [" in families
+    assert "| SA-RL | - | 30 | 25.0 ± 35.4 | - | - |" in families
+    table = (tmp_path / "table.md").read_text()
+    assert table.startswith("## seed 1\n") and "## seed 2\n" in table
+    assert "| toy | arithmetic | Voting | isolated | trained | 50.0 (30) |" in table.split("## seed 2")[1]
+    assert set(json.loads((tmp_path / "table.json").read_text())) == {"1", "2"}
+
+
+@pytest.mark.slow
+def test_toy_preset_end_to_end_one_family_two_cells(tmp_path):
+    out = grid(
+        "--preset", "toy", "--families", "arithmetic", "--workflows", "eval_opt", "--policy_sharing", "isolated",
+        "--seeds", "7", "--max_steps", "1", "--save_steps", "1", "--eval_samplings", "--temperature 0",
+        "--eval_args", "--limit 4 --max_completion_length 80", "--output_root", str(tmp_path), timeout=900,
+    )  # fmt: skip
+    folder = tmp_path / "toy" / "arithmetic" / "seed-7"
+    (row,) = [r for r in read_results(folder / "eval_opt-isolated") if r["mode"] == "trained"]  # beside base's
+    assert (row["step"], row["seed"], row["temperature"], len(row["problem_solved"])) == (1, 7, 0.0, 4)
+    (sa_rl,) = [r for r in read_results(folder / "single_agent") if r["mode"] == "trained"]
+    families = json.loads((tmp_path / "families.json").read_text())
+    (table,) = families.values()
+    eval_opt = next(line for line in table["lines"] if line["label"] == "EvalOpt")["results"]["greedy"]
+    residual = eval_opt["vs_single_agent"]
+    assert residual["value"] == pytest.approx(row["accuracy"] - sa_rl["accuracy"]) and residual["seeds"] == [7]
+    assert residual["low"] <= residual["value"] <= residual["high"]
+    assert (tmp_path / "families.md").read_text() in out

@@ -6,6 +6,8 @@
 - ``run_episodes(trained, prompts, make_generation_config(trained, max_new_tokens))``: a workflow loaded by
   ``trl_multiagent.checkpoints`` run through the trainer's rollout engine and backends;
 - ``paper_table(rows)``: peak (and step), final, drop from peak, residual vs SA-RL per cell;
+- ``family_table(rows)``: a task family over seeds, residuals vs SA-RL with paired bootstrap intervals over problems
+  (``bootstrap.py``, shared with the per-role attribution);
 - ``role_instability(read_log_history(run_dir))``: per-role policy ratio, gradient norm and entropy summaries;
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
@@ -16,7 +18,7 @@ from .generation import eos_token_ids, make_generation_config, run_episodes
 from .instability import read_log_history, role_instability, role_series
 from .modes import MODES, ModePlan, parse_role_policies, plan_mode
 from .results import RESULTS_FILE, read_results
-from .table import accuracy_curves, format_table, paper_table
+from .table import accuracy_curves, family_table, format_family_table, format_table, paper_table
 
 __all__ = [
     "MODES",
@@ -26,7 +28,9 @@ __all__ = [
     "accuracy_curves",
     "eos_token_ids",
     "evaluate",
+    "family_table",
     "final_answer_rewards",
+    "format_family_table",
     "format_table",
     "list_checkpoints",
     "make_generation_config",

@@ -30,10 +30,10 @@ from ..adapters.routing import unique_adapters
 from ..checkpoints import read_multiagent_config, workflow_from_config
 from ..tasks import get_task
 from ..workflows import Workflow
-from ..workflows.correctness import solved
+from .bootstrap import bootstrap_over_problems
 from .evaluator import EvalSettings, describe, evaluate, list_checkpoints
 from .modes import plan_mode
-from .results import key_hash, read_results, result_key
+from .results import key_hash, problem_success, read_results, result_key
 
 EXACT_UP_TO = 4  # adapters; 2^4 = 16 evaluations
 Coalition = frozenset[str]  # the adapters kept trained; the others' roles go to the base model
@@ -97,24 +97,15 @@ def attribution(
         full, empty = values[frozenset(players)], values[frozenset()]
         return {**shapley(values, players), "interaction": interaction(values, players), "gain": full - empty}
 
-    point = summary(table)
-    rng = np.random.default_rng(seed)
+    intervals = bootstrap_over_problems(table, summary, bootstrap=bootstrap, confidence=confidence, seed=seed)
     n = table.shape[1]
-    draws = [summary(table[:, rng.integers(0, n, n)]) for _ in range(bootstrap)]
-    tail = 100 * (1 - confidence) / 2
-
-    def interval(name: str) -> dict[str, float]:
-        samples = [draw[name] for draw in draws]
-        low, high = np.percentile(samples, [tail, 100 - tail]) if samples else (math.nan, math.nan)
-        return {"value": point[name], "low": float(low), "high": float(high)}
-
     means = table.mean(axis=1)
     return {
         "players": list(players),
         "method": "shapley" if len(players) <= EXACT_UP_TO else "add_one_in_leave_one_out",
-        "shares": {p: interval(p) for p in players},
-        "interaction": interval("interaction"),
-        "gain": interval("gain"),
+        "shares": {p: intervals[p] for p in players},
+        "interaction": intervals["interaction"],
+        "gain": intervals["gain"],
         "subsets": [{"trained": sorted(s), "success": float(m)} for s, m in zip(subsets, means)],
         "num_problems": n,
         "bootstrap": bootstrap,
@@ -148,7 +139,7 @@ def run_attribution(
         key = result_key(describe(plan, settings, step, checkpoint, num_problems))
         evaluated += len(evaluate(checkpoint, "trained", settings, output_dir, workflow, role_policies=policies))
         (row,) = [r for r in read_results(output_dir) if result_key(r) == key][-1:]
-        per_problem[subset], rows[subset] = problem_success(row, settings.k), row
+        per_problem[subset], rows[subset] = problem_success(row), row
     result = attribution(per_problem, players, bootstrap=bootstrap, seed=settings.seed)
     full = rows[frozenset(players)]
     result.update(
@@ -165,22 +156,6 @@ def run_attribution(
     path = output_dir / f"attribution-step{step}-{result['settings_key']}.json"
     path.write_text(json.dumps(result, indent=1))
     return result
-
-
-def problem_success(row: dict[str, Any], k: int) -> list[float]:
-    """Per problem, the fraction of its ``k`` episodes solved, read from the row's episode files."""
-    folder = Path(row["episodes_dir"])
-    solved_by_problem = [[] for _ in range(row["num_problems"])]
-    for path in folder.glob("problem-*.json"):
-        episode = json.loads(path.read_text())
-        solved_by_problem[episode["problem"]].append(solved(episode["reward"]))
-    short = [p for p, outcomes in enumerate(solved_by_problem) if len(outcomes) != k]
-    if short:
-        raise FileNotFoundError(
-            f"{folder} lacks episodes of problem(s) {short[:5]}: delete the row from eval_results.jsonl to evaluate "
-            "that subset again."
-        )
-    return [sum(outcomes) / k for outcomes in solved_by_problem]
 
 
 def format_attribution(result: dict[str, Any]) -> str:

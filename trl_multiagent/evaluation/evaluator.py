@@ -154,8 +154,10 @@ def evaluate(
     alone_role: str = "generator",
     role_tools: dict[str, list[Callable]] | None = None,
     role_policies: dict[str, str] | None = None,
+    final_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``); return the new rows.
+    """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``; only the newest with
+    ``final_only``); return the new rows.
 
     See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``). ``role_tools``
     (``{role: [function, ...]}``): tools for roles, added to those the workflow declares, as the trainer's.
@@ -169,6 +171,8 @@ def evaluate(
     checkpoints = list_checkpoints(run_dir) if run_dir is not None else [(0, None)]
     if mode == "base":  # the checkpoint only names the workflow and base model
         checkpoints = [(0, checkpoints[-1][1])]
+    elif final_only:
+        checkpoints = checkpoints[-1:]
     dataset = get_task(settings.task).eval_dataset(settings.dataset_name, settings.limit)
     done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
     new_rows, engine = [], None
@@ -302,6 +306,7 @@ def score(
         "mean_calls": calls / max(jobs, 1),
         "truncated_fraction": truncated / max(calls, 1),
         "role_completion_tokens": {role: sum(t) / len(t) for role, t in sorted(role_tokens.items())},
+        "problem_solved": correct,  # per problem, in dataset order: episodes solved out of k
     }
 
 

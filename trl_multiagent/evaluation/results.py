@@ -1,4 +1,8 @@
-"""``eval_results.jsonl``: one row per evaluation, appended; a row's key says whether it was already evaluated."""
+"""``eval_results.jsonl``: one row per evaluation, appended; a row's key says whether it was already evaluated.
+
+A row's ``problem_solved`` is, per problem in dataset order, how many of its ``k`` episodes were solved (rows
+recorded before that field existed lack it: ``problem_success`` then reads the row's episode files).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+from ..workflows.correctness import solved
 
 RESULTS_FILE = "eval_results.jsonl"
 # Two evaluations with the same values here are the same evaluation: the second one is skipped.
@@ -51,3 +57,23 @@ def append_result(path: str | Path, row: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(json.dumps(row) + "\n")
+
+
+def problem_success(row: dict[str, Any]) -> list[float]:
+    """Per problem (dataset order), the fraction of its ``k`` episodes solved: from the row's ``problem_solved``, or
+    for rows recorded without it, from its episode files."""
+    k = row["k"]
+    if "problem_solved" in row:
+        return [count / k for count in row["problem_solved"]]
+    folder = Path(row["episodes_dir"])
+    solved_by_problem = [[] for _ in range(row["num_problems"])]
+    for path in folder.glob("problem-*.json"):
+        episode = json.loads(path.read_text())
+        solved_by_problem[episode["problem"]].append(solved(episode["reward"]))
+    short = [p for p, outcomes in enumerate(solved_by_problem) if len(outcomes) != k]
+    if short:
+        raise FileNotFoundError(
+            f"{folder} lacks episodes of problem(s) {short[:5]}: delete the row from eval_results.jsonl to evaluate "
+            "it again."
+        )
+    return [sum(outcomes) / k for outcomes in solved_by_problem]

@@ -3,11 +3,16 @@ the drop from peak, and the residual against SA-RL (MA-RL minus SA-RL, in percen
 
 SA-RL is the single-agent-trained adapter evaluated in the cell's own workflow (``transfer`` rows, "SA-RL in the
 same structure"); without those rows, the single-agent run itself (``SingleAgent``, ``trained``).
+
+``family_table``: one task family's final results over seeds (the paper's Table 1 layout), each trained workflow's
+residual against SA-RL alone and against SA-RL in the same workflow with a paired bootstrap interval over problems.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 # A cell: one accuracy-vs-step curve.
 CELL_FIELDS = ("model", "dataset", "workflow", "policy_sharing", "mode", "trained_workflow", "k", "role_policies")
@@ -88,3 +93,204 @@ def _mode(entry: dict[str, Any]) -> str:
 
 def _points(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}"
+
+
+# The per-family table: the paper's Table 1 layout, over seeds, with paired bootstrap intervals of the residual.
+SINGLE_AGENT = "SingleAgent"
+_SHARING_ORDER = {"shared": 0, "isolated": 1}
+
+
+def family_table(
+    rows: list[dict[str, Any]], *, bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """One task family's rows (every seed's runs and controls) as the paper's Table 1: per line (each trained
+    workflow x sharing, SA-RL, SA-RL in each workflow, the base model in each workflow) and per sampling setting
+    (greedy, or pass@1 over k samples), the success of each run's newest evaluated checkpoint as the mean and sample
+    standard deviation over seeds (a row's ``seed``; the grid evaluates each seed's runs with that seed), and for a
+    trained workflow its residual against SA-RL alone (``vs_single_agent``) and against SA-RL in the same workflow
+    (``vs_transfer``): the difference in success on the same problems, with a paired percentile bootstrap interval
+    over problems. Seeds are pooled per problem: each problem's success is averaged over the seeds both sides have,
+    then problems are resampled (the interval is over problems, at these seeds). Accuracies are fractions.
+
+    Rows of other modes (``generator_alone``) and with ``role_policies`` (attribution subsets) are left out.
+    """
+    from .bootstrap import paired_difference
+    from .results import problem_success
+
+    final: dict[tuple, dict[tuple, dict[int, dict[str, Any]]]] = {}
+    for row in rows:
+        line = _family_line(row)
+        if line is None:
+            continue
+        by_seed = final.setdefault(line, {}).setdefault(_setting(row), {})
+        kept = by_seed.get(row.get("seed"))
+        if kept is None or row["step"] >= kept["step"]:  # the newest checkpoint; of a step evaluated twice, the last
+            by_seed[row.get("seed")] = row
+    settings = sorted(
+        {s for by_setting in final.values() for s in by_setting}, key=lambda s: (bool(s[1]), s[0] or 0, str(s))
+    )
+    labels = _setting_labels(settings)
+    notes: list[str] = []
+    outcomes: dict[int, list[float] | None] = {}
+
+    def per_problem(row: dict[str, Any]) -> list[float] | None:
+        if id(row) not in outcomes:
+            try:
+                outcomes[id(row)] = problem_success(row)
+            except (KeyError, FileNotFoundError) as missing:
+                outcomes[id(row)] = None
+                notes.append(
+                    f"no per-problem outcomes for {row.get('run')} ({row['mode']} {row['workflow']}, step "
+                    f"{row['step']}, seed {row.get('seed')}): {missing!r}; evaluate it again for its interval."
+                )
+        return outcomes[id(row)]
+
+    def residual(ours: dict[int, dict], theirs: dict[int, dict] | None) -> dict[str, Any] | None:
+        seeds = sorted(set(ours) & set(theirs or {}), key=_seed_order)
+        if not seeds:
+            return None
+        sides = [[per_problem(side[s]) for s in seeds] for side in (ours, theirs)]
+        if any(outcome is None for side in sides for outcome in side):
+            return {"value": None, "low": None, "high": None, "seeds": seeds}
+        pooled = [np.mean(side, axis=0) for side in sides]  # [problems]: each problem's success over the seeds
+        difference = paired_difference(*pooled, bootstrap=bootstrap, confidence=confidence, seed=seed)
+        return {**difference, "seeds": seeds}
+
+    lines = []
+    for line in sorted(final, key=_line_order):
+        mode, workflow, sharing = line
+        results = {}
+        for setting, by_seed in final[line].items():
+            seeds = sorted(by_seed, key=_seed_order)
+            accuracies = [by_seed[s]["accuracy"] for s in seeds]
+            entry = {
+                "mean": float(np.mean(accuracies)),
+                "std": float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else None,
+                "seeds": seeds,
+                "steps": sorted({row["step"] for row in by_seed.values()}),
+                "vs_single_agent": None,
+                "vs_transfer": None,
+            }
+            if mode == "trained" and workflow != SINGLE_AGENT:
+                references = (
+                    final.get(("trained", SINGLE_AGENT, None), {}),
+                    final.get(("transfer", workflow, None), {}),
+                )
+                entry["vs_single_agent"] = residual(by_seed, references[0].get(setting))
+                entry["vs_transfer"] = residual(by_seed, references[1].get(setting))
+            results[labels[setting]] = entry
+        lines.append(
+            {
+                "label": _line_label(line),
+                "mode": mode,
+                "workflow": workflow,
+                "policy_sharing": sharing,
+                "results": results,
+            }
+        )
+    return {
+        "settings": [dict(zip(_SETTING_FIELDS, s), label=labels[s]) for s in settings],
+        "lines": lines,
+        "confidence": confidence,
+        "bootstrap": bootstrap,
+        "notes": notes,
+    }
+
+
+def _seed_order(seed: int | None) -> tuple:
+    return (seed is not None, seed or 0)  # rows recorded without a seed first
+
+
+_SETTING_FIELDS = ("k", "temperature", "top_p", "max_completion_length", "num_problems", "dataset", "chat_rendering")
+
+
+def _setting(row: dict[str, Any]) -> tuple:
+    """How a row sampled and on what: rows of one setting share their problems."""
+    return tuple(row.get(name) for name in _SETTING_FIELDS)
+
+
+def _setting_labels(settings: list[tuple]) -> dict[tuple, str]:
+    """``greedy`` or ``pass@1 k=4 T=0.7``; settings that would read alike also name their problems and length."""
+    short = {s: _sampling_label(*s[:2]) for s in settings}
+    counts = {label: list(short.values()).count(label) for label in short.values()}
+    return {
+        s: label if counts[label] == 1 else f"{label}, {s[4]} problems, {s[3]} tokens" for s, label in short.items()
+    }
+
+
+def _sampling_label(k: int | None, temperature: float | None) -> str:
+    if temperature is None:
+        return "accuracy"  # a row that does not record how it sampled
+    return "greedy" if temperature == 0 else f"pass@1 k={k} T={temperature:g}"
+
+
+def _family_line(row: dict[str, Any]) -> tuple | None:
+    if row.get("role_policies"):
+        return None
+    if row["mode"] == "trained":
+        sharing = None if row["workflow"] == SINGLE_AGENT else row.get("policy_sharing")
+        return ("trained", row["workflow"], sharing)
+    if row["mode"] in ("transfer", "base"):
+        return (row["mode"], row["workflow"], None)
+    return None
+
+
+def _line_order(line: tuple) -> tuple:
+    mode, workflow, sharing = line
+    if mode == "trained" and workflow == SINGLE_AGENT:
+        return (0, "", 0, "")
+    if mode == "base":
+        return (2, workflow != SINGLE_AGENT, workflow, 0, "")
+    return (1, workflow, 2 if mode == "transfer" else _SHARING_ORDER.get(sharing, 1.5), str(sharing))
+
+
+def _line_label(line: tuple) -> str:
+    mode, workflow, sharing = line
+    if mode == "trained":
+        return "SA-RL" if workflow == SINGLE_AGENT else workflow
+    return f"SA-RL in {workflow}" if mode == "transfer" else f"base model, {workflow}"
+
+
+def format_family_table(title: str, table: dict[str, Any]) -> str:
+    """The family table as markdown: per sampling setting the success in percent (mean ± standard deviation over
+    seeds) and the residuals in points with their intervals."""
+    labels = [s["label"] for s in table["settings"]]
+    all_seeds = sorted(
+        {s for line in table["lines"] for r in line["results"].values() for s in r["seeds"]}, key=_seed_order
+    )
+    pct = round(100 * table["confidence"])
+    spread = "mean ± standard deviation over seeds" if len(all_seeds) > 1 else "one seed"
+    lines = [
+        f"{title}: seed(s) {', '.join(map(str, all_seeds))}; success % of each run's newest evaluated checkpoint "
+        f"({spread}); residuals in points, [{pct}% paired bootstrap interval over problems, seeds pooled per problem]",
+        "",
+    ]
+    columns = ["line", "sharing", "step"]
+    for label in labels:
+        columns += [f"{label} %", "vs SA-RL pp", "vs SA-RL in workflow pp"]
+    lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for line in table["lines"]:
+        steps = sorted({s for r in line["results"].values() for s in r["steps"]})
+        cells = [line["label"], line["policy_sharing"] or "-", "/".join(map(str, steps))]
+        for label in labels:
+            result = line["results"].get(label)
+            if result is None:
+                cells += ["-", "-", "-"]
+                continue
+            value = f"{100 * result['mean']:.1f}"
+            if result["std"] is not None:
+                value += f" ± {100 * result['std']:.1f}"
+            if len(result["seeds"]) < len(all_seeds):
+                value += f" (seeds {', '.join(map(str, result['seeds']))})"
+            cells += [value, _residual(result["vs_single_agent"]), _residual(result["vs_transfer"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [f"\n- {note}" for note in table["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _residual(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "-"
+    if entry["value"] is None:
+        return "? (no per-problem outcomes)"
+    return f"{100 * entry['value']:+.1f} [{100 * entry['low']:+.1f}, {100 * entry['high']:+.1f}]"

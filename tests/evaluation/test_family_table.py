@@ -1,0 +1,112 @@
+"""The per-family table: final success over seeds with their spread, and each trained workflow's residual against
+SA-RL with a paired bootstrap interval over problems, from fabricated result rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from trl_multiagent.evaluation import family_table, format_family_table
+from trl_multiagent.evaluation.bootstrap import paired_difference
+
+GREEDY = dict(k=1, temperature=0.0, top_p=1.0, max_completion_length=80, num_problems=4, dataset="arithmetic")
+
+
+def row(mode, workflow, seed, solved, step=30, sharing=None, **extra):
+    settings = {**GREEDY, **extra}
+    k = settings["k"]
+    return {
+        "run": f"{workflow}-{sharing}",
+        "mode": mode,
+        "workflow": workflow,
+        "policy_sharing": sharing,
+        "step": step,
+        "seed": seed,
+        **settings,
+        "accuracy": sum(solved) / (k * len(solved)),
+        "problem_solved": solved,
+    }
+
+
+# Per problem, episodes solved (greedy: 0 or 1) on 4 problems, two seeds.
+ROWS = [
+    row("trained", "SingleAgent", 1, [1, 0, 0, 0], sharing="isolated"),
+    row("trained", "SingleAgent", 2, [1, 1, 0, 0], sharing="isolated"),
+    row("trained", "EvalOpt", 1, [0, 0, 0, 0], step=10, sharing="isolated"),  # an older checkpoint: not the newest
+    row("trained", "EvalOpt", 1, [1, 1, 1, 0], sharing="isolated"),
+    row("trained", "EvalOpt", 2, [1, 1, 1, 1], sharing="isolated"),
+    row("trained", "EvalOpt", 1, [0, 0, 0, 0], sharing="isolated") | {"role_policies": "evaluator=base"},
+    row("transfer", "EvalOpt", 1, [1, 1, 0, 0], sharing="isolated"),
+    row("transfer", "EvalOpt", 2, [1, 1, 0, 0], sharing="isolated"),
+    row("base", "EvalOpt", 1, [0, 1, 0, 0], step=0),
+    row("base", "EvalOpt", 2, [0, 1, 0, 0], step=0),
+    row("trained", "EvalOpt", 1, [2, 1, 0, 1], sharing="isolated", k=2, temperature=0.7),  # one seed sampled
+    row("trained", "SingleAgent", 1, [1, 0, 0, 0], sharing="isolated", k=2, temperature=0.7),
+]
+
+
+def test_means_spread_and_residuals_by_hand():
+    table = family_table(ROWS, bootstrap=500, seed=3)
+    assert [s["label"] for s in table["settings"]] == ["greedy", "pass@1 k=2 T=0.7"]
+    lines = {line["label"]: line for line in table["lines"]}
+    assert list(lines) == ["SA-RL", "EvalOpt", "SA-RL in EvalOpt", "base model, EvalOpt"]
+    sa, eval_opt = lines["SA-RL"]["results"]["greedy"], lines["EvalOpt"]["results"]["greedy"]
+    assert sa["mean"] == pytest.approx(0.375) and sa["std"] == pytest.approx(0.125 * 2**0.5)  # 0.25, 0.5
+    assert eval_opt["mean"] == pytest.approx(0.875) and eval_opt["steps"] == [30]  # 0.75, 1.0: step 10 left out
+    assert eval_opt["std"] == pytest.approx(0.125 * 2**0.5)
+    # seeds pooled per problem: EvalOpt [1, 1, 1, .5], SA-RL [1, .5, 0, 0], SA-RL in EvalOpt [1, 1, 0, 0]
+    residual = eval_opt["vs_single_agent"]
+    assert residual["value"] == pytest.approx(0.5) and residual["seeds"] == [1, 2]
+    assert eval_opt["vs_transfer"]["value"] == pytest.approx(0.375)
+    assert sa["vs_single_agent"] is None and lines["base model, EvalOpt"]["results"]["greedy"]["vs_transfer"] is None
+
+    # the interval: the same resamplings of the 4 problems, drawn directly
+    difference = np.array([0.0, 0.5, 1.0, 0.5])
+    rng = np.random.default_rng(3)
+    draws = [difference[rng.integers(0, 4, 4)].mean() for _ in range(500)]
+    low, high = np.percentile(draws, [2.5, 97.5])
+    assert (residual["low"], residual["high"]) == pytest.approx((low, high))
+    assert residual["low"] < residual["value"] < residual["high"]
+
+    sampled = lines["EvalOpt"]["results"]["pass@1 k=2 T=0.7"]
+    assert sampled["mean"] == pytest.approx(0.5) and sampled["std"] is None and sampled["seeds"] == [1]
+    assert sampled["vs_single_agent"]["value"] == pytest.approx(0.5 - 0.125)  # [1, .5, 0, .5] - [.5, 0, 0, 0]
+    assert sampled["vs_transfer"] is None  # no sampled SA-RL in EvalOpt
+
+    text = format_family_table("arithmetic on toy", table)
+    assert "| EvalOpt | isolated | 30 | 87.5 ± 17.7 | +50.0 [" in text
+    assert "| SA-RL | - | 30 | 37.5 ± 17.7 | - | - |" in text
+    assert "| 50.0 (seeds 1) | +37.5 [" in text  # fewer seeds than the table's: named
+    assert "seed(s) 1, 2" in text and "95% paired bootstrap interval over problems" in text
+
+
+def test_a_four_problem_interval_known_by_hand():
+    # differences [1, 1, 0, 0]: a resampling draws only zeros (or only ones) with probability 1/16 > 2.5%,
+    # so the 95% interval is [0, 1] whatever the seed
+    result = paired_difference([1, 1, 0, 1], [0, 0, 0, 1], bootstrap=1000, seed=11)
+    assert result == {"value": 0.5, "low": 0.0, "high": 1.0}
+    with pytest.raises(ValueError, match="same problems"):
+        paired_difference([1, 0], [1, 0, 1])
+
+
+def test_rows_without_per_problem_successes_read_their_episodes_or_say_what_is_missing(tmp_path):
+    rows = [dict(r) for r in ROWS if r["temperature"] == 0]
+    sa_seed_1 = rows[0]
+    episodes = tmp_path / "episodes"
+    episodes.mkdir()
+    for problem, solved in enumerate(sa_seed_1.pop("problem_solved")):  # a row recorded before problem_solved
+        record = {"problem": problem, "sample": 0, "reward": float(solved)}
+        (episodes / f"problem-{problem:05d}-sample-00.json").write_text(json.dumps(record))
+    sa_seed_1["episodes_dir"] = str(episodes)
+    table = family_table(rows, bootstrap=200)
+    eval_opt = next(line for line in table["lines"] if line["label"] == "EvalOpt")["results"]["greedy"]
+    assert eval_opt["vs_single_agent"]["value"] == pytest.approx(0.5) and not table["notes"]
+
+    del rows[1]["problem_solved"]  # SA-RL seed 2: neither the field nor episode files
+    table = family_table(rows, bootstrap=200)
+    eval_opt = next(line for line in table["lines"] if line["label"] == "EvalOpt")["results"]["greedy"]
+    assert eval_opt["vs_single_agent"]["value"] is None and eval_opt["vs_transfer"]["value"] == pytest.approx(0.375)
+    assert len(table["notes"]) == 1 and "seed 2" in table["notes"][0]
+    assert "? (no per-problem outcomes)" in format_family_table("arithmetic", table)
