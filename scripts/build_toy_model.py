@@ -25,9 +25,10 @@ can, by supervised learning on transcripts of the real workflows:
      (the code synthesizer then repeats the picked program);
    - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer;
    - with ``--search_problems N`` (default 0: the shipped model has none), the math workflows also run on mod_search
-     problems (``trl_multiagent.tasks.mod_search``): solvers propose an untried candidate, uniformly, with its check
-     (``Tried 14, 9. 27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. \boxed{27}``), the evaluator re-computes the check
-     and the judges read the candidates' remainders, right ``SEARCH_JUDGE_ACCURACY`` of the time.
+     problems (``trl_multiagent.tasks.mod_search``): a first attempt checks a uniform candidate, a retry the next
+     untried one in the listed order (``Tried 7, 4. 12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``), the
+     evaluator re-computes the check and the judges read the candidates' remainders, right
+     ``SEARCH_JUDGE_ACCURACY`` of the time.
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
    its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
    sequences stay short on CPU.
@@ -417,9 +418,9 @@ class CodeTeacher:
 
 
 # The search world: mod_search problems (trl_multiagent.tasks.mod_search), k candidates of which one maps to the
-# target. A solver proposes a candidate it has not tried yet, uniformly, with its check: one pass knows no better, and
-# the retries of Eval-Opt read the tried ones from the previous attempt. Its checks are always right; the judges'
-# errors are slips in a remainder, which flip what they conclude.
+# target. A first attempt proposes a candidate uniformly, with its check: one pass knows no better; a retry of Eval-Opt
+# reads the tried ones from the previous attempt and checks the next untried one in the listed order. Its checks are
+# always right; the judges' errors are slips in a remainder, which flip what they conclude.
 SEARCH_JUDGE_ACCURACY = 0.9  # checking is the easy part of this family, by design
 SEARCH_STRATEGIES = (
     "Check the candidates in the order they are listed, one per attempt.",
@@ -446,6 +447,17 @@ def tried_candidates(messages: list[dict]) -> tuple[int, ...]:
         numbers += [int(boxed)] if boxed is not None and boxed.isdigit() else []
         tried += [x for x in numbers if x not in tried]
     return tuple(tried)
+
+
+def next_candidate(problem: ModSearchProblem, tried: tuple[int, ...]) -> int:
+    """A retry's candidate: the first untried one listed after the last one tried, wrapping around (the last tried
+    again when every candidate was). A fixed rule, so the retry's next token follows from the one it has just
+    written (the ``Tried`` list ends with the previous candidate, which the problem lists just before this one):
+    a small model learns it, where a uniform pick among the untried ones left it copying the previous attempt."""
+    listed = problem.candidates
+    start = listed.index(tried[-1]) + 1
+    after = [listed[(start + i) % len(listed)] for i in range(len(listed))]
+    return next((x for x in after if x not in tried), tried[-1])
 
 
 def search_verdict(problem: ModSearchProblem, x: int, judged_right: bool, rng: random.Random) -> tuple[str, str]:
@@ -511,8 +523,7 @@ class SearchTeacher:
         content = messages[-1]["content"]
         if role in ("generator", "worker"):
             tried = tried_candidates(messages)
-            untried = [x for x in self.problem.candidates if x not in tried] or list(self.problem.candidates)
-            x = self.rng.choice(untried)
+            x = next_candidate(self.problem, tried) if tried else self.rng.choice(self.problem.candidates)
             target = self.problem.worked_answer(x, tried)
             self.attempts[target] = x
         elif role == "evaluator":

@@ -1,6 +1,6 @@
 """The toy teacher's mod_search roles (scripts/build_toy_model.py, ``--search_problems``): what a rebuilt toy model
-would learn on the verification-easy family. Solvers guess uniformly among untried candidates with a right check,
-retries avoid what the history shows was tried, and the judges are right at their set accuracy."""
+would learn on the verification-easy family. A first attempt guesses a uniform candidate with a right check, a retry
+checks the next untried candidate in the listed order, and the judges are right at their set accuracy."""
 
 from __future__ import annotations
 
@@ -65,6 +65,25 @@ def test_retries_read_the_tried_candidates_from_the_history_and_never_repeat(bui
         assert tried[-1] == problem.answer or len(tried) == 3
         solved += problem.accepts(int(extract_boxed(final)))
     assert 0.65 < solved / 300 < 0.85  # 3/4 expected
+
+
+@pytest.mark.parametrize("history", ["fresh", "shared"])
+def test_a_retry_checks_the_next_untried_candidate_in_the_listed_order(build, history):
+    """The retry's candidate is fixed by the history (not a fresh guess), so a model can learn it: the candidate
+    listed after the previous attempt's, wrapping around, skipping those already tried."""
+    workflow = EvalOpt(max_iterations=3, history=history, prompts="guarded", parsing="robust")
+    listed, lengths = PROBLEM.candidates, set()
+    for seed in range(200):
+        _, records = episode(build, workflow, PROBLEM, seed, judge_accuracy=1.0)  # retries until the answer
+        tried = [int(extract_boxed(t)) for role, _, t in records if role == "generator"]
+        first = listed.index(tried[0])
+        lengths.add(len(tried))
+        assert tried == [listed[(first + i) % len(listed)] for i in range(len(tried))], tried
+    assert lengths == {1, 2, 3}
+    assert build.next_candidate(PROBLEM, (27, 22)) == 14  # after 22, the last listed, comes the first
+    assert build.next_candidate(PROBLEM, (9, 14)) == 27
+    assert build.next_candidate(PROBLEM, (27, 9, 14)) == 22  # 27 was tried: skipped
+    assert build.next_candidate(PROBLEM, (14, 27, 9, 22)) == 22  # all tried: the last one again
 
 
 def test_the_evaluator_recomputes_the_check_and_is_right_at_its_accuracy(build):

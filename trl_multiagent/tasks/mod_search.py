@@ -2,10 +2,10 @@ r"""Offline search problems that are easy to check and hard to answer in one pas
 
 A problem lists ``k`` candidates and a forward computation; exactly one candidate gives the target::
 
-    Which of the numbers 14, 27, 9, 22 is x, if x * 7 + 3 leaves remainder 5 when divided by 11?
+    Which of the numbers 4, 12, 9, 7 is x, if x * 5 + 3 leaves remainder 8 when divided by 11?
 
 Checking a candidate is three lines the toy model can write and re-read, each one fact of the kind the arithmetic
-family teaches (a product, a sum, a remainder): ``27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5.`` Same columns as
+family teaches (a product, a sum, a remainder): ``12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8.`` Same columns as
 the math task (``prompt``, ``answer``), so ``math_reward`` grades the boxed candidate; ``ModSearchProblem`` parses a
 problem back from its text and ``accepts`` exactly the right candidate.
 
@@ -21,13 +21,13 @@ written so far, so it can beat 1/k only by computing values:
   checks one candidate and, when it misses, boxes another succeeds 1/k + (1 - 1/k) / (k - 1) = 2/k; that is the
   written ceiling of one pass (with k = 4: 25% without a check, 50% with one);
 - in its hidden state: the values of k candidates, each three chained lookups over parameters that change per
-  problem (about 13,000 (x, a, b, m) combinations), compared with the target, before the first answer token. The
+  problem (about 1,500 (x, a, b, m) combinations), compared with the target, before the first answer token. The
   toy model (4 layers) is never shown this, its teacher's first guesses are uniform, and RL at toy budgets gives
   about one bit per episode (a few thousand episodes per run): far too little to learn a two- or three-hop
   composition that small transformers are known to miss without writing the intermediate steps.
 
 The ceiling is thus a property of the task and the budget, not of how long SA-RL trains; its honest limit is the
-format: a policy that invented a terse check (only the values, ``27 189 192 5``) could fit several in the budget.
+format: a policy that invented a terse check (only the values, ``12 60 63 8``) could fit several in the budget.
 Nothing in the teacher's transcripts writes one, so RL would have to discover it from samples at temperature 0.7;
 the number of checks a trained single agent writes per answer is the thing to watch.
 
@@ -59,9 +59,11 @@ from datasets import Dataset
 from .math import math_prompt
 
 N_CANDIDATES = 4  # k: one pass ~1/k, three Eval-Opt attempts with an accurate evaluator ~3/k
-CANDIDATES = range(2, 31)  # candidate values; with these multipliers and offsets every number written stays < 300
-MULTIPLIERS = range(2, 10)
-OFFSETS = range(1, 21)
+# Small numbers, so the toy model's checks come out right: with these candidates, multipliers and offsets every number
+# a check writes stays below 100 (a product, a sum, a remainder): a few hundred facts, each seen often in training.
+CANDIDATES = range(2, 16)  # candidate values
+MULTIPLIERS = range(2, 6)
+OFFSETS = range(1, 10)
 MODULI = (7, 11, 13)  # primes: a multiplier that is not 0 modulo m maps distinct residues to distinct values
 # max_completion_length for this family on the toy model: one generator answer (tried list, one check, the box) fits
 # in the toy tokenizer, two checks and a box do not (tests/tasks/test_tasks_mod_search.py measures both).
@@ -107,8 +109,8 @@ class ModSearchProblem:
         return (x * self.multiplier + self.offset) % self.modulus
 
     def check_lines(self, x: int) -> list[str]:
-        """The forward computation of ``x``, one fact per line: ``27 * 7 = 189.``, ``189 + 3 = 192.``,
-        ``192 mod 11 = 5.``"""
+        """The forward computation of ``x``, one fact per line: ``12 * 5 = 60.``, ``60 + 3 = 63.``,
+        ``63 mod 11 = 8.``"""
         product = x * self.multiplier
         total = product + self.offset
         return [
@@ -119,7 +121,7 @@ class ModSearchProblem:
 
     def worked_answer(self, x: int, tried: tuple[int, ...] = ()) -> str:
         r"""One pass's answer as the toy teacher writes it: the candidates already tried, the check of ``x``, ``x``
-        boxed: ``Tried 14, 9. 27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. \boxed{27}``."""
+        boxed: ``Tried 7, 4. 12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``."""
         listed = f"Tried {', '.join(map(str, tried))}. " if tried else ""
         return f"{listed}{' '.join(self.check_lines(x))} \\boxed{{{x}}}"
 
