@@ -59,15 +59,21 @@ def test_ranks_whose_episodes_make_different_numbers_of_calls_train_together(tin
 UNEVEN_ZERO_TOLERANCE = 1e-3
 
 
+@pytest.fixture(scope="module")
+def uneven_ranks_under_ddp(tiny_model_dir, tmp_path_factory):
+    ddp_dir = tmp_path_factory.mktemp("uneven-ddp")
+    torchrun_two_processes("uneven_ranks_worker.py", tiny_model_dir, ddp_dir, port=29541)
+    return ddp_dir
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [2, 3])
-def test_uneven_ranks_under_zero_train_as_under_ddp(tiny_model_dir, tmp_path, stage):
+def test_uneven_ranks_under_zero_train_as_under_ddp(tiny_model_dir, tmp_path, uneven_ranks_under_ddp, stage):
     """The same uneven Eval-Opt ranks, each through its DeepSpeed engine (`accelerate launch --use_deepspeed`): both
     ranks end with the adapters DDP ends with, whatever the forwards' padding and stand-ins."""
     pytest.importorskip("deepspeed", reason="install the test extras: pip install -e '.[test]'")
-    ddp_dir, zero_dir = tmp_path / "ddp", tmp_path / f"zero{stage}"
-    ddp_dir.mkdir(), zero_dir.mkdir()
-    torchrun_two_processes("uneven_ranks_worker.py", tiny_model_dir, ddp_dir, port=29541)
+    ddp_dir, zero_dir = uneven_ranks_under_ddp, tmp_path / f"zero{stage}"
+    zero_dir.mkdir()
     accelerate = str(Path(sys.executable).parent / "accelerate")
     launch = [accelerate, "launch", "--use_deepspeed", "--zero_stage", str(stage), "--num_processes", "2"]
     launch += ["--mixed_precision", "no", "--main_process_port", str(29542 + stage)]

@@ -118,7 +118,7 @@ def two_processes(worker_args: list[str], folder, env: dict | None = None, port:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [3])  # ZeRO-2 passes too (2026-12-01, 2.3 min): ZeRO-3 alone here, for CI's time
 def test_zero_run_with_two_bases_resumes_where_it_stopped(
     tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, stage
 ):
