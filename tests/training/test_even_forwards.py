@@ -107,7 +107,7 @@ LOSS_TYPES = ["grpo", "dr_grpo", "luspo", "sapo", "bnpo", "dapo", "cispo"]
 def test_padding_leaves_trls_loss_and_gradient_of_a_forward_unchanged(tiny_model_dir, tmp_path, loss_type):
     """Through the trainer's loss (TRL's `_compute_loss` for ``loss_type`` plus the per-role KL term, beta > 0):
     a forward of 4 rows and the same forward padded to 7 give the same loss and the same gradient in the real
-    rows' log-probs; the padding rows get none."""
+    rows' log-probs; the padding rows get none, however unlikely their tokens."""
     trainer = tiny_trainer(
         tiny_model_dir,
         tmp_path,
@@ -121,6 +121,7 @@ def test_padding_leaves_trls_loss_and_gradient_of_a_forward_unchanged(tiny_model
     trainer.current_gradient_accumulation_steps = 2  # set by the Trainer's loop, outside of which this runs
     part = loss_ready(batch_of(4), loss_type)
     logps = -1.0 - 0.2 * torch.rand(7, 4, generator=torch.Generator().manual_seed(3))
+    logps[4:] = -200.0  # padding tokens a model finds very unlikely: exp(reference - log p) overflows unmasked
 
     def loss_and_gradient(batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
         these = logps[: len(batch)].clone().requires_grad_(True)

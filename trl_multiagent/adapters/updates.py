@@ -335,22 +335,8 @@ class AdapterUpdates:
     def stand_in(self, template, adapter: str, pad_token_id: int):
         """A one-sample part of ``adapter`` (and a role of it) that trains nothing (padding, no completion token, zero
         weight) but runs forward and backward like any other, made from the first sample of ``template``."""
-        one = template.select([0])
-        zero = torch.zeros_like(one.advantages)
-        return replace(
-            one,
-            prompt_ids=torch.full_like(one.prompt_ids, pad_token_id),
-            completion_ids=torch.full_like(one.completion_ids, pad_token_id),
-            completion_mask=torch.zeros_like(one.completion_mask),
-            advantages=zero,
-            sample_weights=zero,
-            adapters=[adapter],
-            roles=[next(r for r, a in self.role_adapters.items() if a == adapter)],
-            old_per_token_logps=None,
-            ref_per_token_logps=None,
-            sampling_per_token_logps=None,
-            importance_sampling_ratio=None,
-        )
+        role = next(r for r, a in self.role_adapters.items() if a == adapter)
+        return replace(template.blank_rows(1, pad_token_id=pad_token_id), adapters=[adapter], roles=[role])
 
     # -------------------------------------------------------------------------------------------------- helpers
     def _adapter_squares(self) -> dict[str, float]:

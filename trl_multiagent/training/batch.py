@@ -52,6 +52,29 @@ class TrainingBatch:
                 picked[f.name] = value[rows] if isinstance(rows, slice) else value[torch.as_tensor(rows).long()]
         return replace(self, **picked)
 
+    def blank_rows(self, rows: int, *, pad_token_id: int) -> TrainingBatch:
+        """``rows`` copies of the first sample (its adapter, role and widths) that train nothing: padding tokens, no
+        completion token, zero advantage and weight, log-probs of zero and an importance ratio of one."""
+        blank = self.select([0] * rows)
+        zeros = torch.zeros_like(blank.advantages)
+        cleared = {
+            name: torch.zeros_like(value)
+            for name in ("sampling_per_token_logps", "old_per_token_logps", "ref_per_token_logps")
+            if (value := getattr(blank, name)) is not None
+        }
+        if blank.importance_sampling_ratio is not None:
+            cleared["importance_sampling_ratio"] = torch.ones_like(blank.importance_sampling_ratio)
+        return replace(
+            blank,
+            prompt_ids=torch.full_like(blank.prompt_ids, pad_token_id),
+            completion_ids=torch.full_like(blank.completion_ids, pad_token_id),
+            completion_mask=torch.zeros_like(blank.completion_mask),
+            advantages=zeros,
+            sample_weights=zeros,
+            truncated=torch.zeros_like(blank.truncated),
+            **cleared,
+        )
+
     def lengths(self) -> tuple[list[int], list[int]]:
         """Prompt and completion tokens of each sample (completion: up to its last unmasked token)."""
         positions = torch.arange(1, self.completion_mask.size(1) + 1, device=self.completion_mask.device)

@@ -43,7 +43,7 @@ def even_forwards(
         raise ValueError("A micro-step without any forward: every process needs at least one to stay in step.")
     device = parts[0].prompt_ids.device
     count = int(most_over_processes(torch.tensor([len(parts)], device=device)).item())
-    stand_ins = [blank_rows(parts[-1], 1, pad_token_id=pad_token_id) for _ in range(count - len(parts))]
+    stand_ins = [parts[-1].blank_rows(1, pad_token_id=pad_token_id) for _ in range(count - len(parts))]
     parts = parts[:-1] + stand_ins + parts[-1:]
     sizes = most_over_processes(torch.tensor([len(p) for p in parts], device=device)).tolist()
     return [
@@ -60,31 +60,7 @@ def padded(part: TrainingBatch, rows: int, *, pad_token_id: int, loss_type: str)
         return part
     factor = rows / len(part) if loss_type in SEQUENCE_MEAN_LOSSES else 1.0
     scaled = replace(part, advantages=part.advantages * factor, sample_weights=part.sample_weights * factor)
-    return _concatenated(scaled, blank_rows(part, rows - len(part), pad_token_id=pad_token_id))
-
-
-def blank_rows(template: TrainingBatch, rows: int, *, pad_token_id: int) -> TrainingBatch:
-    """``rows`` copies of ``template``'s first sample (its adapter, role and widths) that train nothing: padding
-    tokens, no completion token, zero advantage and weight, log-probs of zero and an importance ratio of one."""
-    blank = template.select([0] * rows)
-    zeros = torch.zeros_like(blank.advantages)
-    cleared = {
-        name: torch.zeros_like(value)
-        for name in ("sampling_per_token_logps", "old_per_token_logps", "ref_per_token_logps")
-        if (value := getattr(blank, name)) is not None
-    }
-    if blank.importance_sampling_ratio is not None:
-        cleared["importance_sampling_ratio"] = torch.ones_like(blank.importance_sampling_ratio)
-    return replace(
-        blank,
-        prompt_ids=torch.full_like(blank.prompt_ids, pad_token_id),
-        completion_ids=torch.full_like(blank.completion_ids, pad_token_id),
-        completion_mask=torch.zeros_like(blank.completion_mask),
-        advantages=zeros,
-        sample_weights=zeros,
-        truncated=torch.zeros_like(blank.truncated),
-        **cleared,
-    )
+    return _concatenated(scaled, part.blank_rows(rows - len(part), pad_token_id=pad_token_id))
 
 
 def _concatenated(first: TrainingBatch, second: TrainingBatch) -> TrainingBatch:

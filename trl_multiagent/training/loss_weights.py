@@ -187,8 +187,10 @@ def per_role_kl_loss(
     multiplied by the importance ratio (``importance_weights``), as TRL's loss does, since the samples came from the
     policy before this generation's updates.
     """
-    ref = batch.ref_per_token_logps
-    per_token_kl = torch.exp(ref - per_token_logps) - (ref - per_token_logps) - 1
+    # Zero where no completion token is: a row that trains nothing (training/even_forwards.py) has reference
+    # log-probs of zero, and exp(0 - log p) of a padding token could overflow where it is masked anyway.
+    delta = torch.where(batch.completion_mask.bool(), batch.ref_per_token_logps - per_token_logps, 0.0)
+    per_token_kl = torch.exp(delta) - delta - 1
     if bias_correction:
         per_token_kl = per_token_kl * importance_weights(per_token_logps, batch, importance_sampling_level)
     weights = (beta * batch.sample_weights).unsqueeze(1)
