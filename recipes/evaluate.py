@@ -28,6 +28,10 @@ The other modes (``--mode``):
     python recipes/evaluate.py --run_dir runs/voting_math --checkpoints final --k 4
     # which role's training brought the gain: every subset of the adapters trained/base, Shapley shares
     python recipes/evaluate.py --run_dir runs/eval_opt_math --attribution --limit 500
+    # the cost-matched SA-RL baseline: each episode is N samples of SA-RL, the majority answer graded; N given,
+    # or read from a workflow run's evaluation with the same flags (its calls per episode, rounded up)
+    python recipes/evaluate.py --run_dir runs/single_agent_math --best_of 3 --select majority
+    python recipes/evaluate.py --run_dir runs/single_agent_math --best_of_calls runs/eval_opt_math
 
 CPU, offline (tiny model, toy arithmetic task):
 
@@ -96,6 +100,14 @@ class EvaluateArguments:
             "choices": ["all", "final"],
         },
     )
+    best_of_calls: str | None = field(
+        default=None,
+        metadata={
+            "help": "A workflow run folder: set --best_of to its measured model calls per episode (its newest "
+            "evaluation with the same settings, mean_calls rounded up): SA-RL sampled as often as the workflow "
+            "calls its model, the cost-matched baseline."
+        },
+    )
     role_policies: list[str] = field(
         default_factory=list,
         metadata={
@@ -146,9 +158,11 @@ if __name__ == "__main__":
         alone_role=args.alone_role,
         role_policies=parse_role_policies(args.role_policies),
         final_only=args.checkpoints == "final",
+        best_of_calls=args.best_of_calls,
     )
     for row in new_rows:
-        print(f"step {row['step']}: accuracy {row['accuracy']:.3f}  pass@{row['k']} {row['pass_at_k']:.3f}")
+        chosen = f" (best of {row['best_of']}, {row['select']})" if "best_of" in row else ""
+        print(f"step {row['step']}: accuracy {row['accuracy']:.3f}{chosen}  pass@{row['k']} {row['pass_at_k']:.3f}")
     output_dir = args.output_dir or args.run_dir
     print(f"{len(new_rows)} new evaluation(s) in {output_dir}\n")
     print(format_table(paper_table(read_results(output_dir))))

@@ -68,6 +68,7 @@ Re-running skips finished trainings (a run's final `multiagent_config.json`) and
 `--report_only` only rebuilds the tables and plots from what is there.
 """
 
+import contextlib
 import json
 import os
 import shlex
@@ -82,6 +83,7 @@ from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
 from trl_multiagent.evaluation import (
+    EvalSettings,
     family_table,
     format_family_table,
     format_table,
@@ -95,6 +97,7 @@ from trl_multiagent.toy import SHIPPED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SA_RL = "single_agent"
+READS = ("--run_dir", "--workflow", "--best_of_calls")  # an evaluation's flags naming the runs it reads
 
 
 @dataclass(frozen=True)
@@ -414,7 +417,29 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
             commands += command(sa_rl, "--mode", "transfer", "--workflow", str(cell.run_dir))
     if args.attribution:  # a shared policy is one adapter: nothing to split between roles
         commands += [c for cell in cells if attributed(cell) for c in command(cell, "--attribution")]
+    # Last, as they read the workflows' evaluations: SA-RL sampled as often as each workflow cell calls its model
+    # (greedy samplings have no best of n); the same n twice is one evaluation (evaluate.py skips the second).
+    sa_rl_of = {group_key(cell): cell for cell in cells if cell.workflow == SA_RL}
+    for cell in cells:
+        if cell.workflow == SA_RL:
+            continue
+        matched = command(sa_rl_of[group_key(cell)], "--best_of_calls", str(cell.run_dir), "--select", "majority")
+        for c in matched:
+            if eval_temperature(c) > 0:
+                commands.append(c if "--checkpoints" in c else [*c, "--checkpoints", "final"])
     return commands
+
+
+def eval_temperature(command: list[str]) -> float:
+    """The temperature an evaluation command samples at: its last --temperature, else its --config's, else (no
+    --config) recipes/configs/paper_eval.yaml's, as recipes/evaluate.py reads them."""
+    values = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--temperature"]
+    if values:
+        return float(values[-1])
+    configs = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--config"]
+    preset = Path(shipped_path(configs[-1])) if configs else ROOT / "recipes" / "configs" / "paper_eval.yaml"
+    default = EvalSettings.__dataclass_fields__["temperature"].default
+    return float((yaml.safe_load(preset.read_text()) or {}).get("temperature", default))
 
 
 def attributed(cell: Cell) -> bool:
@@ -452,7 +477,7 @@ def recipe_path(cell: Cell) -> Path:
 
 def ready(command: list[str]) -> bool:
     """Whether the runs an evaluation reads exist (a failed training leaves none)."""
-    return all(Path(command[i + 1]).is_dir() for i, arg in enumerate(command) if arg in ("--run_dir", "--workflow"))
+    return all(Path(command[i + 1]).is_dir() for i, arg in enumerate(command) if arg in READS)
 
 
 def resolve(command: list[str]) -> list[str]:
@@ -549,10 +574,10 @@ def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluat
             except Exception as error:  # the job's own error, with its log's path
                 failed.append(f"training {run_dir}: {error}")
                 broken.add(run_dir)
-    eval_jobs = []
+    eval_jobs, evaluating = [], {}  # run folder -> the jobs evaluating it in its own workflow
     for command in evaluations:
         marker = evaluation_marker(folder, command)
-        reads = [command[i + 1] for i, arg in enumerate(command) if arg in ("--run_dir", "--workflow")]
+        reads = [command[i + 1] for i, arg in enumerate(command) if arg in READS]
         if marker.is_file():
             print(f"skip evaluation (finished): {shlex.join(command)}")
             continue
@@ -560,6 +585,13 @@ def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluat
             failed.append(f"not evaluated (its training failed): {shlex.join(command)}")
             continue
         after = [jobs[d].job_id for d in reads if d in jobs and not waiting]
+        if "--best_of_calls" in command:  # n is read from the matched run's evaluations: after them
+            matched = evaluating.get(command[command.index("--best_of_calls") + 1], [])
+            if waiting:
+                for job in matched:
+                    with contextlib.suppress(Exception):  # a failure is reported below, with the others
+                        job.result()
+            after += [job.job_id for job in matched if not waiting]
         dependency = {"slurm_dependency": "afterok:" + ":".join(after)} if after else {}
         evaluator = executor(args, folder, name="grid-eval", nodes=1, gpus=min(args.gpus_per_run, 1), **dependency)
         job = evaluator.submit(GridEvaluation(resolve(command), str(marker)))
@@ -569,6 +601,8 @@ def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluat
             + f": {shlex.join(command)}"
         )
         eval_jobs.append((command, job))
+        if not {"--mode", "--attribution", "--best_of_calls"}.intersection(command):
+            evaluating.setdefault(command[command.index("--run_dir") + 1], []).append(job)
     if waiting:
         for command, job in eval_jobs:
             try:

@@ -13,7 +13,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,9 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
 from ..tasks import TASKS, get_task
 from ..toy import resolve_model_name
-from ..workflows import Workflow
+from ..workflows import SingleAgent, Workflow
 from ..workflows.correctness import solved
+from .best_of import SELECTIONS, matched_best_of, select
 from .episodes import episode_record, write_episode
 from .generation import eos_token_ids, eval_role_tools, make_generation_config, run_episodes
 from .modes import ModePlan, plan_mode
@@ -66,6 +67,21 @@ class EvalSettings:
         metadata={"help": "Without max_completion_length: evaluate at the training lengths (5120 math, 2048 code)."},
     )
     seed: int = field(default=42, metadata={"help": "Sampling seed, reset before each checkpoint."})
+    best_of: int = field(
+        default=1,
+        metadata={
+            "help": "A single-agent evaluation: each of the k episodes is best_of independent samples, one of whose "
+            "answers `select` chooses and the task grades (the cost-matched baseline); needs temperature > 0."
+        },
+    )
+    select: str = field(
+        default="majority",
+        metadata={
+            "help": "With best_of > 1, how the answer is chosen: 'majority', the most frequent parsed final answer "
+            "(whitespace ignored; a tie goes to the answer seen first; unparseable answers do not vote).",
+            "choices": list(SELECTIONS),
+        },
+    )
     rollout_batch_size: int | None = field(default=None, metadata={"help": "Largest batch of one generate call."})
     episodes_per_batch: int = field(default=256, metadata={"help": "Episodes run concurrently."})
     chat_template_kwargs: dict[str, Any] | str | None = field(
@@ -111,6 +127,14 @@ class EvalSettings:
                 f"Greedy decoding (temperature=0) repeats one answer {self.k} times; set temperature > 0 for k > 1 "
                 "(the paper trains at 0.7)."
             )
+        if self.best_of < 1:
+            raise ValueError(f"best_of must be >= 1, got {self.best_of}.")
+        if self.best_of > 1 and self.temperature <= 0:
+            raise ValueError(
+                f"Greedy decoding (temperature=0) gives best_of={self.best_of} identical samples; set temperature > 0."
+            )
+        if self.select not in SELECTIONS:
+            raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}.")
         if self.max_completion_length is None:
             self.max_completion_length = task.training_length if self.use_training_lengths else task.eval_length
         if isinstance(self.chat_template_kwargs, str):
@@ -155,6 +179,7 @@ def evaluate(
     role_tools: dict[str, list[Callable]] | None = None,
     role_policies: dict[str, str] | None = None,
     final_only: bool = False,
+    best_of_calls: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate every checkpoint of ``run_dir`` in ``mode`` (once, at step 0, for ``base``; only the newest with
     ``final_only``); return the new rows.
@@ -162,9 +187,13 @@ def evaluate(
     See ``modes.py`` for the modes. Results go to ``output_dir`` (default: ``run_dir``). ``role_tools``
     (``{role: [function, ...]}``): tools for roles, added to those the workflow declares, as the trainer's.
     ``role_policies`` (trained mode): role type -> ``"trained"``, ``"base"`` or another checkpoint folder, e.g.
-    ``{"evaluator": "base"}``.
+    ``{"evaluator": "base"}``. ``best_of_calls``: a workflow run (or checkpoint) folder whose newest evaluation with
+    these settings sets ``settings.best_of`` to its measured model calls per episode, rounded up (the cost-matched
+    single-agent baseline; see ``best_of.py``); the row records that evaluation as ``best_of_calls_of``.
     """
     settings = settings or EvalSettings()
+    if best_of_calls is not None and settings.best_of > 1:
+        raise ValueError("best_of_calls sets best_of from a workflow's measured calls: give one of the two.")
     if output_dir is None and run_dir is None:
         raise ValueError("Pass output_dir= (where eval_results.jsonl goes) when evaluating without a run_dir.")
     output_dir = Path(output_dir if output_dir is not None else run_dir)
@@ -182,7 +211,25 @@ def evaluate(
         plan = plan_mode(
             mode, str(checkpoint) if checkpoint else None, workflow, base_model, alone_role, role_policies
         )
+        matched = None
+        if best_of_calls is not None:
+            like = describe(plan, settings, step, run_dir, len(dataset))
+            n, matched = matched_best_of(read_results(best_of_calls), like, str(best_of_calls))
+            settings = replace(settings, best_of=n)
+        if settings.best_of > 1 and not isinstance(plan.workflow, SingleAgent):
+            raise ValueError(
+                f"best_of samples one agent several times; {mode} mode runs {type(plan.workflow).__name__}. Evaluate "
+                "a single-agent (SA-RL) run in trained mode, or a workflow's role with --mode generator_alone."
+            )
         row = describe(plan, settings, step, run_dir, len(dataset))
+        if matched is not None:
+            row["best_of_calls_of"] = {
+                "run": matched.get("run"),
+                "workflow": matched["workflow"],
+                "policy_sharing": matched.get("policy_sharing"),
+                "step": matched["step"],
+                "mean_calls": matched["mean_calls"],
+            }
         if result_key(row) in done:
             continue
         episodes_dir = output_dir / "episodes" / f"step-{step}" / f"{mode}-{row['workflow']}-{key_hash(row)}"
@@ -224,6 +271,7 @@ def describe(
         **({"rollout_backend": settings.rollout_backend} if settings.rollout_backend != "transformers" else {}),
         **({"chat_rendering": settings.chat_rendering} if settings.chat_rendering != "tokenizer" else {}),
         **({"role_policies": format_role_policies(plan.role_policies)} if plan.role_policies else {}),
+        **({"best_of": settings.best_of, "select": settings.select} if settings.best_of > 1 else {}),
     }
 
 
@@ -276,13 +324,20 @@ def score(
     """Run ``k`` episodes per problem, reward each final answer, and summarise (success: ``solved``, a reward of at
     least 1).
 
+    With ``settings.best_of`` = n > 1 (a single agent), each of the ``k`` episodes is n samples of which
+    ``settings.select`` chooses one (``best_of.py``); the chosen sample's reward is the episode's, and the row also
+    records the samples' own success (``sample_accuracy``). ``mean_calls`` is per episode, all n samples' calls.
+
     ``backend``: a synced ``VLLMBackend`` to generate with; by default the transformers backend of ``run_episodes``.
     """
     rows = dataset.to_list()
     reward_func = get_task(settings.task).make_reward()
-    rewards, calls, truncated = [], 0, 0
+    n = settings.best_of
+    answer_format = trained.workflow.formats[trained.workflow.roles[0]] if n > 1 else None
+    rewards, answers, calls, truncated = [], [], 0, 0
     role_tokens: dict[str, list[int]] = defaultdict(list)
-    progress = tqdm(total=len(rows) * settings.k, desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
+    total = len(rows) * settings.k * n
+    progress = tqdm(total=total, desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
     for chunk, episodes in sample_episodes(trained, rows, settings, backend, role_tools=role_tools):
         chunk_rewards = final_answer_rewards(reward_func, episodes, [rows[problem] for problem, _ in chunk])
         for (problem, sample), episode, reward in zip(chunk, episodes, chunk_rewards):
@@ -290,6 +345,8 @@ def score(
             truncated += sum(call.truncated for call in episode.calls)
             for call in episode.calls:
                 role_tokens[call.role].append(len(call.completion_ids))
+            if answer_format is not None:
+                answers.append(None if episode.final_answer is None else answer_format.parse(episode.final_answer))
             if episodes_dir is not None:
                 record = episode_record(episode, rows[problem], sample, reward, trained.workflow, settings.task)
                 write_episode(episodes_dir, problem, record)
@@ -297,9 +354,13 @@ def score(
         progress.update(len(chunk))
         progress.set_postfix(success=f"{sum(map(solved, rewards)) / len(rewards):.3f}")
     progress.close()
+    sample_rewards = rewards
+    if n > 1:  # samples are problem-major, each episode's n samples in a row: keep the chosen one's reward
+        groups = range(0, len(rewards), n)
+        rewards = [rewards[start + select(answers[start : start + n], settings.select)] for start in groups]
     k, jobs = settings.k, len(rewards)
     correct = [sum(map(solved, rewards[p * k : (p + 1) * k])) for p in range(len(rows))]
-    return {
+    result = {
         "accuracy": sum(correct) / max(jobs, 1),  # pass@1, averaged over the k samples
         "pass_at_k": sum(pass_at_k(k, c, k) for c in correct) / max(len(rows), 1),
         "mean_reward": sum(rewards) / max(jobs, 1),
@@ -308,6 +369,9 @@ def score(
         "role_completion_tokens": {role: sum(t) / len(t) for role, t in sorted(role_tokens.items())},
         "problem_solved": correct,  # per problem, in dataset order: episodes solved out of k
     }
+    if n > 1:
+        result["sample_accuracy"] = sum(map(solved, sample_rewards)) / max(len(sample_rewards), 1)
+    return result
 
 
 def sample_episodes(
@@ -318,9 +382,9 @@ def sample_episodes(
     *,
     role_tools: dict[str, list[Callable]] | None = None,
 ) -> Iterator[tuple[list[tuple[int, int]], list[Episode]]]:
-    """``k`` episodes per row (problem-major), ``episodes_per_batch`` at a time: each batch's ``(problem, sample)``
-    pairs and episodes. The seed is set once, before the first batch. Roles with tools (the workflow's, plus
-    ``role_tools``) run their tool loops as in training."""
+    """``k`` episodes per row (``k * best_of`` samples with ``best_of``; problem-major), ``episodes_per_batch`` at a
+    time: each batch's ``(problem, sample)`` pairs and episodes. The seed is set once, before the first batch. Roles
+    with tools (the workflow's, plus ``role_tools``) run their tool loops as in training."""
     set_seed(settings.seed)
     generation_config = make_generation_config(
         trained, settings.max_completion_length, settings.temperature, settings.top_p
@@ -334,7 +398,7 @@ def sample_episodes(
         max_tool_calling_iterations=settings.max_tool_calling_iterations,
         tool_timeout=settings.tool_timeout,
     )
-    jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k)]
+    jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k * settings.best_of)]
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
         prompts = [rows[problem]["prompt"] for problem, _ in chunk]

@@ -36,6 +36,8 @@ def plot_accuracy(rows: list[dict[str, Any]], path: str | Path, title: str = "")
         label = _LABELS[values["mode"]].format(**values)
         if values["role_policies"]:
             label += f" ({values['role_policies']})"
+        if len(cell) > len(CELL_FIELDS):  # a best-of-n evaluation: (n, selection)
+            label += " best-of-{} ({})".format(*cell[-1])
         steps, accuracies = zip(*points)
         if len(points) == 1 and values["mode"] == "base":
             axes.axhline(100 * accuracies[0], linestyle="--", linewidth=1, label=label)

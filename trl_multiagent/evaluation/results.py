@@ -32,6 +32,8 @@ KEY_FIELDS = (
     "seed",
     "chat_rendering",  # absent (None) for the tokenizer's template, so rows recorded before it keep their key
     "role_policies",  # absent (None) when every role runs its trained adapter
+    "best_of",  # absent (None) for one sample per episode
+    "select",
 )
 
 

@@ -10,6 +10,7 @@ residual against SA-RL alone and against SA-RL in the same workflow with a paire
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -20,11 +21,17 @@ _MODE_ORDER = {"base": 0, "trained": 1, "transfer": 2, "generator_alone": 3}
 
 
 def accuracy_curves(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[int, float]]]:
-    """Cell -> ``[(step, accuracy), ...]`` by step; a step evaluated twice keeps its last row."""
+    """Cell -> ``[(step, accuracy), ...]`` by step; a step evaluated twice keeps its last row. A cell is its
+    ``CELL_FIELDS`` values, and for a best-of-n evaluation also ``(best_of, select)`` after them."""
     curves: dict[tuple, dict[int, float]] = {}
     for row in rows:
-        curves.setdefault(tuple(row.get(name) for name in CELL_FIELDS), {})[row["step"]] = row["accuracy"]
+        curves.setdefault(cell_of(row), {})[row["step"]] = row["accuracy"]
     return {cell: sorted(points.items()) for cell, points in curves.items()}
+
+
+def cell_of(row: dict[str, Any]) -> tuple:
+    cell = tuple(row.get(name) for name in CELL_FIELDS)
+    return (*cell, (row["best_of"], row["select"])) if row.get("best_of") else cell
 
 
 def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -34,6 +41,8 @@ def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         peak_step, peak = max(points, key=lambda point: (point[1], -point[0]))  # the earliest step reaching the peak
         final_step, final = points[-1]
         entry = dict(zip(CELL_FIELDS, cell))
+        if len(cell) > len(CELL_FIELDS):
+            entry["best_of"], entry["select"] = cell[-1]
         entry.update(peak=peak, peak_step=peak_step, final=final, final_step=final_step, drop_pp=100 * (peak - final))
         table.append(entry)
     for entry in table:
@@ -47,7 +56,7 @@ def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         references = (
             ("transfer", {"mode": "transfer", "workflow": entry["workflow"]}),
-            ("single_agent", {"mode": "trained", "workflow": "SingleAgent", "role_policies": None}),
+            ("single_agent", {"mode": "trained", "workflow": "SingleAgent", "role_policies": None, "best_of": None}),
         )
         for reference, where in references:
             sa_rl = _best(table, entry, **where)
@@ -69,7 +78,7 @@ def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _best(table: list[dict[str, Any]], entry: dict[str, Any], **match: Any) -> dict[str, Any] | None:
     """The highest-peak cell of the same model, dataset and k matching ``match``."""
     same = dict(model=entry["model"], dataset=entry["dataset"], k=entry["k"], **match)
-    found = [other for other in table if all(other[name] == value for name, value in same.items())]
+    found = [other for other in table if all(other.get(name) == value for name, value in same.items())]
     return max(found, key=lambda other: other["peak"], default=None)
 
 
@@ -88,6 +97,8 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 
 def _mode(entry: dict[str, Any]) -> str:
+    if entry.get("best_of"):
+        return f"{entry['mode']} (best of {entry['best_of']}, {entry['select']})"
     return f"{entry['mode']} ({entry['role_policies']})" if entry.get("role_policies") else entry["mode"]
 
 
@@ -111,6 +122,12 @@ def family_table(
     (``vs_transfer``): the difference in success on the same problems, with a paired percentile bootstrap interval
     over problems. Seeds are pooled per problem: each problem's success is averaged over the seeds both sides have,
     then problems are resampled (the interval is over problems, at these seeds). Accuracies are fractions.
+
+    The cost-matched baseline: SA-RL's best-of-n evaluations (rows with ``best_of``) are lines of their own, one per
+    n and selection ("SA-RL best-of-3 (majority)"), with their residual against SA-RL alone; each trained workflow
+    then also has ``vs_best_of``, its residual against the best-of-n evaluation whose n is its own measured calls
+    per episode (its row's ``mean_calls``, rounded up), matched per seed (``n``: those n per seed). A table without
+    best-of rows has no ``vs_best_of``.
 
     Rows of other modes (``generator_alone``) and with ``role_policies`` (attribution subsets) are left out.
     """
@@ -156,6 +173,22 @@ def family_table(
         difference = paired_difference(*pooled, bootstrap=bootstrap, confidence=confidence, seed=seed)
         return {**difference, "seeds": seeds}
 
+    best_of_lines = [line for line in final if line[0] == "best_of"]
+
+    def cost_matched(by_seed: dict[int, dict], setting: tuple) -> dict[str, Any] | None:
+        """Per seed, SA-RL's best-of-n evaluation with n = this seed's measured calls per episode, rounded up."""
+        matched = {}
+        for s, row in by_seed.items():
+            if "mean_calls" not in row:
+                continue
+            n = math.ceil(row["mean_calls"] - 1e-9)
+            for line in best_of_lines:
+                if line[2][0] == n and s in final[line].get(setting, {}):
+                    matched[s] = final[line][setting][s]
+                    break
+        result = residual(by_seed, matched)
+        return None if result is None else {**result, "n": [matched[s]["best_of"] for s in result["seeds"]]}
+
     lines = []
     for line in sorted(final, key=_line_order):
         mode, workflow, sharing = line
@@ -171,23 +204,22 @@ def family_table(
                 "vs_single_agent": None,
                 "vs_transfer": None,
             }
+            single_agent = final.get(("trained", SINGLE_AGENT, None), {})
             if mode == "trained" and workflow != SINGLE_AGENT:
-                references = (
-                    final.get(("trained", SINGLE_AGENT, None), {}),
-                    final.get(("transfer", workflow, None), {}),
-                )
-                entry["vs_single_agent"] = residual(by_seed, references[0].get(setting))
-                entry["vs_transfer"] = residual(by_seed, references[1].get(setting))
+                transfer = final.get(("transfer", workflow, None), {})
+                entry["vs_single_agent"] = residual(by_seed, single_agent.get(setting))
+                entry["vs_transfer"] = residual(by_seed, transfer.get(setting))
+                if best_of_lines:
+                    entry["vs_best_of"] = cost_matched(by_seed, setting)
+            elif mode == "best_of":
+                entry["vs_single_agent"] = residual(by_seed, single_agent.get(setting))
             results[labels[setting]] = entry
-        lines.append(
-            {
-                "label": _line_label(line),
-                "mode": mode,
-                "workflow": workflow,
-                "policy_sharing": sharing,
-                "results": results,
-            }
-        )
+        if mode == "best_of":  # workflow: SingleAgent; sharing: (n, selection)
+            described = {"mode": "trained", "workflow": workflow, "policy_sharing": None}
+            described.update(best_of=sharing[0], select=sharing[1])
+        else:
+            described = {"mode": mode, "workflow": workflow, "policy_sharing": sharing}
+        lines.append({"label": _line_label(line), **described, "results": results})
     return {
         "settings": [dict(zip(_SETTING_FIELDS, s), label=labels[s]) for s in settings],
         "lines": lines,
@@ -227,6 +259,10 @@ def _sampling_label(k: int | None, temperature: float | None) -> str:
 def _family_line(row: dict[str, Any]) -> tuple | None:
     if row.get("role_policies"):
         return None
+    if row.get("best_of"):
+        if row["mode"] == "trained" and row["workflow"] == SINGLE_AGENT:
+            return ("best_of", SINGLE_AGENT, (row["best_of"], row["select"]))
+        return None
     if row["mode"] == "trained":
         sharing = None if row["workflow"] == SINGLE_AGENT else row.get("policy_sharing")
         return ("trained", row["workflow"], sharing)
@@ -239,6 +275,8 @@ def _line_order(line: tuple) -> tuple:
     mode, workflow, sharing = line
     if mode == "trained" and workflow == SINGLE_AGENT:
         return (0, "", 0, "")
+    if mode == "best_of":  # after SA-RL, by n
+        return (0, "", 1, *sharing)
     if mode == "base":
         return (2, workflow != SINGLE_AGENT, workflow, 0, "")
     return (1, workflow, 2 if mode == "transfer" else _SHARING_ORDER.get(sharing, 1.5), str(sharing))
@@ -246,6 +284,8 @@ def _line_order(line: tuple) -> tuple:
 
 def _line_label(line: tuple) -> str:
     mode, workflow, sharing = line
+    if mode == "best_of":
+        return f"SA-RL best-of-{sharing[0]} ({sharing[1]})"
     if mode == "trained":
         return "SA-RL" if workflow == SINGLE_AGENT else workflow
     return f"SA-RL in {workflow}" if mode == "transfer" else f"base model, {workflow}"
@@ -265,9 +305,11 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         f"({spread}); residuals in points, [{pct}% paired bootstrap interval over problems, seeds pooled per problem]",
         "",
     ]
+    best_of = any(line["mode"] == "trained" and line.get("best_of") for line in table["lines"])
     columns = ["line", "sharing", "step"]
     for label in labels:
         columns += [f"{label} %", "vs SA-RL pp", "vs SA-RL in workflow pp"]
+        columns += ["vs SA-RL best-of-n pp"] if best_of else []
     lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for line in table["lines"]:
         steps = sorted({s for r in line["results"].values() for s in r["steps"]})
@@ -275,7 +317,7 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         for label in labels:
             result = line["results"].get(label)
             if result is None:
-                cells += ["-", "-", "-"]
+                cells += ["-"] * (4 if best_of else 3)
                 continue
             value = f"{100 * result['mean']:.1f}"
             if result["std"] is not None:
@@ -283,7 +325,16 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
             if len(result["seeds"]) < len(all_seeds):
                 value += f" (seeds {', '.join(map(str, result['seeds']))})"
             cells += [value, _residual(result["vs_single_agent"]), _residual(result["vs_transfer"])]
+            if best_of:
+                matched = result.get("vs_best_of")
+                n = f" (n={'/'.join(map(str, dict.fromkeys(matched['n'])))})" if matched and matched["n"] else ""
+                cells.append(_residual(matched) + n)
         lines.append("| " + " | ".join(cells) + " |")
+    if best_of:
+        lines.append(
+            "\n- vs SA-RL best-of-n: against SA-RL sampled n times per episode, the chosen answer graded, n being "
+            "the workflow's measured model calls per episode rounded up (n=, per seed)."
+        )
     lines += [f"\n- {note}" for note in table["notes"]]
     return "\n".join(lines) + "\n"
 
