@@ -110,3 +110,51 @@ def test_rows_without_per_problem_successes_read_their_episodes_or_say_what_is_m
     assert eval_opt["vs_single_agent"]["value"] is None and eval_opt["vs_transfer"]["value"] == pytest.approx(0.375)
     assert len(table["notes"]) == 1 and "seed 2" in table["notes"][0]
     assert "? (no per-problem outcomes)" in format_family_table("arithmetic", table)
+
+
+SAMPLED = dict(k=1, temperature=0.7)
+
+
+def test_the_cost_matched_line_and_each_workflows_residual_against_it():
+    rows = [
+        row("trained", "SingleAgent", 1, [1, 0, 0, 0], sharing="isolated", **SAMPLED),
+        row("trained", "SingleAgent", 2, [1, 1, 0, 0], sharing="isolated", **SAMPLED),
+        # 2.5 and 2.2 calls per episode: matched with best-of-3 at both seeds
+        row("trained", "EvalOpt", 1, [1, 1, 1, 0], sharing="isolated", **SAMPLED) | {"mean_calls": 2.5},
+        row("trained", "EvalOpt", 2, [1, 1, 1, 1], sharing="isolated", **SAMPLED) | {"mean_calls": 2.2},
+        # 4.0 calls at seed 1, 5.0 at seed 2 (no best-of-5): matched at seed 1 only
+        row("trained", "Voting", 1, [1, 1, 1, 1], sharing="shared", **SAMPLED) | {"mean_calls": 4.0},
+        row("trained", "Voting", 2, [1, 1, 1, 1], sharing="shared", **SAMPLED) | {"mean_calls": 5.0},
+        row("trained", "SingleAgent", 1, [1, 1, 0, 0], **SAMPLED) | {"best_of": 3, "select": "majority"},
+        row("trained", "SingleAgent", 2, [1, 1, 1, 0], **SAMPLED) | {"best_of": 3, "select": "majority"},
+        row("trained", "SingleAgent", 1, [0, 1, 0, 0], **SAMPLED) | {"best_of": 4, "select": "majority"},
+        row("generator_alone", "SingleAgent", 1, [0, 0, 0, 0], **SAMPLED) | {"best_of": 3, "select": "majority"},
+    ]
+    table = family_table(rows, bootstrap=200, seed=1)
+    lines = {line["label"]: line for line in table["lines"]}
+    assert list(lines) == ["SA-RL", "SA-RL best-of-3 (majority)", "SA-RL best-of-4 (majority)", "EvalOpt", "Voting"]
+    sa = lines["SA-RL"]["results"]["pass@1 k=1 T=0.7"]
+    assert sa["mean"] == pytest.approx(0.375)  # best-of rows do not replace SA-RL's own
+    best_of = lines["SA-RL best-of-3 (majority)"]
+    described = (best_of["mode"], best_of["workflow"], best_of["best_of"], best_of["select"])
+    assert described == ("trained", "SingleAgent", 3, "majority")
+    # pooled per problem: best-of-3 [1, 1, .5, 0], SA-RL [1, .5, 0, 0]
+    assert best_of["results"]["pass@1 k=1 T=0.7"]["vs_single_agent"]["value"] == pytest.approx(0.25)
+    eval_opt = lines["EvalOpt"]["results"]["pass@1 k=1 T=0.7"]["vs_best_of"]
+    assert eval_opt["value"] == pytest.approx(0.25) and eval_opt["seeds"] == [1, 2] and eval_opt["n"] == [3, 3]
+    voting = lines["Voting"]["results"]["pass@1 k=1 T=0.7"]["vs_best_of"]
+    assert voting["value"] == pytest.approx(0.75) and voting["seeds"] == [1] and voting["n"] == [4]
+
+    text = format_family_table("mod_search on toy", table)
+    assert "| line | sharing | step | pass@1 k=1 T=0.7 % | vs SA-RL pp | vs SA-RL in workflow pp | " in text
+    assert "| vs SA-RL best-of-n pp |" in text
+    assert "| SA-RL best-of-3 (majority) | - | 30 | 62.5 ± 17.7 | +25.0 [" in text
+    assert "| SA-RL best-of-4 (majority) | - | 30 | 25.0 (seeds 1) | +0.0 [" in text
+    eval_opt_line = next(line for line in text.splitlines() if line.startswith("| EvalOpt |"))
+    assert "| - | +25.0 [" in eval_opt_line and eval_opt_line.endswith("] (n=3) |")  # no SA-RL in EvalOpt here
+    assert "measured model calls per episode rounded up" in text
+
+    without = [r for r in rows if "best_of" not in r]
+    plain = family_table(without, bootstrap=200, seed=1)
+    assert all("vs_best_of" not in r for line in plain["lines"] for r in line["results"].values())
+    assert "best-of" not in format_family_table("mod_search on toy", plain)

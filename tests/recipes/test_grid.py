@@ -31,7 +31,11 @@ def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     assert sum("recipes/voting_math.py" in line and "--policy_sharing isolated" in line for line in launches) == 2
     assert all(("--config recipes/configs/cpu.yaml" in line) == ("_math.py" in line) for line in launches)
     evaluations = [line for line in lines if line.startswith("python recipes/evaluate.py ")]
-    assert len(evaluations) == 2 * 2 * (5 + 3 + 2)  # per model x task: 5 runs, 3 base, 2 transfers
+    # per model x task: 5 runs, 3 base, 2 transfers, and (sampled, paper_eval.yaml's T=0.7) SA-RL best-of-n
+    # matched to each of the 4 workflow cells
+    assert len(evaluations) == 2 * 2 * (5 + 3 + 2 + 4)
+    best_of = f"--run_dir {tmp_path}/m1/math/single_agent --best_of_calls {tmp_path}/m1/math/voting-shared --select"
+    assert sum(best_of in line and line.endswith("--checkpoints final") for line in evaluations) == 1
     assert sum("--mode base" in line for line in evaluations) == 2 * 2 * 3
     transfer = f"--run_dir {tmp_path}/m1/math/single_agent --mode transfer --workflow {tmp_path}/m1/math/voting-shared"
     assert any(transfer in line for line in evaluations)
@@ -165,12 +169,25 @@ def test_toy_preset_prints_every_family_and_seed(capsys, tmp_path):
             assert all(f"--config recipes/configs/{config} --dataset_name {family} " in line for line in ours)
             assert all(f"_{task}.py " in line for line in ours)
             evaluated = [line for line in evaluations if f"--run_dir {tmp_path}/toy/{family}/seed-{seed}/" in line]
-            # 7 runs, 3 base-model workflows + SA-RL's, 3 transfers; greedy and sampled each
-            assert len(evaluated) == (7 + 4 + 3) * 2
+            # 7 runs, 3 base-model workflows + SA-RL's, 3 transfers; greedy and sampled each; SA-RL best-of-n
+            # matched to each of the 6 workflow cells, sampled only
+            assert len(evaluated) == (7 + 4 + 3) * 2 + 6
             assert all(f"--dataset_name {family} " in line and f"--seed {seed} " in line for line in evaluated)
+            best_of = [line for line in evaluated if "--best_of_calls" in line]
+            sa_rl = f"--run_dir {tmp_path}/toy/{family}/seed-{seed}/single_agent --best_of_calls"
+            assert len(best_of) == 6 and all(
+                line.startswith(f"python recipes/evaluate.py {sa_rl}") for line in best_of
+            )
+            matched = [line.split("--best_of_calls ")[1].split()[0] for line in best_of]
+            workflows = ("eval_opt", "voting", "orch_workers")
+            folder = f"{tmp_path}/toy/{family}/seed-{seed}"
+            assert matched == [f"{folder}/{w}-{sharing}" for w in workflows for sharing in ("shared", "isolated")]
+            assert all("--select majority " in line for line in best_of)
+            others = [line for line in evaluated if "--best_of_calls" not in line]
+            assert evaluations.index(best_of[0]) > max(map(evaluations.index, others))  # after what they read
     greedy = [line for line in evaluations if line.endswith("--limit 100 --max_completion_length 80 --temperature 0")]
     sampled = [line for line in evaluations if line.endswith("--k 4 --temperature 0.7 --checkpoints final")]
-    assert len(greedy) == len(sampled) == len(evaluations) // 2
+    assert len(greedy) == len(sampled) - 2 * 2 * 6 == (len(evaluations) - 2 * 2 * 6) // 2
 
 
 def test_flags_given_beside_the_preset_win(capsys, tmp_path):
@@ -275,3 +292,34 @@ def test_toy_preset_end_to_end_one_family_two_cells(tmp_path):
     assert residual["value"] == pytest.approx(row["accuracy"] - sa_rl["accuracy"]) and residual["seeds"] == [7]
     assert residual["low"] <= residual["value"] <= residual["high"]
     assert (tmp_path / "families.md").read_text() in out
+
+
+def test_report_adds_the_cost_matched_line_from_the_best_of_rows(capsys, tmp_path):
+    grid_module = load_grid()
+    common = dict(model="toy", dataset="arithmetic", k=4, temperature=0.7, top_p=1.0, num_problems=2, seed=42)
+
+    def result(workflow, solved, **extra):
+        described = dict(mode="trained", workflow=workflow, policy_sharing="isolated", trained_workflow=workflow)
+        return {**common, **described, "step": 30, "accuracy": sum(solved) / 8, "problem_solved": solved, **extra}
+
+    folder = tmp_path / "toy" / "arithmetic"
+    write_rows(folder / "eval_opt-isolated", [result("EvalOpt", [4, 4], mean_calls=2.6)])
+    sa_rl = result("SingleAgent", [4, 0])
+    write_rows(folder / "single_agent", [sa_rl, result("SingleAgent", [4, 2], best_of=3, select="majority")])
+    args = grid_module.parse_args(
+        ["--preset", "toy", "--families", "arithmetic", "--workflows", "eval_opt", "--policy_sharing", "isolated",
+         "--output_root", str(tmp_path), "--report_only"]
+    )  # fmt: skip
+    assert grid_module.main(args) == 0
+    families = (tmp_path / "families.md").read_text()
+    assert "| SA-RL best-of-3 (majority) | - | 30 | 75.0 | +25.0 [" in families
+    (eval_opt,) = [line for line in families.splitlines() if line.startswith("| EvalOpt |")]
+    assert eval_opt.startswith("| EvalOpt | isolated | 30 | 100.0 | +50.0 [") and eval_opt.endswith("] (n=3) |")
+    assert "| - | +25.0 [" in eval_opt  # EvalOpt minus best-of-3: 100 - 75
+    table = (tmp_path / "table.md").read_text()
+    assert "| SingleAgent | isolated | trained (best of 3, majority) | 75.0 (30) |" in table
+    assert "| SingleAgent | isolated | trained | 50.0 (30) |" in table  # SA-RL's own row stays
+
+    (folder / "single_agent" / "eval_results.jsonl").write_text(json.dumps(sa_rl) + "\n")  # results of before
+    assert grid_module.main(args) == 0
+    assert "best-of" not in (tmp_path / "families.md").read_text()

@@ -14,6 +14,7 @@ from harness import ROOT, run_offline
 
 submitit = pytest.importorskip("submitit", reason="install the slurm extra: pip install -e '.[slurm]'")
 
+from trl_multiagent.evaluation import read_results  # noqa: E402
 from trl_multiagent.slurm import CellTraining, last_complete_checkpoint  # noqa: E402
 
 
@@ -168,11 +169,13 @@ def test_toy_grid_through_submitit_local_executor(tmp_path):
     ):
         assert row in table, out[-3000:]
     finished = list((tmp_path / "slurm" / "finished_evaluations").iterdir())
-    assert len(finished) == 5  # 2 cells, 2 base-model runs, 1 transfer
+    assert len(finished) == 6  # 2 cells, 2 base-model runs, 1 transfer, SA-RL best-of-n (n: Voting's calls)
     job_logs = sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name.isdigit())
-    assert len(job_logs) == 2 + 5
+    assert len(job_logs) == 2 + 6
+    (best_of,) = [row for row in read_results(tmp_path / "toy" / "math" / "single_agent") if "best_of" in row]
+    assert best_of["best_of"] == 4 and best_of["best_of_calls_of"]["workflow"] == "Voting"  # 3 voters, 1 aggregator
 
     again = run_offline(grid_args, cwd=ROOT, timeout=600).stdout  # resubmitted: nothing left to run
-    assert again.count("finished before") == 2 and again.count("skip evaluation (finished)") == 5
+    assert again.count("finished before") == 2 and again.count("skip evaluation (finished)") == 6
     assert sorted(p.name for p in (tmp_path / "slurm").iterdir() if p.name.isdigit()) == job_logs
     assert json.loads((tmp_path / "table.json").read_text())  # the report is rebuilt
