@@ -61,8 +61,10 @@ points) against SA-RL alone and against SA-RL in the same workflow, with a 95% p
 problems (1,000 resamplings): both sides are evaluated on the same problems; seeds are pooled per problem (each
 problem's success averaged over the seeds both sides have), then problems are resampled, so the interval is over
 problems at these seeds, while the ± column shows the spread between seeds. The newest checkpoint, not the peak: a
-peak chosen on the same problems would bias the residual. A cost-matched SA-RL (sampled as often as a workflow calls
-its model, best of n) is not computed; SA-RL in the same workflow makes the workflow's own calls.
+peak chosen on the same problems would bias the residual. The cost-matched baseline: per workflow cell and sampled
+setting, SA-RL evaluated with `--best_of_calls <cell> --select majority` (each episode the majority answer of n
+samples, n the cell's measured calls per episode rounded up; run after the cells' evaluations), the line "SA-RL
+best-of-n (majority)" and each workflow's residual against the best-of-n matching its calls ("vs SA-RL best-of-n").
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the tables and plots from what is there.
