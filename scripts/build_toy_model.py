@@ -25,10 +25,12 @@ can, by supervised learning on transcripts of the real workflows:
      (the code synthesizer then repeats the picked program);
    - the orchestrator writes three ``STRATEGY k:`` lines drawn from a fixed pool, never an answer;
    - with ``--search_problems N`` (default 0: the shipped model has none), the math workflows also run on mod_search
-     problems (``trl_multiagent.tasks.mod_search``): a first attempt checks a uniform candidate, a retry the next
-     untried one in the listed order (``Tried 7, 4. 12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``), the
-     evaluator re-computes the check and the judges read the candidates' remainders, right
-     ``SEARCH_JUDGE_ACCURACY`` of the time.
+     problems (``trl_multiagent.tasks.mod_search``): a first attempt checks a uniform candidate, a retry writes the
+     tried and the untried candidates and checks the first untried one (``Tried 7, 4. Left 12, 9. 12 * 5 = 60.
+     60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``), the evaluator re-computes the check and writes the remainder beside
+     the target (``Gives 8, asked 8: same.``), the judges read the candidates' remainders the same way, right
+     ``SEARCH_JUDGE_ACCURACY`` of the time; the evaluator's calls and the retries are kept twice
+     (``SEARCH_DECISION_REPEATS``).
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
    its own token, and text is not split at spaces, so the fixed role prompts merge into a few long tokens and
    sequences stay short on CPU.
@@ -419,9 +421,16 @@ class CodeTeacher:
 
 # The search world: mod_search problems (trl_multiagent.tasks.mod_search), k candidates of which one maps to the
 # target. A first attempt proposes a candidate uniformly, with its check: one pass knows no better; a retry of Eval-Opt
-# reads the tried ones from the previous attempt and checks the next untried one in the listed order. Its checks are
-# always right; the judges' errors are slips in a remainder, which flip what they conclude.
+# reads the tried ones from the previous attempt, writes them and the untried ones, and checks the first untried one.
+# Its checks are always right; the judges' errors are slips in a remainder, which flip what they conclude. Each
+# decision is written as a copy and a compare of adjacent tokens, which a small model learns where a verdict or a
+# pick made in one token was not learned: the evaluator writes the target beside the remainder it found and says
+# whether they are the same before its verdict; the retry's candidate is the first of the ``Left`` list it has just
+# written.
 SEARCH_JUDGE_ACCURACY = 0.9  # checking is the easy part of this family, by design
+# The calls that carry the workflow's two decisions (the evaluator's verdict, the retry's candidate) are a small share
+# of the transcripts and one token each in them; a search build keeps every one of them, this many times.
+SEARCH_DECISION_REPEATS = 2
 SEARCH_STRATEGIES = (
     "Check the candidates in the order they are listed, one per attempt.",
     "Compute the product first, then add, then take the remainder.",
@@ -450,14 +459,11 @@ def tried_candidates(messages: list[dict]) -> tuple[int, ...]:
 
 
 def next_candidate(problem: ModSearchProblem, tried: tuple[int, ...]) -> int:
-    """A retry's candidate: the first untried one listed after the last one tried, wrapping around (the last tried
-    again when every candidate was). A fixed rule, so the retry's next token follows from the one it has just
-    written (the ``Tried`` list ends with the previous candidate, which the problem lists just before this one):
-    a small model learns it, where a uniform pick among the untried ones left it copying the previous attempt."""
-    listed = problem.candidates
-    start = listed.index(tried[-1]) + 1
-    after = [listed[(start + i) % len(listed)] for i in range(len(listed))]
-    return next((x for x in after if x not in tried), tried[-1])
+    """A retry's candidate: the first untried one in the listed order, which the retry has just written as the
+    first of its ``Left`` list (the last tried again when every candidate was). A fixed rule, so a small model can
+    learn it, where a uniform pick among the untried ones left it copying the previous attempt."""
+    left = problem.untried(tried)
+    return left[0] if left else tried[-1]
 
 
 def search_verdict(problem: ModSearchProblem, x: int, judged_right: bool, rng: random.Random) -> tuple[str, str]:
@@ -470,13 +476,13 @@ def search_verdict(problem: ModSearchProblem, x: int, judged_right: bool, rng: r
         found = problem.target
     else:
         found = rng.choice([r for r in range(problem.modulus) if r != problem.target])
-    finding = f"{found} as asked" if judged_right else f"{found}, not {problem.target}"
+    finding = f"{found}, asked {problem.target}: {'same' if judged_right else 'differs'}"
     return str(found), finding
 
 
 def search_review(problem: ModSearchProblem, x: int, rng: random.Random, accuracy: float) -> str:
     r"""The evaluator's re-computed check of ``x`` and its verdict, right with probability ``accuracy``:
-    ``27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. Gives 5 as asked. \boxed{Correct}``."""
+    ``27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. Gives 5, asked 5: same. \boxed{Correct}``."""
     judged_right = problem.accepts(x) if rng.random() < accuracy else not problem.accepts(x)
     found, finding = search_verdict(problem, x, judged_right, rng)
     *lines, last = problem.check_lines(x)
@@ -487,8 +493,8 @@ def search_review(problem: ModSearchProblem, x: int, rng: random.Random, accurac
 
 def search_compare(problem: ModSearchProblem, candidates: list[int], rng: random.Random, accuracy: float):
     """A judge's reading of the candidates' stated remainders in order, up to the one it picks, and that pick
-    (0-based): ``Solution 1: gives 2, not 5. Solution 2: gives 5 as asked.``. The pick is the first right candidate
-    with probability ``accuracy`` when there is one, else random."""
+    (0-based): ``Solution 1: gives 2, asked 5: differs. Solution 2: gives 5, asked 5: same.``. The pick is the
+    first right candidate with probability ``accuracy`` when there is one, else random."""
     right = [problem.accepts(x) for x in candidates]
     pick = judged_pick(right, rng, accuracy)
     checks = [
@@ -570,6 +576,7 @@ def transcripts(
         for workflow in TAUGHT["code"]:
             asyncio.run(workflow.run(problem.prompt, CodeTeacher(problem, rng, records)))
     # Drawn after the others, so a build without them (the shipped toy model's) makes the same transcripts as before.
+    first_search = len(records)
     if n_search_problems:
         search_held_out = {row["prompt"][0]["content"] for row in get_task("math").eval_dataset("mod_search", 1000)}
         count = 0
@@ -581,7 +588,13 @@ def transcripts(
             for workflow in TAUGHT["math"]:
                 asyncio.run(workflow.run(math_prompt(search.text), SearchTeacher(search, rng, records)))
     keep = {"orchestrator": ORCHESTRATOR_KEEP, "generator": SOLVER_KEEP, "worker": SOLVER_KEEP}
-    return [r for r in records if rng.random() < keep.get(r[0], 1.0)]
+    kept = []
+    for i, record in enumerate(records):
+        role, _, target = record
+        decision = i >= first_search and (role == "evaluator" or target.startswith("Tried "))
+        if rng.random() < (1.0 if decision else keep.get(role, 1.0)):
+            kept += [record] * (SEARCH_DECISION_REPEATS if decision else 1)
+    return kept
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):

@@ -59,8 +59,9 @@ def test_check_lines_compute_the_value_one_fact_at_a_time():
     problem = ModSearchProblem((14, 27, 9, 22), multiplier=7, offset=3, modulus=11, target=5)
     assert problem.check_lines(27) == ["27 * 7 = 189.", "189 + 3 = 192.", "192 mod 11 = 5."]
     assert problem.worked_answer(27, tried=(14, 9)) == (
-        "Tried 14, 9. 27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. \\boxed{27}"
+        "Tried 14, 9. Left 27, 22. 27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. \\boxed{27}"
     )
+    assert problem.untried((14, 9)) == (27, 22) and problem.untried(problem.candidates) == ()
     assert extract_boxed(problem.worked_answer(27)) == "27"
     assert problem.answer == 27 and problem.value(14) == 2
     assert ModSearchProblem.parse(f"Intro.\n{problem.text}\n\nPut the final answer in a box.") == problem

@@ -1,6 +1,7 @@
 """The toy teacher's mod_search roles (scripts/build_toy_model.py, ``--search_problems``): what a rebuilt toy model
 would learn on the verification-easy family. A first attempt guesses a uniform candidate with a right check, a retry
-checks the next untried candidate in the listed order, and the judges are right at their set accuracy."""
+writes the untried candidates and checks the first of them, the judges write the target beside each remainder and are
+right at their set accuracy, and a search build keeps the calls that carry these decisions more than once."""
 
 from __future__ import annotations
 
@@ -68,22 +69,27 @@ def test_retries_read_the_tried_candidates_from_the_history_and_never_repeat(bui
 
 
 @pytest.mark.parametrize("history", ["fresh", "shared"])
-def test_a_retry_checks_the_next_untried_candidate_in_the_listed_order(build, history):
-    """The retry's candidate is fixed by the history (not a fresh guess), so a model can learn it: the candidate
-    listed after the previous attempt's, wrapping around, skipping those already tried."""
+def test_a_retry_writes_the_untried_candidates_and_checks_the_first(build, history):
+    """The retry's candidate is fixed by the history (not a fresh guess), so a model can learn it: it writes the
+    candidates tried and those left in the listed order, and checks the first one left."""
     workflow = EvalOpt(max_iterations=3, history=history, prompts="guarded", parsing="robust")
-    listed, lengths = PROBLEM.candidates, set()
+    lengths = set()
     for seed in range(200):
         _, records = episode(build, workflow, PROBLEM, seed, judge_accuracy=1.0)  # retries until the answer
-        tried = [int(extract_boxed(t)) for role, _, t in records if role == "generator"]
-        first = listed.index(tried[0])
+        texts = [t for role, _, t in records if role == "generator"]
+        tried = [int(extract_boxed(t)) for t in texts]
         lengths.add(len(tried))
-        assert tried == [listed[(first + i) % len(listed)] for i in range(len(tried))], tried
+        for i, text in enumerate(texts[1:], start=1):
+            left = [x for x in PROBLEM.candidates if x not in tried[:i]]
+            assert tried[i] == left[0], (tried, text)
+            assert text.startswith(f"Tried {', '.join(map(str, tried[:i]))}. Left {', '.join(map(str, left))}. ")
     assert lengths == {1, 2, 3}
-    assert build.next_candidate(PROBLEM, (27, 22)) == 14  # after 22, the last listed, comes the first
+    assert build.next_candidate(PROBLEM, (27, 22)) == 14
     assert build.next_candidate(PROBLEM, (9, 14)) == 27
-    assert build.next_candidate(PROBLEM, (27, 9, 14)) == 22  # 27 was tried: skipped
+    assert build.next_candidate(PROBLEM, (14, 27, 9)) == 22
     assert build.next_candidate(PROBLEM, (14, 27, 9, 22)) == 22  # all tried: the last one again
+    assert PROBLEM.worked_answer(22, (14, 27, 9)).startswith("Tried 14, 27, 9. Left 22. 22 * 7")
+    assert PROBLEM.worked_answer(22, (14, 27, 9, 22)).startswith("Tried 14, 27, 9, 22. 22 * 7")  # none left
 
 
 def test_the_evaluator_recomputes_the_check_and_is_right_at_its_accuracy(build):
@@ -98,6 +104,8 @@ def test_the_evaluator_recomputes_the_check_and_is_right_at_its_accuracy(build):
         assert review.startswith(" ".join(problem.check_lines(x)[:2]))  # the product and the sum, re-written
         stated = int(review.split(" mod ")[1].split(" = ")[1].split(".")[0])
         assert (stated == problem.target) == said_correct  # the verdict follows the remainder it wrote
+        compared = "same" if said_correct else "differs"  # ... through a compare of two adjacent numbers
+        assert f" Gives {stated}, asked {problem.target}: {compared}. \\boxed{{" in review
     assert abs(sum(right) / len(right) - 0.9) < 0.02
 
 
@@ -115,3 +123,20 @@ def test_judges_pick_the_right_voter_when_there_is_one(build):
             picked_right.append(problem.accepts(int(extract_boxed(final))))
             chance.append(sum(problem.accepts(x) for x in voters) / len(voters))
     assert sum(picked_right) / len(picked_right) > sum(chance) / len(chance) + 0.3
+
+
+def test_a_search_build_keeps_the_decision_carrying_calls_more_than_once(build):
+    """Every evaluator call and every retry of the search transcripts is kept SEARCH_DECISION_REPEATS times (first
+    attempts and other solver calls are sampled as before), so the build's loss sees the two decisions more."""
+    records = build.transcripts(0, seed=4, n_search_problems=40)
+    counts = Counter(id(record) for record in records)  # a kept call, repeated: the same record again
+    by_id = {id(record): record for record in records}
+    repeats = build.SEARCH_DECISION_REPEATS
+    decisions = {
+        key: n for key, n in counts.items() if by_id[key][0] == "evaluator" or by_id[key][2].startswith("Tried ")
+    }
+    assert repeats > 1 and decisions and set(decisions.values()) == {repeats}
+    assert {n for key, n in counts.items() if key not in decisions} == {1}
+    retries = sum(1 for role, _, t in records if role == "generator" and t.startswith("Tried "))
+    first = sum(1 for role, _, t in records if role == "generator" and not t.startswith("Tried "))
+    assert retries / repeats > 0.25 * first  # all kept: about 1.1 retries per problem, first attempts at SOLVER_KEEP

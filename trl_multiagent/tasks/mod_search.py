@@ -119,10 +119,19 @@ class ModSearchProblem:
             f"{total} mod {self.modulus} = {total % self.modulus}.",
         ]
 
+    def untried(self, tried: tuple[int, ...]) -> tuple[int, ...]:
+        """The candidates not in ``tried``, in the listed order."""
+        return tuple(x for x in self.candidates if x not in tried)
+
     def worked_answer(self, x: int, tried: tuple[int, ...] = ()) -> str:
-        r"""One pass's answer as the toy teacher writes it: the candidates already tried, the check of ``x``, ``x``
-        boxed: ``Tried 7, 4. 12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``."""
-        listed = f"Tried {', '.join(map(str, tried))}. " if tried else ""
+        r"""One pass's answer as the toy teacher writes it: on a retry the candidates already tried and those left
+        (in the listed order), then the check of ``x``, ``x`` boxed:
+        ``Tried 7, 4. Left 12, 9. 12 * 5 = 60. 60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``."""
+        listed = ""
+        if tried:
+            listed = f"Tried {', '.join(map(str, tried))}. "
+            left = self.untried(tried)
+            listed += f"Left {', '.join(map(str, left))}. " if left else ""
         return f"{listed}{' '.join(self.check_lines(x))} \\boxed{{{x}}}"
 
     def accepts(self, x: int) -> bool:
