@@ -45,13 +45,7 @@ from .training.early_rewards import EarlyRewards, final_completion_ids, final_co
 from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
-from .training.mini_batches import (
-    SameScoringForwards,
-    bounded_logps,
-    check_schedule,
-    mini_batch_plan,
-    split_for_memory,
-)
+from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .workflows.base import Workflow
 
@@ -376,14 +370,17 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             with router.route(names):
                 return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
-        same_forwards = None
+        same_order = stand_in = None
         if self.adapters.most_over_processes is not None:  # several processes under DeepSpeed (ZeRO-3 gathers)
+            keys = batch.adapters
             reference, pad = adapters[0] == BASE_MODEL, self.text_tokenizer.pad_token_id  # base model, or own adapters
+
+            def same_order(groups: list[list[int]]) -> list:
+                return self.adapters.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
 
             def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
                 return self.adapters.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
 
-            same_forwards = SameScoringForwards(self.adapter_names, self.adapters.most_over_processes, stand_in)
         return bounded_logps(
             batch,
             adapters,
@@ -391,7 +388,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_tokens=self.args.max_tokens_per_micro_batch,
             forward=forward,
             keys=self.adapters.forward_keys(batch.adapters),
-            same_forwards=same_forwards,
+            same_order=same_order,
+            stand_in=stand_in,
         )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early

@@ -319,18 +319,27 @@ class AdapterUpdates:
 
         With several processes, alike on every process: ZeRO-2 reduces the gradients of a part's adapter during its
         backward and ZeRO-3 gathers its weights during its forward, so every process must run the same adapters in
-        the same order (the numbers of calls, hence of parts, differ between processes). Parts go in adapter order,
-        each adapter as many times as on the process with the most, a process with fewer making up the count with
-        stand-ins that train nothing."""
+        the same order (the numbers of calls, hence of parts, differ between processes). Parts go in adapter order
+        (``same_order``), a process with fewer making up the count with stand-ins that train nothing."""
         if not parts or self.most_over_processes is None:
             return parts
-        counts = torch.tensor([sum(p.adapters[0] == a for p in parts) for a in self.adapter_names])
-        most = self.most_over_processes(counts.to(parts[0].prompt_ids.device)).tolist()
-        aligned = []
+        arranged = self.same_order(parts, lambda part: part.adapters[0], parts[0].prompt_ids.device)
+        return [self.stand_in(parts[0], p, pad_token_id) if isinstance(p, str) else p for p in arranged]
+
+    def same_order(self, items: list, adapter_of, device) -> list:
+        """``items`` (forwards, or groups of rows to forward) in adapter order, each adapter as many times as on the
+        process with the most; a missing one is its adapter's name, for the caller's stand-in. Every process must
+        call it alike (a collective on ``device``), under DeepSpeed with several processes only."""
+        unknown = sorted({adapter_of(item) for item in items} - set(self.adapter_names))
+        if unknown:
+            raise ValueError(f"Forwards of {unknown}, not adapters this run trains.")
+        counts = torch.tensor([sum(adapter_of(item) == a for item in items) for a in self.adapter_names])
+        most = self.most_over_processes(counts.to(device)).tolist()
+        arranged = []
         for adapter, count in zip(self.adapter_names, most):
-            own = [p for p in parts if p.adapters[0] == adapter]
-            aligned += own + [self.stand_in(parts[0], adapter, pad_token_id) for _ in range(count - len(own))]
-        return aligned
+            own = [item for item in items if adapter_of(item) == adapter]
+            arranged += own + [adapter] * (int(count) - len(own))
+        return arranged
 
     def stand_in(self, template, adapter: str, pad_token_id: int):
         """A one-sample part of ``adapter`` (and a role of it) that trains nothing (padding, no completion token, zero

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
@@ -71,53 +71,23 @@ def bounded_logps(
     max_tokens: int | None,
     forward: Callable[[TrainingBatch, list[str]], torch.Tensor],
     keys: Sequence[str] | None = None,
-    same_forwards: SameScoringForwards | None = None,
+    same_order: Callable[[list[list[int]]], list[list[int] | str]] | None = None,
+    stand_in: Callable[[str], tuple[TrainingBatch, list[str]]] | None = None,
 ) -> torch.Tensor:
     """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (with ``keys``,
-    one per sample, each part holds samples of one key: of one adapter, or of one base model). With
-    ``same_forwards`` (several processes under DeepSpeed), the parts go in its key order, as many of each key as on
-    the process with the most, stand-in forwards making up the count (their outputs unused)."""
+    one per sample, each part holds samples of one key: of one adapter, or of one base model). With ``same_order``
+    (several processes under DeepSpeed, where ZeRO-3 gathers a forward's parameters from every process) the groups
+    of rows go in the order it gives, alike on every process; a key in place of a group is a forward of
+    ``stand_in(key)`` whose output is unused."""
     logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
-    groups: list[list[int] | str] = row_groups(
-        *batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys
-    )
-    if same_forwards is not None:
-        groups = same_forwards.plan(groups, keys)
-    for rows in groups:
+    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys)
+    for rows in groups if same_order is None else same_order(groups):
         if isinstance(rows, str):  # a stand-in forward of that key
-            forward(*same_forwards.stand_in(rows))
+            forward(*stand_in(rows))
             continue
         part = forward(batch.select(rows).trimmed(), [adapters[i] for i in rows])
         logps[rows, : part.size(1)] = part.float()
     return logps
-
-
-@dataclass(frozen=True)
-class SameScoringForwards:
-    """The scoring forwards (no loss, no gradient) of every process in the same order and number per key, as
-    ZeRO-3 gathers a forward's parameters from every process: ``order`` the keys (adapters), ``most_over_processes``
-    an elementwise max over processes, ``stand_in(key)`` a part and its routing names for a forward that scores
-    nothing of use."""
-
-    order: Sequence[str]
-    most_over_processes: Callable[[torch.Tensor], torch.Tensor]
-    stand_in: Callable[[str], tuple[TrainingBatch, list[str]]]
-
-    def plan(self, groups: list[list[int]], keys: Sequence[str]) -> list[list[int] | str]:
-        """``groups`` of rows in key order, each key as many times as on the process with the most; a missing one
-        is the key itself (a stand-in)."""
-        if keys is None:
-            raise ValueError("Aligning scoring forwards over processes needs them split by adapter (`forward_keys`).")
-        unknown = sorted({keys[g[0]] for g in groups} - set(self.order))
-        if unknown:
-            raise ValueError(f"Scoring forwards of {unknown}, not among the keys to align over processes.")
-        counts = torch.tensor([sum(keys[g[0]] == key for g in groups) for key in self.order])
-        most = self.most_over_processes(counts).tolist()
-        planned: list[list[int] | str] = []
-        for key, count in zip(self.order, most):
-            own = [g for g in groups if keys[g[0]] == key]
-            planned += own + [key] * (int(count) - len(own))
-        return planned
 
 
 def split_for_memory(
