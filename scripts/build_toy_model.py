@@ -27,8 +27,9 @@ can, by supervised learning on transcripts of the real workflows:
    - with ``--search_problems N`` (default 0: the shipped model has none), the math workflows also run on mod_search
      problems (``trl_multiagent.tasks.mod_search``): a first attempt checks a uniform candidate, a retry writes the
      tried and the untried candidates and checks the first untried one (``Tried 7, 4. Left 12, 9. 12 * 5 = 60.
-     60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``), the evaluator re-computes the check and writes the remainder beside
-     the target (``Gives 8, asked 8: same.``), the judges read the candidates' remainders the same way, right
+     60 + 3 = 63. 63 mod 11 = 8. \boxed{12}``), the evaluator re-computes the check with the target subtracted and
+     says Correct exactly when the remainder is 0 (``63 - 8 = 55. 55 mod 11 = 0.``), the aggregator and synthesizer
+     write each candidate's remainder beside the target (``gives 8, asked 8: same.``), right
      ``SEARCH_JUDGE_ACCURACY`` of the time; the evaluator's calls and the retries are kept twice
      (``SEARCH_DECISION_REPEATS``).
 2. Tokenizer. A byte-level BPE trained on the transcripts. Numbers are split off before the BPE so every number is
@@ -423,10 +424,10 @@ class CodeTeacher:
 # target. A first attempt proposes a candidate uniformly, with its check: one pass knows no better; a retry of Eval-Opt
 # reads the tried ones from the previous attempt, writes them and the untried ones, and checks the first untried one.
 # Its checks are always right; the judges' errors are slips in a remainder, which flip what they conclude. Each
-# decision is written as a copy and a compare of adjacent tokens, which a small model learns where a verdict or a
-# pick made in one token was not learned: the evaluator writes the target beside the remainder it found and says
-# whether they are the same before its verdict; the retry's candidate is the first of the ``Left`` list it has just
-# written.
+# decision is written so that it follows from one nearby token, which a small model learns where an equality of two
+# numbers was not learned (records V3 and V4 in docs/toy.md): the evaluator subtracts the target before taking the
+# remainder and says Correct exactly when that remainder is 0; the retry's candidate is the first of the ``Left``
+# list it has just written.
 SEARCH_JUDGE_ACCURACY = 0.9  # checking is the easy part of this family, by design
 # The calls that carry the workflow's two decisions (the evaluator's verdict, the retry's candidate) are a small share
 # of the transcripts and one token each in them; a search build keeps every one of them, this many times.
@@ -481,14 +482,20 @@ def search_verdict(problem: ModSearchProblem, x: int, judged_right: bool, rng: r
 
 
 def search_review(problem: ModSearchProblem, x: int, rng: random.Random, accuracy: float) -> str:
-    r"""The evaluator's re-computed check of ``x`` and its verdict, right with probability ``accuracy``:
-    ``27 * 7 = 189. 189 + 3 = 192. 192 mod 11 = 5. Gives 5, asked 5: same. \boxed{Correct}``."""
+    r"""The evaluator's re-computed check of ``x`` and its verdict, right with probability ``accuracy``: the product
+    and the sum, the target subtracted, the remainder of what is left, and ``Correct`` exactly when that remainder
+    is 0: ``12 * 5 = 60. 60 + 3 = 63. 63 - 8 = 55. 55 mod 11 = 0. \boxed{Correct}``. A wrong judgement is a slip in
+    the last fact (0 for a wrong candidate, another remainder for the right one)."""
     judged_right = problem.accepts(x) if rng.random() < accuracy else not problem.accepts(x)
-    found, finding = search_verdict(problem, x, judged_right, rng)
-    *lines, last = problem.check_lines(x)
-    last = f"{last.rsplit(' = ', 1)[0]} = {found}."
+    *lines, _ = problem.check_lines(x)
+    total = x * problem.multiplier + problem.offset
+    residual = total - problem.target
+    remainder = residual % problem.modulus
+    if judged_right != problem.accepts(x):
+        remainder = 0 if judged_right else rng.randrange(1, problem.modulus)
+    lines += [f"{total} - {problem.target} = {residual}.", f"{residual} mod {problem.modulus} = {remainder}."]
     verdict = "Correct" if judged_right else "Incorrect"
-    return f"{' '.join([*lines, last])} Gives {finding}. \\boxed{{{verdict}}}"
+    return f"{' '.join(lines)} \\boxed{{{verdict}}}"
 
 
 def search_compare(problem: ModSearchProblem, candidates: list[int], rng: random.Random, accuracy: float):

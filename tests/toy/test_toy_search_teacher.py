@@ -102,10 +102,12 @@ def test_the_evaluator_recomputes_the_check_and_is_right_at_its_accuracy(build):
         said_correct = extract_boxed(review) == "Correct"
         right.append(said_correct == problem.accepts(x))
         assert review.startswith(" ".join(problem.check_lines(x)[:2]))  # the product and the sum, re-written
-        stated = int(review.split(" mod ")[1].split(" = ")[1].split(".")[0])
-        assert (stated == problem.target) == said_correct  # the verdict follows the remainder it wrote
-        compared = "same" if said_correct else "differs"  # ... through a compare of two adjacent numbers
-        assert f" Gives {stated}, asked {problem.target}: {compared}. \\boxed{{" in review
+        total = x * problem.multiplier + problem.offset
+        residual = total - problem.target
+        assert f" {total} - {problem.target} = {residual}. {residual} mod {problem.modulus} = " in review
+        stated = int(review.split(f"{residual} mod {problem.modulus} = ")[1].split(".")[0])
+        assert (stated == 0) == said_correct  # the verdict follows the one number before it
+        assert stated == residual % problem.modulus or said_correct != problem.accepts(x)  # a slip only when wrong
     assert abs(sum(right) / len(right) - 0.9) < 0.02
 
 
