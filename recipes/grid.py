@@ -95,6 +95,7 @@ from trl_multiagent.evaluation import (
     role_instability,
 )
 from trl_multiagent.tasks import TASKS
+from trl_multiagent.tasks.mod_search import ONE_CHECK_TOKENS
 from trl_multiagent.toy import SHIPPED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +115,9 @@ class Family:
     recipe_config: str | None = None
     model: str | None = None
     needs_model: str | None = None  # why the family has no default model, and how to make one
+    # Tokens per model call in its training and evaluations when the family sets its own (after --eval_args, so it
+    # wins): part of the task where the budget is what keeps one pass from solving it (mod_search).
+    max_completion_length: int | None = None
 
 
 FAMILIES = {
@@ -128,9 +132,10 @@ FAMILIES = {
         needs_model="the shipped toy model is not trained on mod_search. Build a model that is "
         "(scripts/build_toy_model.py --search_problems N --output_dir DIR; see docs/toy.md) and pass it as "
         "--families mod_search:model=DIR",
+        max_completion_length=ONE_CHECK_TOKENS,
     ),
 }
-FAMILY_KEYS = ("task", "dataset", "train_dataset", "recipe_config", "model")
+FAMILY_KEYS = ("task", "dataset", "train_dataset", "recipe_config", "model", "max_completion_length")
 # `--preset NAME`: defaults of the grid's flags; a flag given on the command line (or in --config) wins.
 PRESETS = {
     "toy": {
@@ -287,6 +292,10 @@ def parse_family(entry: str) -> Family:
             f"--families entry {entry!r}: write NAME or NAME:key=value,... with the keys {', '.join(FAMILY_KEYS)}, "
             "e.g. mod_search:model=/path/to/model."
         )
+    if "max_completion_length" in fields:
+        if not fields["max_completion_length"].isdigit():
+            raise ValueError(f"--families entry {entry!r}: max_completion_length takes a number of tokens.")
+        fields["max_completion_length"] = int(fields["max_completion_length"])
     if name in FAMILIES:
         known = FAMILIES[name]
         values = {key: fields.get(key, getattr(known, key)) for key in FAMILY_KEYS}
@@ -336,6 +345,7 @@ def grid_families(args: GridArguments) -> list[Family]:
             configs.get(family.name, configs.get(family.task, family.recipe_config)),
             family.model,
             family.needs_model,
+            family.max_completion_length,
         )
         for family in families
     ]
@@ -377,8 +387,15 @@ def train_command(args: GridArguments, cell: Cell) -> list[str]:
         *(["--dataset_name", dataset] if dataset else []),
         "--model_name_or_path", cell.model, "--output_dir", str(cell.run_dir), "--policy_sharing", cell.policy_sharing,
         "--seed", str(cell.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
-        *shlex.split(args.recipe_args),
+        *budget(cell.family), *shlex.split(args.recipe_args),
     ]  # fmt: skip
+
+
+def budget(family: Family) -> list[str]:
+    """The family's own tokens per call, as a recipe or evaluate.py flag (none when it keeps the config's)."""
+    return (
+        [] if family.max_completion_length is None else ["--max_completion_length", str(family.max_completion_length)]
+    )
 
 
 def trained_rendering(config: str | None) -> list[str]:
@@ -403,7 +420,8 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
     def command(cell: Cell, *extra: str) -> list[list[str]]:
         dataset = ["--dataset_name", cell.family.dataset] if cell.family.dataset else []
         rendering = renderings[cell.family.recipe_config]
-        common = ["--task", cell.task, *dataset, *rendering, "--seed", str(cell.seed), *shlex.split(args.eval_args)]
+        eval_args = [*shlex.split(args.eval_args), *budget(cell.family)]
+        common = ["--task", cell.task, *dataset, *rendering, "--seed", str(cell.seed), *eval_args]
         run = ["python", "recipes/evaluate.py", "--run_dir", str(cell.run_dir), *extra, *common]
         return [run + sampling for sampling in samplings]
 

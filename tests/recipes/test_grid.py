@@ -235,6 +235,18 @@ def test_mod_search_runs_on_a_model_of_its_own(capsys, tmp_path):
     assert all(f"--dataset_name mod_search --model_name_or_path {missing} " in line for line in search)
     assert all(f"{tmp_path}/runs/toy-search/mod_search/" in line for line in search)
     assert all("--dataset_name mod_search" in line for line in evaluations if "/mod_search/" in line)
+    # one check per call is the family's budget (ONE_CHECK_TOKENS): in its training and, last so it wins, evaluations
+    assert all(line.endswith("--max_completion_length 40") for line in search)
+    assert not any("--max_completion_length 40" in line for line in launches if "/arithmetic/" in line)
+    for line in evaluations:
+        budgets = [word for word in line.split(" --")[1:] if word.startswith("max_completion_length ")]
+        assert budgets[-1] == ("max_completion_length 40" if "/mod_search/" in line else "max_completion_length 80")
+    wider = grid_module.grid_cells(
+        grid_module.parse_args(["--families", f"mod_search:model={missing},max_completion_length=60"])
+    )
+    assert {cell.family.max_completion_length for cell in wider} == {60}
+    with pytest.raises(ValueError, match="max_completion_length takes a number"):
+        grid_module.grid_cells(grid_module.parse_args(["--families", "mod_search:max_completion_length=long"]))
     with pytest.raises(ValueError, match="give its task too"):
         grid_module.grid_cells(grid_module.parse_args(["--families", "mine:dataset=x.jsonl"]))
 

@@ -29,6 +29,7 @@ from ..checkpoints import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load
 from ..rollout.records import Episode
 from ..shipped import read_preset
 from ..tasks import TASKS, get_task
+from ..tasks.mod_search import ONE_CHECK_TOKENS
 from ..toy import resolve_model_name
 from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
 from ..workflows.correctness import grade_calls, solved
@@ -38,6 +39,8 @@ from .evaluator import EvalSettings, final_answer_rewards, sample_episodes
 N_CANDIDATES = 3  # voters, workers and strategies in the built-in workflows' defaults
 TOY_PRESET = read_preset("toy")  # recipes/configs/toy.yaml
 MAX_NEW_TOKENS = TOY_PRESET["max_completion_length"]
+# Generators whose tokens per call are part of the task: one mod_search check per call (recipes/grid.py's family).
+BUDGETS = {"mod_search": ONE_CHECK_TOKENS}
 # The requests the toy model was trained on: the toy preset's workflow options (it sets every one).
 TOY = WorkflowOptions(**{name: TOY_PRESET[name] for name in WorkflowOptions.__dataclass_fields__})
 # The toy preset's workflows, by name; each takes the task ("math": arithmetic, "code": toy_code).
@@ -90,13 +93,14 @@ def load_policy(
 
 def toy_settings(task: str, n: int, temperature: float, seed: int = 0, dataset: str | None = None) -> EvalSettings:
     """The evaluator's settings for one run over the first ``n`` held-out toy problems (of ``dataset``, default the
-    task's generator): one episode each, all in one batch, at the toy preset's completion length."""
+    task's generator): one episode each, all in one batch, at the toy preset's completion length (the generator's
+    own where it has one, ``BUDGETS``)."""
     return EvalSettings(
         task=task,
         dataset_name=dataset or get_task(task).generated,
         limit=n,
         temperature=temperature,
-        max_completion_length=MAX_NEW_TOKENS,
+        max_completion_length=BUDGETS.get(dataset, MAX_NEW_TOKENS),
         seed=seed,
         episodes_per_batch=max(n, 1),
         device="cpu",
