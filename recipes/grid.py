@@ -25,17 +25,18 @@ over 4 samples at T=0.7 at the newest) and `outputs/grid-toy`; any flag given wi
 
 Task families (`--families`): a family is a task trained with one recipe config and evaluated on one dataset, on a
 model. Named families: `arithmetic` (math task, `arithmetic` dataset, recipes/configs/toy.yaml), `toy_code` (code
-task, `toy_code`, toy_code.yaml), both on `--models`; and `mod_search` (math task, its `mod_search` dataset,
-toy.yaml), which runs on a model of its own because the shipped toy model is not trained on it: build one
-(`scripts/build_toy_model.py --search_problems N --output_dir DIR`, see docs/toy.md) and add it as
+task, `toy_code`, toy_code.yaml), both on `--models`; and `mod_search` (math task, its `mod_search` dataset, toy.yaml
+at 40 tokens per call, one check: the budget is part of the task), on the shipped `toy-search` model, which is
+trained on it (the toy model is not; docs/toy.md):
 
-    python recipes/grid.py --preset toy --families arithmetic toy_code mod_search:model=DIR
+    python recipes/grid.py --preset toy --families mod_search --seeds 1 2 3 --workflows eval_opt \
+        --policy_sharing isolated
 
-An entry is `NAME` or `NAME:key=value,...` with the keys task, dataset, train_dataset, recipe_config and model (a
-local model folder, or a shipped toy model's name); a name not listed above needs task=. Without `--families` the
-grid is `--models` x `--tasks`, each task a family of its own (`--recipe_config` and `--eval_dataset` per task), as
-in the toy grid's records in docs/toy.md (one evaluation per checkpoint, sampled as recipes/configs/paper_eval.yaml
-sets, T=0.7):
+An entry is `NAME` or `NAME:key=value,...` with the keys task, dataset, train_dataset, recipe_config, model (a local
+model folder, or a shipped toy model's name) and max_completion_length; a name not listed above needs task=. Without
+`--families` the grid is `--models` x `--tasks`, each task a family of its own (`--recipe_config` and
+`--eval_dataset` per task), as in the toy grid's records in docs/toy.md (one evaluation per checkpoint, sampled as
+recipes/configs/paper_eval.yaml sets, T=0.7):
 
     python recipes/grid.py --models toy --tasks math code --accelerate_config accelerate_configs/cpu.yaml \
         --recipe_config math=recipes/configs/toy.yaml code=recipes/configs/toy_code.yaml \
@@ -114,7 +115,6 @@ class Family:
     train_dataset: str | None = None
     recipe_config: str | None = None
     model: str | None = None
-    needs_model: str | None = None  # why the family has no default model, and how to make one
     # Tokens per model call in its training and evaluations when the family sets its own (after --eval_args, so it
     # wins): part of the task where the budget is what keeps one pass from solving it (mod_search).
     max_completion_length: int | None = None
@@ -129,9 +129,7 @@ FAMILIES = {
         "mod_search",
         "mod_search",
         "recipes/configs/toy.yaml",
-        needs_model="the shipped toy model is not trained on mod_search. Build a model that is "
-        "(scripts/build_toy_model.py --search_problems N --output_dir DIR; see docs/toy.md) and pass it as "
-        "--families mod_search:model=DIR",
+        model="toy-search",  # the shipped toy model is not trained on mod_search
         max_completion_length=ONE_CHECK_TOKENS,
     ),
 }
@@ -139,7 +137,7 @@ FAMILY_KEYS = ("task", "dataset", "train_dataset", "recipe_config", "model", "ma
 # `--preset NAME`: defaults of the grid's flags; a flag given on the command line (or in --config) wins.
 PRESETS = {
     "toy": {
-        "families": ["arithmetic", "toy_code"],  # mod_search joins once its model exists (see the docstring)
+        "families": ["arithmetic", "toy_code", "mod_search"],
         "models": ["toy"],
         "accelerate_config": "accelerate_configs/cpu.yaml",
         "max_steps": 30,
@@ -170,7 +168,8 @@ class GridArguments:
         metadata={
             "help": "Task families instead of --tasks: NAME (arithmetic, toy_code, mod_search) or "
             "NAME:key=value,... with the keys task, dataset, train_dataset, recipe_config, model (a local model "
-            "folder or a shipped toy model's name; without it the family runs on each of --models), e.g. "
+            "folder or a shipped toy model's name; without it the family runs on each of --models) and "
+            "max_completion_length (tokens per call in its training and evaluations), e.g. "
             "mod_search:model=/path/to/model."
         },
     )
@@ -299,7 +298,7 @@ def parse_family(entry: str) -> Family:
     if name in FAMILIES:
         known = FAMILIES[name]
         values = {key: fields.get(key, getattr(known, key)) for key in FAMILY_KEYS}
-        return Family(name, **values, needs_model=None if "model" in fields else known.needs_model)
+        return Family(name, **values)
     if "task" not in fields:
         raise ValueError(
             f"--families entry {entry!r}: {name!r} is not one of the named families ({', '.join(FAMILIES)}); "
@@ -311,8 +310,6 @@ def parse_family(entry: str) -> Family:
 
 def check_family_model(family: Family) -> None:
     """A family's own model must be there: the offline families' models are built here, not downloaded."""
-    if family.model is None and family.needs_model:
-        raise ValueError(f"Family {family.name!r} has no model: {family.needs_model}.")
     if family.model is not None and family.model not in SHIPPED_MODELS:
         if not (Path(family.model) / "config.json").is_file():
             raise FileNotFoundError(
@@ -344,7 +341,6 @@ def grid_families(args: GridArguments) -> list[Family]:
             family.train_dataset,
             configs.get(family.name, configs.get(family.task, family.recipe_config)),
             family.model,
-            family.needs_model,
             family.max_completion_length,
         )
         for family in families

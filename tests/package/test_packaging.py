@@ -88,6 +88,7 @@ def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
         "trl_multiagent/recipes/grid.py",
         "trl_multiagent/accelerate_configs/cpu.yaml",
         "trl_multiagent/toy/model/model.safetensors",
+        "trl_multiagent/toy/search/model.safetensors",
     ):
         assert shipped in names
 

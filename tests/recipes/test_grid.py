@@ -158,36 +158,42 @@ def dry_run(capsys, *args: str) -> tuple[list[str], list[str]]:
 
 def test_toy_preset_prints_every_family_and_seed(capsys, tmp_path):
     launches, evaluations = dry_run(capsys, "--preset", "toy", "--seeds", "1", "2", "--output_root", str(tmp_path))
-    assert len(launches) == 2 * 2 * (3 * 2 + 1)  # families x seeds x (workflows x sharings + SA-RL)
+    assert len(launches) == 3 * 2 * (3 * 2 + 1)  # families x seeds x (workflows x sharings + SA-RL)
     assert all("--config_file accelerate_configs/cpu.yaml" in line for line in launches)
-    assert all("--model_name_or_path toy " in line and "--max_steps 30 --save_steps 10" in line for line in launches)
-    for family, config, task in (("arithmetic", "toy.yaml", "math"), ("toy_code", "toy_code.yaml", "code")):
+    assert all("--max_steps 30 --save_steps 10" in line for line in launches)
+    families = (
+        ("arithmetic", "toy", "toy.yaml", "math"),
+        ("toy_code", "toy", "toy_code.yaml", "code"),
+        ("mod_search", "toy-search", "toy.yaml", "math"),  # the shipped model trained on it
+    )
+    for family, model, config, task in families:
         for seed in (1, 2):
-            folder = f"--output_dir {tmp_path}/toy/{family}/seed-{seed}/"
+            folder = f"--output_dir {tmp_path}/{model}/{family}/seed-{seed}/"
             ours = [line for line in launches if folder in line]
             assert len(ours) == 7 and all(f"--seed {seed} " in line for line in ours)
             assert all(f"--config recipes/configs/{config} --dataset_name {family} " in line for line in ours)
-            assert all(f"_{task}.py " in line for line in ours)
-            evaluated = [line for line in evaluations if f"--run_dir {tmp_path}/toy/{family}/seed-{seed}/" in line]
+            assert all(f"_{task}.py " in line and f"--model_name_or_path {model} " in line for line in ours)
+            evaluated = [line for line in evaluations if f"--run_dir {tmp_path}/{model}/{family}/seed-{seed}/" in line]
             # 7 runs, 3 base-model workflows + SA-RL's, 3 transfers; greedy and sampled each; SA-RL best-of-n
             # matched to each of the 6 workflow cells, sampled only
             assert len(evaluated) == (7 + 4 + 3) * 2 + 6
             assert all(f"--dataset_name {family} " in line and f"--seed {seed} " in line for line in evaluated)
             best_of = [line for line in evaluated if "--best_of_calls" in line]
-            sa_rl = f"--run_dir {tmp_path}/toy/{family}/seed-{seed}/single_agent --best_of_calls"
+            sa_rl = f"--run_dir {tmp_path}/{model}/{family}/seed-{seed}/single_agent --best_of_calls"
             assert len(best_of) == 6 and all(
                 line.startswith(f"python recipes/evaluate.py {sa_rl}") for line in best_of
             )
             matched = [line.split("--best_of_calls ")[1].split()[0] for line in best_of]
             workflows = ("eval_opt", "voting", "orch_workers")
-            folder = f"{tmp_path}/toy/{family}/seed-{seed}"
+            folder = f"{tmp_path}/{model}/{family}/seed-{seed}"
             assert matched == [f"{folder}/{w}-{sharing}" for w in workflows for sharing in ("shared", "isolated")]
             assert all("--select majority " in line for line in best_of)
             others = [line for line in evaluated if "--best_of_calls" not in line]
             assert evaluations.index(best_of[0]) > max(map(evaluations.index, others))  # after what they read
-    greedy = [line for line in evaluations if line.endswith("--limit 100 --max_completion_length 80 --temperature 0")]
+    greedy = [line for line in evaluations if line.endswith("--max_completion_length 80 --temperature 0")]
+    greedy += [line for line in evaluations if line.endswith("--max_completion_length 40 --temperature 0")]
     sampled = [line for line in evaluations if line.endswith("--k 4 --temperature 0.7 --checkpoints final")]
-    assert len(greedy) == len(sampled) - 2 * 2 * 6 == (len(evaluations) - 2 * 2 * 6) // 2
+    assert len(greedy) == len(sampled) - 3 * 2 * 6 == (len(evaluations) - 3 * 2 * 6) // 2
 
 
 def test_flags_given_beside_the_preset_win(capsys, tmp_path):
@@ -219,8 +225,10 @@ def test_without_seeds_and_families_the_grid_is_as_before(tmp_path):
 
 def test_mod_search_runs_on_a_model_of_its_own(capsys, tmp_path):
     grid_module = load_grid()
-    with pytest.raises(ValueError, match="not trained on mod_search.*--families mod_search:model=DIR"):
-        grid_module.grid_cells(grid_module.parse_args(["--preset", "toy", "--families", "arithmetic", "mod_search"]))
+    cells = grid_module.grid_cells(
+        grid_module.parse_args(["--preset", "toy", "--families", "arithmetic", "mod_search"])
+    )
+    assert {cell.family.name: cell.model for cell in cells} == {"arithmetic": "toy", "mod_search": "toy-search"}
     missing = tmp_path / "toy-search"
     with pytest.raises(FileNotFoundError, match=f"no model at {missing}"):
         grid_module.grid_cells(grid_module.parse_args(["--families", f"mod_search:model={missing}"]))

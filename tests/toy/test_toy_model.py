@@ -12,8 +12,8 @@ import torch
 from harness import ROOT, needs_sandbox, run_offline
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, run_toy
-from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, model_name, resolve_model_name
+from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, run_toy, successes
+from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, TOY_SEARCH_DIR, model_name, resolve_model_name
 
 
 def test_toy_name_resolves_to_the_packaged_model():
@@ -46,6 +46,21 @@ def test_toy_judge_is_a_smaller_model_with_its_own_tokenizer():
     assert len(judge_tokens) != len(toy_tokens)
     text = "Step 1 (gives): 17 + 12 = 29. Wrong operation. \\boxed{Incorrect}"
     assert judge_tokens(text)["input_ids"] != toy_tokens(text)["input_ids"]
+
+
+def test_toy_search_checks_where_one_pass_guesses():
+    """toy-search before any RL, greedy on 100 held-out mod_search problems at the family's one-check budget: one
+    pass stays near a guess among 4 candidates, Eval-Opt's judged retries find the answer far more often (the
+    property the family is for; docs/toy.md, record V5). Every role's output parses."""
+    assert resolve_model_name("toy-search") == TOY_SEARCH_DIR and model_name(TOY_SEARCH_DIR) == "toy-search"
+    rows = held_out_dataset(100, "math", "mod_search").to_list()
+    success = {}
+    for workflow in ("single_agent", "eval_opt"):
+        trained = load_policy("toy-search", workflow, "math")
+        episodes = run_toy(trained, rows, "math", temperature=0.0, dataset="mod_search")
+        assert set(format_rates(trained.workflow, episodes).values()) == {1.0}
+        success[workflow] = sum(successes("math", episodes, rows)) / len(rows)
+    assert success["single_agent"] <= 0.35 and success["eval_opt"] >= success["single_agent"] + 0.25, success
 
 
 @pytest.mark.parametrize("task", ["math", "code"])

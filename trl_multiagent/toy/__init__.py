@@ -2,7 +2,9 @@
 
 ``toy``: a small Qwen3 (3.7M parameters) that follows every built-in role on arithmetic and toy_code problems.
 ``toy-judge``: a smaller Qwen3 (0.5M parameters, its own 1k-token tokenizer) that plays the evaluator on arithmetic,
-for the two-model preset (``role_models``). Both are built by ``scripts/build_toy_model.py``.
+for the two-model preset (``role_models``). ``toy-search``: a Qwen3 of ``toy``'s size trained on the verification-easy
+``mod_search`` family only (its own tokenizer), for the toy grid's third family. All three are built by
+``scripts/build_toy_model.py``.
 
 ``resolve_model_name(name)`` is the folder of the packaged weights and tokenizer for these names; any other name
 passes through. ``model_name(path)`` turns such a folder back into its name, so saved runs name their base models
@@ -18,11 +20,13 @@ TOY_MODEL_NAME = "toy"
 TOY_MODEL_DIR = os.path.join(_HERE, "model")
 TOY_JUDGE_NAME = "toy-judge"
 TOY_JUDGE_DIR = os.path.join(_HERE, "judge")
-SHIPPED_MODELS = {TOY_MODEL_NAME: TOY_MODEL_DIR, TOY_JUDGE_NAME: TOY_JUDGE_DIR}
+TOY_SEARCH_NAME = "toy-search"
+TOY_SEARCH_DIR = os.path.join(_HERE, "search")
+SHIPPED_MODELS = {TOY_MODEL_NAME: TOY_MODEL_DIR, TOY_JUDGE_NAME: TOY_JUDGE_DIR, TOY_SEARCH_NAME: TOY_SEARCH_DIR}
 
 
 def resolve_model_name(name: str) -> str:
-    """The packaged folder for ``"toy"`` / ``"toy-judge"``; any other model name or path unchanged."""
+    """The packaged folder of a shipped toy model (``SHIPPED_MODELS``); any other model name or path unchanged."""
     if name not in SHIPPED_MODELS:
         return name
     folder = SHIPPED_MODELS[name]
