@@ -32,12 +32,13 @@ Nothing in the teacher's transcripts writes one, so RL would have to discover it
 the number of checks a trained single agent writes per answer is the thing to watch.
 
 Why several calls are worth more. Eval-Opt with the toy preset's loop (``max_iterations=3``): the generator proposes
-a candidate with its check, the evaluator re-computes the check and says ``\boxed{Correct}`` or ``\boxed{Incorrect}``,
-and each retry reads the previous attempt, which lists the candidates already tried, and proposes an untried one. With
-an evaluator right with probability q, the episode finds the answer with probability that reaches min(1, 3/k) at
-q = 1 (k = 4: 75% against one pass's 25%, or 50% for a pass that checks and switches); at the teacher's q = 0.9 the
-scripted policies give about 63% (``scripts/mod_search_feasibility.py`` simulates these policies on held-out
-problems without a model).
+a candidate with its check, the evaluator re-computes the check with the target subtracted before the remainder
+(``63 - 8 = 55. 55 mod 11 = 0.``) and says ``\boxed{Correct}`` exactly when that remainder is 0, else
+``\boxed{Incorrect}``, and each retry reads the previous attempt, which lists the candidates already tried, and
+proposes an untried one. With an evaluator right with probability q, the episode finds the answer with probability
+that reaches min(1, 3/k) at q = 1 (k = 4: 75% against one pass's 25%, or 50% for a pass that checks and switches);
+at the teacher's q = 0.9 the scripted policies give about 63% (``scripts/mod_search_feasibility.py`` simulates these
+policies on held-out problems without a model).
 
 What a cost-matched single agent can do (the same number of calls): majority vote over n one-pass answers gains
 nothing here, because the answers are uniform guesses with no signal to agree on. Best-of-n judged by the same
