@@ -131,7 +131,8 @@ def test_one_check_fits_the_budget_in_the_toy_tokenizer_and_two_do_not():
 
 def test_the_budget_is_the_one_mod_search_is_trained_and_evaluated_with():
     """Without it a pass could write two checks and the one-pass ceiling would be gone: the toy evaluation runs
-    mod_search at ONE_CHECK_TOKENS per call (the grid's family trains and evaluates at it too), arithmetic as before."""
+    mod_search at ONE_CHECK_TOKENS per call (the grid's family trains and evaluates at it too), arithmetic as
+    before."""
     from trl_multiagent.evaluation.toy import MAX_NEW_TOKENS, toy_settings
 
     assert toy_settings("math", 10, 0.0, dataset="mod_search").max_completion_length == ONE_CHECK_TOKENS
