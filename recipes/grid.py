@@ -66,6 +66,9 @@ peak chosen on the same problems would bias the residual. The cost-matched basel
 setting, SA-RL evaluated with `--best_of_calls <cell> --select majority` (each episode the majority answer of n
 samples, n the cell's measured calls per episode rounded up; run after the cells' evaluations), the line "SA-RL
 best-of-n (majority)" and each workflow's residual against the best-of-n matching its calls ("vs SA-RL best-of-n").
+For each Eval-Opt cell also `--select judge --judge <cell>`: the same n samples each judged by that cell's trained
+evaluator, the majority among the accepted answers graded (n more calls per episode), the line "SA-RL best-of-n
+(judge: EvalOpt <sharing>)" and the cell's "vs SA-RL judged best-of-n".
 
 Re-running skips finished trainings (a run's final `multiagent_config.json`) and evaluations already recorded;
 `--report_only` only rebuilds the tables and plots from what is there.
@@ -101,7 +104,8 @@ from trl_multiagent.toy import SHIPPED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SA_RL = "single_agent"
-READS = ("--run_dir", "--workflow", "--best_of_calls")  # an evaluation's flags naming the runs it reads
+JUDGED = "eval_opt"  # the workflow whose evaluator also chooses among SA-RL's samples (the judged best-of-n)
+READS = ("--run_dir", "--workflow", "--best_of_calls", "--judge")  # an evaluation's flags naming the runs it reads
 
 
 @dataclass(frozen=True)
@@ -439,7 +443,10 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
     for cell in cells:
         if cell.workflow == SA_RL:
             continue
-        matched = command(sa_rl_of[group_key(cell)], "--best_of_calls", str(cell.run_dir), "--select", "majority")
+        sa_rl, calls = sa_rl_of[group_key(cell)], ["--best_of_calls", str(cell.run_dir)]
+        matched = command(sa_rl, *calls, "--select", "majority")
+        if cell.workflow == JUDGED:  # the same n samples, chosen by the cell's own trained evaluator
+            matched += command(sa_rl, *calls, "--select", "judge", "--judge", str(cell.run_dir))
         for c in matched:
             if eval_temperature(c) > 0:
                 commands.append(c if "--checkpoints" in c else [*c, "--checkpoints", "final"])

@@ -28,8 +28,8 @@ def test_majority_vote_ties_and_unparseable_answers():
     assert majority_vote(["1/2", "0.5", "0.5", "1/2"]) == 0
     with pytest.raises(ValueError, match="at least one"):
         majority_vote([])
-    with pytest.raises(ValueError, match="the selections are majority"):
-        select(["4"], "judge")
+    with pytest.raises(ValueError, match="the selections are majority, judge"):
+        select(["4"], "vote")
 
 
 def fake_episodes(texts_by_problem):
@@ -78,7 +78,7 @@ def test_best_of_needs_sampling_and_a_known_selection():
     with pytest.raises(ValueError, match="best_of must be >= 1"):
         EvalSettings(task="math", best_of=0)
     with pytest.raises(ValueError, match="select must be one of"):
-        EvalSettings(task="math", best_of=2, temperature=0.7, select="judge")
+        EvalSettings(task="math", best_of=2, temperature=0.7, select="vote")
 
 
 LIKE = dict(task="math", dataset="arithmetic", num_problems=2, k=2, temperature=1.0, top_p=1.0)

@@ -158,3 +158,47 @@ def test_the_cost_matched_line_and_each_workflows_residual_against_it():
     plain = family_table(without, bootstrap=200, seed=1)
     assert all("vs_best_of" not in r for line in plain["lines"] for r in line["results"].values())
     assert "best-of" not in format_family_table("mod_search on toy", plain)
+
+
+def test_a_judged_best_of_is_matched_with_the_workflow_whose_judge_chose():
+    judged_by = {
+        sharing: {"run": f"EvalOpt-{sharing}", "workflow": "EvalOpt", "policy_sharing": sharing, "step": 30}
+        for sharing in ("shared", "isolated")
+    }
+    judged = {"best_of": 3, "select": "judge"}
+    rows = [
+        row("trained", "SingleAgent", 1, [1, 0, 0, 0], sharing="isolated", **SAMPLED),
+        row("trained", "EvalOpt", 1, [1, 1, 1, 0], sharing="isolated", **SAMPLED) | {"mean_calls": 2.5},
+        row("trained", "EvalOpt", 1, [1, 1, 1, 1], sharing="shared", **SAMPLED) | {"mean_calls": 2.2},
+        row("trained", "SingleAgent", 1, [1, 1, 0, 0], **SAMPLED) | {"best_of": 3, "select": "majority"},
+        # the same 3 samples judged by each EvalOpt's own evaluator: isolated accepts better answers than shared
+        row("trained", "SingleAgent", 1, [1, 1, 1, 0], **SAMPLED) | judged | {"judge_of": judged_by["isolated"]},
+        row("trained", "SingleAgent", 1, [1, 0, 0, 0], **SAMPLED) | judged | {"judge_of": judged_by["shared"]},
+    ]
+    table = family_table(rows, bootstrap=200, seed=1)
+    lines = {(line["label"], line["policy_sharing"]): line for line in table["lines"]}
+    assert [label for label, _ in lines] == [
+        "SA-RL",
+        "SA-RL best-of-3 (judge: EvalOpt isolated)",
+        "SA-RL best-of-3 (judge: EvalOpt shared)",
+        "SA-RL best-of-3 (majority)",
+        "EvalOpt",
+        "EvalOpt",
+    ]
+    judge_line = lines[("SA-RL best-of-3 (judge: EvalOpt isolated)", None)]
+    assert (judge_line["select"], judge_line["judge_workflow"], judge_line["judge_policy_sharing"]) == (
+        "judge",
+        "EvalOpt",
+        "isolated",
+    )
+    isolated = lines[("EvalOpt", "isolated")]["results"]["pass@1 k=1 T=0.7"]
+    shared = lines[("EvalOpt", "shared")]["results"]["pass@1 k=1 T=0.7"]
+    assert isolated["vs_best_of"]["value"] == pytest.approx(0.25)  # against the majority of the same n
+    assert isolated["vs_judged_best_of"]["value"] == pytest.approx(0.0)  # against its own judge's choice
+    assert shared["vs_judged_best_of"]["value"] == pytest.approx(0.75) and shared["vs_judged_best_of"]["n"] == [3]
+
+    text = format_family_table("mod_search on toy", table)
+    assert "| vs SA-RL best-of-n pp | vs SA-RL judged best-of-n pp |" in text
+    isolated_line = next(line for line in text.splitlines() if line.startswith("| EvalOpt | isolated |"))
+    assert isolated_line.endswith("| +25.0 [+0.0, +75.0] (n=3) | +0.0 [+0.0, +0.0] (n=3) |")
+    assert "each judged by the workflow's own trained evaluator" in text

@@ -32,8 +32,8 @@ def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     assert all(("--config recipes/configs/cpu.yaml" in line) == ("_math.py" in line) for line in launches)
     evaluations = [line for line in lines if line.startswith("python recipes/evaluate.py ")]
     # per model x task: 5 runs, 3 base, 2 transfers, and (sampled, paper_eval.yaml's T=0.7) SA-RL best-of-n
-    # matched to each of the 4 workflow cells
-    assert len(evaluations) == 2 * 2 * (5 + 3 + 2 + 4)
+    # matched to each of the 4 workflow cells, and judged by each of the 2 Eval-Opt cells
+    assert len(evaluations) == 2 * 2 * (5 + 3 + 2 + 4 + 2)
     best_of = f"--run_dir {tmp_path}/m1/math/single_agent --best_of_calls {tmp_path}/m1/math/voting-shared --select"
     assert sum(best_of in line and line.endswith("--checkpoints final") for line in evaluations) == 1
     assert sum("--mode base" in line for line in evaluations) == 2 * 2 * 3
@@ -175,14 +175,18 @@ def test_toy_preset_prints_every_family_and_seed(capsys, tmp_path):
             assert all(f"_{task}.py " in line and f"--model_name_or_path {model} " in line for line in ours)
             evaluated = [line for line in evaluations if f"--run_dir {tmp_path}/{model}/{family}/seed-{seed}/" in line]
             # 7 runs, 3 base-model workflows + SA-RL's, 3 transfers; greedy and sampled each; SA-RL best-of-n
-            # matched to each of the 6 workflow cells, sampled only
-            assert len(evaluated) == (7 + 4 + 3) * 2 + 6
+            # matched to each of the 6 workflow cells, and judged by each of the 2 Eval-Opt cells, sampled only
+            assert len(evaluated) == (7 + 4 + 3) * 2 + 6 + 2
             assert all(f"--dataset_name {family} " in line and f"--seed {seed} " in line for line in evaluated)
-            best_of = [line for line in evaluated if "--best_of_calls" in line]
+            judged = [line for line in evaluated if "--select judge" in line]
+            best_of = [line for line in evaluated if "--best_of_calls" in line and line not in judged]
             sa_rl = f"--run_dir {tmp_path}/{model}/{family}/seed-{seed}/single_agent --best_of_calls"
             assert len(best_of) == 6 and all(
-                line.startswith(f"python recipes/evaluate.py {sa_rl}") for line in best_of
+                line.startswith(f"python recipes/evaluate.py {sa_rl}") for line in best_of + judged
             )
+            for sharing, line in zip(("shared", "isolated"), judged):  # judged by the cell whose calls set n
+                cell = f"{tmp_path}/{model}/{family}/seed-{seed}/eval_opt-{sharing}"
+                assert f"--best_of_calls {cell} --select judge --judge {cell} " in line
             matched = [line.split("--best_of_calls ")[1].split()[0] for line in best_of]
             workflows = ("eval_opt", "voting", "orch_workers")
             folder = f"{tmp_path}/{model}/{family}/seed-{seed}"
@@ -193,7 +197,7 @@ def test_toy_preset_prints_every_family_and_seed(capsys, tmp_path):
     greedy = [line for line in evaluations if line.endswith("--max_completion_length 80 --temperature 0")]
     greedy += [line for line in evaluations if line.endswith("--max_completion_length 40 --temperature 0")]
     sampled = [line for line in evaluations if line.endswith("--k 4 --temperature 0.7 --checkpoints final")]
-    assert len(greedy) == len(sampled) - 3 * 2 * 6 == (len(evaluations) - 3 * 2 * 6) // 2
+    assert len(greedy) == len(sampled) - 3 * 2 * 8 == (len(evaluations) - 3 * 2 * 8) // 2
 
 
 def test_flags_given_beside_the_preset_win(capsys, tmp_path):

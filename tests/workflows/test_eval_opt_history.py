@@ -166,3 +166,20 @@ def test_second_and_third_calls_spelled_out(tiny_model_dir):
         ("user", text["refine"]),
     )
     assert evaluator[2][-2:] == turns(("assistant", attempt_3), ("user", text["evaluate"]))
+
+
+# the paper's prompts are written for the shared history (EvalOpt refuses them with the fresh one)
+@pytest.mark.parametrize(("history", "prompts"), [("shared", "paper"), ("shared", "guarded"), ("fresh", "guarded")])
+def test_review_request_is_what_the_evaluator_judges_first(history, prompts, tiny_model_dir):
+    """``review_request`` (the judge of the judged best-of-n baseline) is, message for message, the first evaluator
+    call of an episode whose first attempt is the given one, for either history."""
+    workflow = EvalOpt(max_iterations=2, history=history, prompts=prompts)
+    attempt = "first try \\boxed{6}"
+    backend = ScriptedBackend(
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        scripted({"generator": [attempt], "evaluator": ["\\boxed{Correct}"]}),
+    )
+    (episode,) = RolloutEngine(workflow, backend, ADAPTERS).run([MATH])
+    (first_review,) = [call.messages for call in episode.calls if call.role == "evaluator"]
+    assert workflow.review_request(MATH, attempt) == first_review
+    assert workflow.review_request(MATH, "another \\boxed{7}") != first_review  # the attempt is in it

@@ -4,7 +4,8 @@ A workflow that makes ``c`` model calls per episode is compared with SA-RL sampl
 and one of its answers chosen, so that a workflow's gain over SA-RL cannot be just more samples. ``majority_vote``
 chooses among the samples' final answers, each read with the answering role's declared format
 (``workflows.formats``: the last ``\\boxed{}`` for math, the last code block for code, the rules the task rewards
-read), so the chosen sample is graded exactly as an episode's answer is.
+read), so the chosen sample is graded exactly as an episode's answer is. ``judged_choice`` chooses by a trained judge's
+verdicts: the majority among the samples the judge accepts (the judged best-of-n, ``judged.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-SELECTIONS = ("majority",)
+SELECTIONS = ("majority", "judge")
 
 
 def answer_key(answer: str | None) -> str | None:
@@ -43,10 +44,26 @@ def majority_vote(answers: Sequence[str | None]) -> int:
     return first[winner]
 
 
+def judged_choice(answers: Sequence[str | None], accepted: Sequence[bool]) -> int:
+    """The index of the sample chosen by a judge's verdicts: the majority answer (``majority_vote``) among the
+    samples judged correct; when the judge accepts none, the majority among all of them."""
+    if len(accepted) != len(answers):
+        raise ValueError(
+            f"judged_choice needs one verdict per sample: {len(answers)} answers, {len(accepted)} verdicts."
+        )
+    kept = [index for index, ok in enumerate(accepted) if ok]
+    if not kept:
+        return majority_vote(answers)
+    return kept[majority_vote([answers[index] for index in kept])]
+
+
 def select(answers: Sequence[str | None], selection: str) -> int:
-    """The chosen sample's index under ``selection`` (one of ``SELECTIONS``)."""
+    """The chosen sample's index under ``selection`` "majority" (a judge's choice needs its verdicts:
+    ``judged_choice``)."""
     if selection == "majority":
         return majority_vote(answers)
+    if selection == "judge":
+        raise ValueError("The 'judge' selection reads a judge's verdicts: use judged_choice(answers, accepted).")
     raise ValueError(f"Unknown best-of selection {selection!r}; the selections are {', '.join(SELECTIONS)}.")
 
 

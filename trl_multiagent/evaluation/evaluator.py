@@ -34,6 +34,7 @@ from ..workflows.correctness import solved
 from .best_of import SELECTIONS, matched_best_of, select
 from .episodes import episode_record, write_episode
 from .generation import eos_token_ids, eval_role_tools, make_generation_config, run_episodes
+from .judged import JudgedSamples, judge_record, judged_plan, judged_samples
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 
@@ -78,8 +79,16 @@ class EvalSettings:
         default="majority",
         metadata={
             "help": "With best_of > 1, how the answer is chosen: 'majority', the most frequent parsed final answer "
-            "(whitespace ignored; a tie goes to the answer seen first; unparseable answers do not vote).",
+            "(whitespace ignored; a tie goes to the answer seen first; unparseable answers do not vote); 'judge', "
+            "the majority among the samples that `judge`'s trained evaluator accepts (none: among all).",
             "choices": list(SELECTIONS),
+        },
+    )
+    judge: str | None = field(
+        default=None,
+        metadata={
+            "help": "With select='judge': an Eval-Opt run (or checkpoint) whose newest evaluator adapter judges each "
+            "sample as it judges a first attempt (the judged best-of-n; 2 best_of calls per episode)."
         },
     )
     rollout_batch_size: int | None = field(default=None, metadata={"help": "Largest batch of one generate call."})
@@ -135,6 +144,11 @@ class EvalSettings:
             )
         if self.select not in SELECTIONS:
             raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}.")
+        if (self.select == "judge") != (self.judge is not None):
+            raise ValueError(
+                "select='judge' and judge go together: the judge is an Eval-Opt run whose evaluator chooses among "
+                f"the samples (got select={self.select!r}, judge={self.judge!r})."
+            )
         if self.max_completion_length is None:
             self.max_completion_length = task.training_length if self.use_training_lengths else task.eval_length
         if isinstance(self.chat_template_kwargs, str):
@@ -222,6 +236,16 @@ def evaluate(
                 "a single-agent (SA-RL) run in trained mode, or a workflow's role with --mode generator_alone."
             )
         row = describe(plan, settings, step, run_dir, len(dataset))
+        scored_plan, scored_settings = plan, settings
+        if settings.select == "judge":
+            if settings.best_of < 2:
+                raise ValueError("A judged best-of-n needs n > 1 samples: give --best_of n or --best_of_calls RUN.")
+            scored_plan, scored_settings = (
+                judged_plan(plan, settings.judge, settings.best_of),
+                replace(settings, best_of=1),
+            )
+            judge = scored_plan.adapter_folders[scored_plan.role_to_adapter["evaluator"]]
+            row["judge_of"] = judge_record(Path(judge).parent)
         if matched is not None:
             row["best_of_calls_of"] = {
                 "run": matched.get("run"),
@@ -234,11 +258,11 @@ def evaluate(
             continue
         episodes_dir = output_dir / "episodes" / f"step-{step}" / f"{mode}-{row['workflow']}-{key_hash(row)}"
         # with vLLM the transformers model only hands its adapters over: it stays on the CPU
-        trained = plan.load("cpu" if settings.rollout_backend == "vllm" else settings.device, settings.dtype)
+        trained = scored_plan.load("cpu" if settings.rollout_backend == "vllm" else settings.device, settings.dtype)
         if settings.rollout_backend == "vllm":  # one engine for every checkpoint: only the adapters change
             engine = engine or vllm_backend(trained, plan.model, settings)
             engine.sync_adapters(_with_lora(trained.model))
-        row.update(score(trained, dataset, settings, episodes_dir, engine, role_tools=role_tools))
+        row.update(score(trained, dataset, scored_settings, episodes_dir, engine, role_tools=role_tools))
         del trained
         gc.collect()  # release this checkpoint's model before loading the next one
         row["episodes_dir"] = str(episodes_dir)
@@ -272,6 +296,7 @@ def describe(
         **({"chat_rendering": settings.chat_rendering} if settings.chat_rendering != "tokenizer" else {}),
         **({"role_policies": format_role_policies(plan.role_policies)} if plan.role_policies else {}),
         **({"best_of": settings.best_of, "select": settings.select} if settings.best_of > 1 else {}),
+        **({"judge": str(Path(settings.judge).resolve())} if settings.judge is not None else {}),
     }
 
 
@@ -335,6 +360,8 @@ def score(
     n = settings.best_of
     answer_format = trained.workflow.formats[trained.workflow.roles[0]] if n > 1 else None
     rewards, answers, calls, truncated = [], [], 0, 0
+    judging = isinstance(trained.workflow, JudgedSamples)
+    sample_solved, accepted = [], []
     role_tokens: dict[str, list[int]] = defaultdict(list)
     total = len(rows) * settings.k * n
     progress = tqdm(total=total, desc=f"{type(trained.workflow).__name__}: episodes", unit="episode")
@@ -350,6 +377,9 @@ def score(
             if episodes_dir is not None:
                 record = episode_record(episode, rows[problem], sample, reward, trained.workflow, settings.task)
                 write_episode(episodes_dir, problem, record)
+        if judging:
+            graded, verdicts = judged_samples(reward_func, episodes, [rows[p] for p, _ in chunk], trained.workflow)
+            sample_solved, accepted = sample_solved + graded, accepted + verdicts
         rewards += chunk_rewards
         progress.update(len(chunk))
         progress.set_postfix(success=f"{sum(map(solved, rewards)) / len(rewards):.3f}")
@@ -371,6 +401,11 @@ def score(
     }
     if n > 1:
         result["sample_accuracy"] = sum(map(solved, sample_rewards)) / max(len(sample_rewards), 1)
+    if judging:  # the samples graded one by one, and how the judge's verdicts matched those grades
+        agree = [ok == good for ok, good in zip(accepted, sample_solved)]
+        result["sample_accuracy"] = sum(sample_solved) / max(len(sample_solved), 1)
+        result["judge_accepted"] = sum(accepted) / max(len(accepted), 1)
+        result["judge_agreement"] = sum(agree) / max(len(agree), 1)
     return result
 
 

@@ -97,7 +97,7 @@ def plan_mode(
         mapping = dict(config["role_to_adapter"])
         if role_policies:
             policies = {role: p for role, p in check_role_policies(role_policies, workflow).items() if p != "trained"}
-            mapping, folders = _apply_role_policies(mapping, policies, model)
+            mapping, folders = apply_role_policies(mapping, policies, model)
             sharing = config["policy_sharing"]
             return ModePlan(mode, workflow, mapping, model, sharing, trained_in, str(checkpoint), policies, folders)
     elif mode == "transfer":
@@ -155,7 +155,7 @@ def check_role_policies(role_policies: dict[str, str], workflow: Workflow) -> di
     return dict(role_policies)
 
 
-def _apply_role_policies(
+def apply_role_policies(
     mapping: dict[str, str], policies: dict[str, str], base_model: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The run's role-to-adapter mapping with ``policies`` applied, and the folder of every adapter taken from

@@ -34,6 +34,7 @@ KEY_FIELDS = (
     "role_policies",  # absent (None) when every role runs its trained adapter
     "best_of",  # absent (None) for one sample per episode
     "select",
+    "judge",  # absent (None) but for a judged best-of-n
 )
 
 

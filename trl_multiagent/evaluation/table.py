@@ -22,7 +22,8 @@ _MODE_ORDER = {"base": 0, "trained": 1, "transfer": 2, "generator_alone": 3}
 
 def accuracy_curves(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[int, float]]]:
     """Cell -> ``[(step, accuracy), ...]`` by step; a step evaluated twice keeps its last row. A cell is its
-    ``CELL_FIELDS`` values, and for a best-of-n evaluation also ``(best_of, select)`` after them."""
+    ``CELL_FIELDS`` values, and for a best-of-n evaluation also ``(best_of, select)`` after them (a judged one:
+    ``(best_of, "judge", judge run)``)."""
     curves: dict[tuple, dict[int, float]] = {}
     for row in rows:
         curves.setdefault(cell_of(row), {})[row["step"]] = row["accuracy"]
@@ -31,7 +32,10 @@ def accuracy_curves(rows: list[dict[str, Any]]) -> dict[tuple, list[tuple[int, f
 
 def cell_of(row: dict[str, Any]) -> tuple:
     cell = tuple(row.get(name) for name in CELL_FIELDS)
-    return (*cell, (row["best_of"], row["select"])) if row.get("best_of") else cell
+    if not row.get("best_of"):
+        return cell
+    judge = (row["judge_of"]["run"],) if row.get("judge_of") else ()
+    return (*cell, (row["best_of"], row["select"], *judge))
 
 
 def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -42,7 +46,8 @@ def paper_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         final_step, final = points[-1]
         entry = dict(zip(CELL_FIELDS, cell))
         if len(cell) > len(CELL_FIELDS):
-            entry["best_of"], entry["select"] = cell[-1]
+            entry["best_of"], entry["select"], *judge = cell[-1]
+            entry.update({"judge": judge[0]} if judge else {})
         entry.update(peak=peak, peak_step=peak_step, final=final, final_step=final_step, drop_pp=100 * (peak - final))
         table.append(entry)
     for entry in table:
@@ -98,7 +103,8 @@ def format_table(table: list[dict[str, Any]]) -> str:
 
 def _mode(entry: dict[str, Any]) -> str:
     if entry.get("best_of"):
-        return f"{entry['mode']} (best of {entry['best_of']}, {entry['select']})"
+        judge = f" by {entry['judge']}" if entry.get("judge") else ""
+        return f"{entry['mode']} (best of {entry['best_of']}, {entry['select']}{judge})"
     return f"{entry['mode']} ({entry['role_policies']})" if entry.get("role_policies") else entry["mode"]
 
 
@@ -127,7 +133,9 @@ def family_table(
     n and selection ("SA-RL best-of-3 (majority)"), with their residual against SA-RL alone; each trained workflow
     then also has ``vs_best_of``, its residual against the best-of-n evaluation whose n is its own measured calls
     per episode (its row's ``mean_calls``, rounded up), matched per seed (``n``: those n per seed). A table without
-    best-of rows has no ``vs_best_of``.
+    best-of rows has no ``vs_best_of``. Judged best-of-n rows (``select`` "judge", ``judge_of`` naming the Eval-Opt
+    run whose evaluator chose) are lines per n and judge ("SA-RL best-of-5 (judge: EvalOpt isolated)"), and the
+    workflow line of that judge gets ``vs_judged_best_of`` likewise.
 
     Rows of other modes (``generator_alone``) and with ``role_policies`` (attribution subsets) are left out.
     """
@@ -174,16 +182,18 @@ def family_table(
         return {**difference, "seeds": seeds}
 
     best_of_lines = [line for line in final if line[0] == "best_of"]
+    judged = any(line[2][1] == "judge" for line in best_of_lines)
 
-    def cost_matched(by_seed: dict[int, dict], setting: tuple) -> dict[str, Any] | None:
-        """Per seed, SA-RL's best-of-n evaluation with n = this seed's measured calls per episode, rounded up."""
+    def cost_matched(by_seed: dict[int, dict], setting: tuple, chosen: tuple) -> dict[str, Any] | None:
+        """Per seed, SA-RL's best-of-n evaluation with n = this seed's measured calls per episode, rounded up, and
+        ``chosen`` its selection (and judge)."""
         matched = {}
         for s, row in by_seed.items():
             if "mean_calls" not in row:
                 continue
             n = math.ceil(row["mean_calls"] - 1e-9)
             for line in best_of_lines:
-                if line[2][0] == n and s in final[line].get(setting, {}):
+                if line[2] == (n, *chosen) and s in final[line].get(setting, {}):
                     matched[s] = final[line][setting][s]
                     break
         result = residual(by_seed, matched)
@@ -210,13 +220,16 @@ def family_table(
                 entry["vs_single_agent"] = residual(by_seed, single_agent.get(setting))
                 entry["vs_transfer"] = residual(by_seed, transfer.get(setting))
                 if best_of_lines:
-                    entry["vs_best_of"] = cost_matched(by_seed, setting)
+                    entry["vs_best_of"] = cost_matched(by_seed, setting, ("majority",))
+                if judged:  # the judged best-of-n whose judge is this line's own evaluator
+                    entry["vs_judged_best_of"] = cost_matched(by_seed, setting, ("judge", workflow, sharing))
             elif mode == "best_of":
                 entry["vs_single_agent"] = residual(by_seed, single_agent.get(setting))
             results[labels[setting]] = entry
         if mode == "best_of":  # workflow: SingleAgent; sharing: (n, selection)
             described = {"mode": "trained", "workflow": workflow, "policy_sharing": None}
             described.update(best_of=sharing[0], select=sharing[1])
+            described.update(dict(zip(("judge_workflow", "judge_policy_sharing"), sharing[2:])))
         else:
             described = {"mode": mode, "workflow": workflow, "policy_sharing": sharing}
         lines.append({"label": _line_label(line), **described, "results": results})
@@ -261,7 +274,7 @@ def _family_line(row: dict[str, Any]) -> tuple | None:
         return None
     if row.get("best_of"):
         if row["mode"] == "trained" and row["workflow"] == SINGLE_AGENT:
-            return ("best_of", SINGLE_AGENT, (row["best_of"], row["select"]))
+            return ("best_of", SINGLE_AGENT, (row["best_of"], row["select"], *_judge_of(row)))
         return None
     if row["mode"] == "trained":
         sharing = None if row["workflow"] == SINGLE_AGENT else row.get("policy_sharing")
@@ -269,6 +282,12 @@ def _family_line(row: dict[str, Any]) -> tuple | None:
     if row["mode"] in ("transfer", "base"):
         return (row["mode"], row["workflow"], None)
     return None
+
+
+def _judge_of(row: dict[str, Any]) -> tuple:
+    """A judged best-of-n row's judge, as the line of the workflow it came from: (workflow, sharing); () else."""
+    judge = row.get("judge_of")
+    return (judge["workflow"], judge["policy_sharing"]) if judge else ()
 
 
 def _line_order(line: tuple) -> tuple:
@@ -285,7 +304,8 @@ def _line_order(line: tuple) -> tuple:
 def _line_label(line: tuple) -> str:
     mode, workflow, sharing = line
     if mode == "best_of":
-        return f"SA-RL best-of-{sharing[0]} ({sharing[1]})"
+        judge = f": {' '.join(map(str, sharing[2:]))}" if len(sharing) > 2 else ""
+        return f"SA-RL best-of-{sharing[0]} ({sharing[1]}{judge})"
     if mode == "trained":
         return "SA-RL" if workflow == SINGLE_AGENT else workflow
     return f"SA-RL in {workflow}" if mode == "transfer" else f"base model, {workflow}"
@@ -306,10 +326,12 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         "",
     ]
     best_of = any(line["mode"] == "trained" and line.get("best_of") for line in table["lines"])
+    judged = any(line.get("select") == "judge" for line in table["lines"])
+    matched_columns = {"vs_best_of": "vs SA-RL best-of-n pp"} if best_of else {}
+    matched_columns |= {"vs_judged_best_of": "vs SA-RL judged best-of-n pp"} if judged else {}
     columns = ["line", "sharing", "step"]
     for label in labels:
-        columns += [f"{label} %", "vs SA-RL pp", "vs SA-RL in workflow pp"]
-        columns += ["vs SA-RL best-of-n pp"] if best_of else []
+        columns += [f"{label} %", "vs SA-RL pp", "vs SA-RL in workflow pp", *matched_columns.values()]
     lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for line in table["lines"]:
         steps = sorted({s for r in line["results"].values() for s in r["steps"]})
@@ -317,7 +339,7 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         for label in labels:
             result = line["results"].get(label)
             if result is None:
-                cells += ["-"] * (4 if best_of else 3)
+                cells += ["-"] * (3 + len(matched_columns))
                 continue
             value = f"{100 * result['mean']:.1f}"
             if result["std"] is not None:
@@ -325,8 +347,8 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
             if len(result["seeds"]) < len(all_seeds):
                 value += f" (seeds {', '.join(map(str, result['seeds']))})"
             cells += [value, _residual(result["vs_single_agent"]), _residual(result["vs_transfer"])]
-            if best_of:
-                matched = result.get("vs_best_of")
+            for key in matched_columns:
+                matched = result.get(key)
                 n = f" (n={'/'.join(map(str, dict.fromkeys(matched['n'])))})" if matched and matched["n"] else ""
                 cells.append(_residual(matched) + n)
         lines.append("| " + " | ".join(cells) + " |")
@@ -334,6 +356,11 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         lines.append(
             "\n- vs SA-RL best-of-n: against SA-RL sampled n times per episode, the chosen answer graded, n being "
             "the workflow's measured model calls per episode rounded up (n=, per seed)."
+        )
+    if judged:
+        lines.append(
+            "- vs SA-RL judged best-of-n: against the same n SA-RL samples each judged by the workflow's own trained "
+            "evaluator (n more calls), the majority among the accepted answers graded."
         )
     lines += [f"\n- {note}" for note in table["notes"]]
     return "\n".join(lines) + "\n"

@@ -87,6 +87,17 @@ class EvalOpt(Workflow):
     def formats(self):
         return {"generator": answer_format(self.task), "evaluator": Verdict(self.parsing)}
 
+    def review_request(self, prompt: Messages, solution: str) -> Messages:
+        """The messages of an episode's first ``evaluator`` call, given the ``generator``'s first attempt
+        ``solution``: what this workflow's evaluator judges in every episode (for a judge of other answers, e.g.
+        the judged best-of-n baseline, ``evaluation/judged.py``)."""
+        values = {"problem": problem_text(prompt), "request": request_text(prompt)}
+        ask = {"role": "user", "content": self._prompts.render("evaluate", **values, solution=solution)}
+        if self.history == "fresh":
+            return [ask]
+        request = {"role": "user", "content": self._prompts.render("solve", **values)}
+        return [request, {"role": "assistant", "content": solution}, ask]
+
     async def run(self, prompt: Messages, generate: Generate) -> str:
         values = {"problem": problem_text(prompt), "request": request_text(prompt)}
         request = {"role": "user", "content": self._prompts.render("solve", **values)}
