@@ -32,6 +32,9 @@ The other modes (``--mode``):
     # or read from a workflow run's evaluation with the same flags (its calls per episode, rounded up)
     python recipes/evaluate.py --run_dir runs/single_agent_math --best_of 3 --select majority
     python recipes/evaluate.py --run_dir runs/single_agent_math --best_of_calls runs/eval_opt_math
+    # ... N samples, the answer chosen by a trained Eval-Opt evaluator (majority among those it accepts)
+    python recipes/evaluate.py --run_dir runs/single_agent_math --best_of_calls runs/eval_opt_math --select judge \
+        --judge runs/eval_opt_math
 
 CPU, offline (tiny model, toy arithmetic task):
 

@@ -66,7 +66,7 @@ peak chosen on the same problems would bias the residual. The cost-matched basel
 setting, SA-RL evaluated with `--best_of_calls <cell> --select majority` (each episode the majority answer of n
 samples, n the cell's measured calls per episode rounded up; run after the cells' evaluations), the line "SA-RL
 best-of-n (majority)" and each workflow's residual against the best-of-n matching its calls ("vs SA-RL best-of-n").
-For each Eval-Opt cell also `--select judge --judge <cell>`: the same n samples each judged by that cell's trained
+For each Eval-Opt cell also `--select judge --judge <cell>`: n SA-RL samples each judged by that cell's trained
 evaluator, the majority among the accepted answers graded (n more calls per episode), the line "SA-RL best-of-n
 (judge: EvalOpt <sharing>)" and the cell's "vs SA-RL judged best-of-n".
 
@@ -445,7 +445,7 @@ def eval_commands(args: GridArguments, cells: list[Cell]) -> list[list[str]]:
             continue
         sa_rl, calls = sa_rl_of[group_key(cell)], ["--best_of_calls", str(cell.run_dir)]
         matched = command(sa_rl, *calls, "--select", "majority")
-        if cell.workflow == JUDGED:  # the same n samples, chosen by the cell's own trained evaluator
+        if cell.workflow == JUDGED:  # n samples, chosen by the cell's own trained evaluator
             matched += command(sa_rl, *calls, "--select", "judge", "--judge", str(cell.run_dir))
         for c in matched:
             if eval_temperature(c) > 0:

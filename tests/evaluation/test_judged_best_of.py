@@ -76,7 +76,7 @@ def test_a_judged_evaluation_of_tiny_runs(runs, tmp_path):
     (row,) = evaluate(sa_rl, "trained", settings, output_dir=tmp_path)
     assert (row["best_of"], row["select"], row["mean_calls"]) == (2, "judge", 4.0)  # 2 samples and 2 verdicts
     assert row["workflow"] == "SingleAgent" and "role_policies" not in row  # a line of SA-RL's in the table
-    assert row["judge"] == str(eval_opt.resolve())
+    assert row["judge"] == str((eval_opt / "checkpoint-2").resolve())  # the judge run's newest checkpoint
     assert row["judge_of"] == {"run": "eval_opt", "workflow": "EvalOpt", "policy_sharing": "isolated", "step": 2}
     assert 0 <= row["judge_accepted"] <= 1 and 0 <= row["judge_agreement"] <= 1 and 0 <= row["sample_accuracy"] <= 1
     judge = EvalOpt(max_iterations=2)

@@ -244,8 +244,9 @@ def evaluate(
                 judged_plan(plan, settings.judge, settings.best_of),
                 replace(settings, best_of=1),
             )
-            judge = scored_plan.adapter_folders[scored_plan.role_to_adapter["evaluator"]]
-            row["judge_of"] = judge_record(Path(judge).parent)
+            # the judge's checkpoint is part of the key: a judge run trained further is a new judge
+            judge = Path(scored_plan.adapter_folders[scored_plan.role_to_adapter["evaluator"]]).parent
+            row.update(judge=str(judge), judge_of=judge_record(judge))
         if matched is not None:
             row["best_of_calls_of"] = {
                 "run": matched.get("run"),
@@ -296,7 +297,6 @@ def describe(
         **({"chat_rendering": settings.chat_rendering} if settings.chat_rendering != "tokenizer" else {}),
         **({"role_policies": format_role_policies(plan.role_policies)} if plan.role_policies else {}),
         **({"best_of": settings.best_of, "select": settings.select} if settings.best_of > 1 else {}),
-        **({"judge": str(Path(settings.judge).resolve())} if settings.judge is not None else {}),
     }
 
 

@@ -359,7 +359,7 @@ def format_family_table(title: str, table: dict[str, Any]) -> str:
         )
     if judged:
         lines.append(
-            "- vs SA-RL judged best-of-n: against the same n SA-RL samples each judged by the workflow's own trained "
+            "- vs SA-RL judged best-of-n: against n SA-RL samples each judged by the workflow's own trained "
             "evaluator (n more calls), the majority among the accepted answers graded."
         )
     lines += [f"\n- {note}" for note in table["notes"]]
