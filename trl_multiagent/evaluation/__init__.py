@@ -13,11 +13,12 @@
 """
 
 from ..monitoring.pass_at_k import pass_at_k
-from .evaluator import EvalSettings, evaluate, final_answer_rewards, list_checkpoints, sample_episodes, score
+from .evaluator import EvalSettings, evaluate, final_answer_rewards, sample_episodes, score
 from .generation import eos_token_ids, make_generation_config, run_episodes
 from .instability import read_log_history, role_instability, role_series
 from .modes import MODES, ModePlan, parse_role_policies, plan_mode
 from .results import RESULTS_FILE, read_results
+from .run_checkpoints import list_checkpoints
 from .table import accuracy_curves, family_table, format_family_table, format_table, paper_table
 
 __all__ = [

@@ -31,9 +31,10 @@ from ..checkpoints import read_multiagent_config, workflow_from_config
 from ..tasks import get_task
 from ..workflows import Workflow
 from .bootstrap import bootstrap_over_problems
-from .evaluator import EvalSettings, describe, evaluate, list_checkpoints
+from .evaluator import EvalSettings, describe, evaluate
 from .modes import plan_mode
 from .results import key_hash, problem_success, read_results, result_key
+from .run_checkpoints import list_checkpoints
 
 EXACT_UP_TO = 4  # adapters; 2^4 = 16 evaluations
 Coalition = frozenset[str]  # the adapters kept trained; the others' roles go to the base model

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import json
 import math
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,7 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import set_seed
 
-from ..checkpoints import CONFIG_NAME, TrainedWorkflow
+from ..checkpoints import TrainedWorkflow
 from ..monitoring.pass_at_k import pass_at_k
 from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from ..rollout.engine import RolloutEngine
@@ -37,8 +36,7 @@ from .generation import eos_token_ids, eval_role_tools, make_generation_config, 
 from .judged import JudgedSamples, judge_record, judged_plan, judged_samples
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
-
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+from .run_checkpoints import list_checkpoints
 
 
 @dataclass
@@ -162,24 +160,6 @@ class EvalSettings:
             raise ValueError(f"rollout_backend must be 'transformers' or 'vllm', got {self.rollout_backend!r}.")
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, folder)`` of every ``checkpoint-N`` in ``run_dir`` by step; the folder itself if it has none."""
-    run_dir = Path(run_dir)
-    found = [
-        (int(match.group(1)), path)
-        for path in run_dir.iterdir()
-        if (match := _CHECKPOINT.match(path.name)) and (path / CONFIG_NAME).is_file()
-    ]
-    if found:
-        return sorted(found)
-    if (run_dir / CONFIG_NAME).is_file():
-        match = _CHECKPOINT.match(run_dir.name)
-        state = run_dir / "trainer_state.json"
-        step = int(match.group(1)) if match else json.loads(state.read_text())["global_step"] if state.is_file() else 0
-        return [(step, run_dir)]
-    raise FileNotFoundError(f"{run_dir} holds no checkpoint-N folder and no {CONFIG_NAME}; pass a run's output_dir.")
 
 
 def evaluate(

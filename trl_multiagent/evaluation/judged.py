@@ -28,6 +28,7 @@ from ..workflows.base import Generate, Messages
 from ..workflows.correctness import solved
 from .best_of import judged_choice
 from .modes import ModePlan, apply_role_policies
+from .run_checkpoints import list_checkpoints
 
 
 class JudgedSamples(Workflow):
@@ -119,8 +120,6 @@ def judged_samples(
 
 def judge_checkpoint(judge: str | Path) -> Path:
     """A run folder's newest checkpoint (or the checkpoint itself), checked to hold a trained Eval-Opt evaluator."""
-    from .evaluator import list_checkpoints
-
     _, checkpoint = list_checkpoints(judge)[-1]
     config = read_multiagent_config(checkpoint)
     trained = workflow_from_config(config["workflow"])
@@ -134,8 +133,6 @@ def judge_checkpoint(judge: str | Path) -> Path:
 
 def judge_record(checkpoint: str | Path) -> dict[str, Any]:
     """What a judged row records of its judge: the run, workflow, policy sharing and step of its checkpoint."""
-    from .evaluator import list_checkpoints
-
     checkpoint = Path(checkpoint)
     config = read_multiagent_config(checkpoint)
     step = list_checkpoints(checkpoint)[-1][0]
