@@ -33,7 +33,7 @@ from ..workflows.correctness import solved
 from .best_of import SELECTIONS, matched_best_of, select
 from .episodes import episode_record, write_episode
 from .generation import eos_token_ids, eval_role_tools, make_generation_config, run_episodes
-from .judged import JudgedSamples, judge_record, judged_plan, judged_samples
+from .judged import Judge, JudgedSamples, judged_samples
 from .modes import ModePlan, plan_mode
 from .results import RESULTS_FILE, append_result, key_hash, read_results, result_key
 from .run_checkpoints import list_checkpoints
@@ -198,6 +198,8 @@ def evaluate(
         checkpoints = checkpoints[-1:]
     dataset = get_task(settings.task).eval_dataset(settings.dataset_name, settings.limit)
     done = {result_key(row) for row in read_results(output_dir / RESULTS_FILE)}
+    # one judge for every checkpoint, resolved (and checked) before any is evaluated
+    judge = Judge.of(settings.judge) if settings.select == "judge" else None
     new_rows, engine = [], None
     for step, checkpoint in tqdm(
         checkpoints, desc=f"{mode}: checkpoints", unit="checkpoint", disable=len(checkpoints) < 2
@@ -217,16 +219,12 @@ def evaluate(
             )
         row = describe(plan, settings, step, run_dir, len(dataset))
         scored_plan, scored_settings = plan, settings
-        if settings.select == "judge":
+        if judge is not None:
             if settings.best_of < 2:
                 raise ValueError("A judged best-of-n needs n > 1 samples: give --best_of n or --best_of_calls RUN.")
-            scored_plan, scored_settings = (
-                judged_plan(plan, settings.judge, settings.best_of),
-                replace(settings, best_of=1),
-            )
+            scored_plan, scored_settings = judge.plan(plan, settings.best_of), replace(settings, best_of=1)
             # the judge's checkpoint is part of the key: a judge run trained further is a new judge
-            judge = Path(scored_plan.adapter_folders[scored_plan.role_to_adapter["evaluator"]]).parent
-            row.update(judge=str(judge), judge_of=judge_record(judge))
+            row.update(judge=str(judge.checkpoint), judge_of=judge.record())
         if matched is not None:
             row["best_of_calls_of"] = {
                 "run": matched.get("run"),

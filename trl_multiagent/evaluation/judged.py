@@ -8,7 +8,7 @@ evaluate request), and ``best_of.judged_choice`` takes the majority answer among
 ``\\boxed{Correct}`` (none: among all). An episode makes ``2 n`` calls: the n samples, then n verdicts. What the
 judge sees is never the sampler's own prompt: the sample is judged as the workflow's attempt would be.
 
-``judged_plan`` turns an evaluation of an SA-RL checkpoint into one of ``JudgedSamples``: its own adapter samples,
+``Judge.plan`` turns an evaluation of an SA-RL checkpoint into one of ``JudgedSamples``: its own adapter samples,
 the judge run's ``evaluator`` adapter judges (loaded beside it on the same base model).
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,43 +118,52 @@ def judged_samples(
     return [solved(0.0 if r is None or math.isnan(r) else r) for r in rewards], verdicts
 
 
-def judge_checkpoint(judge: str | Path) -> Path:
-    """A run folder's newest checkpoint (or the checkpoint itself), checked to hold a trained Eval-Opt evaluator."""
-    _, checkpoint = list_checkpoints(judge)[-1]
-    config = read_multiagent_config(checkpoint)
-    trained = workflow_from_config(config["workflow"])
-    if not isinstance(trained, EvalOpt):
-        raise ValueError(
-            f"--judge {judge} was trained as {type(trained).__name__}; the judge must be an Eval-Opt run, whose "
-            "evaluator judges one answer."
+@dataclass(frozen=True)
+class Judge:
+    """The judge of a judged best-of-n: an Eval-Opt run's newest checkpoint (resolved), its step and its saved
+    configuration, read once per evaluation."""
+
+    checkpoint: Path
+    step: int
+    config: dict[str, Any]
+
+    @classmethod
+    def of(cls, judge: str | Path) -> Judge:
+        """A run folder's newest checkpoint (or the checkpoint itself), checked to hold a trained Eval-Opt
+        evaluator."""
+        step, checkpoint = list_checkpoints(judge)[-1]
+        config = read_multiagent_config(checkpoint)
+        trained = workflow_from_config(config["workflow"])
+        if not isinstance(trained, EvalOpt):
+            raise ValueError(
+                f"--judge {judge} was trained as {type(trained).__name__}; the judge must be an Eval-Opt run, whose "
+                "evaluator judges one answer."
+            )
+        return cls(Path(checkpoint).resolve(), step, config)
+
+    def record(self) -> dict[str, Any]:
+        """What a judged row records of its judge: the run, workflow, policy sharing and step of its checkpoint."""
+        run = self.checkpoint.parent if self.checkpoint.name.startswith("checkpoint-") else self.checkpoint
+        return {
+            "run": run.name,
+            "workflow": self.config["workflow"]["workflow"],
+            "policy_sharing": self.config["policy_sharing"],
+            "step": self.step,
+        }
+
+    def plan(self, plan: ModePlan, n: int) -> ModePlan:
+        """``plan`` (an SA-RL checkpoint in trained mode) as a ``JudgedSamples`` evaluation: the run's adapter
+        samples, this checkpoint's ``evaluator`` adapter judges."""
+        if plan.mode != "trained" or not isinstance(plan.workflow, SingleAgent) or plan.role_policies:
+            raise ValueError(
+                "A judged best-of-n samples a single-agent run's own adapter: evaluate a SingleAgent (SA-RL) run in "
+                f"trained mode without role_policies (got {plan.mode} mode, {type(plan.workflow).__name__})."
+            )
+        eval_opt = workflow_from_config(self.config["workflow"])
+        mapping, folders = apply_role_policies(plan.role_to_adapter, {"evaluator": str(self.checkpoint)}, plan.model)
+        return replace(
+            plan,
+            workflow=JudgedSamples(plan.workflow, eval_opt, n),
+            role_to_adapter=mapping,
+            adapter_folders={**plan.adapter_folders, **folders},
         )
-    return checkpoint
-
-
-def judge_record(checkpoint: str | Path) -> dict[str, Any]:
-    """What a judged row records of its judge: the run, workflow, policy sharing and step of its checkpoint."""
-    checkpoint = Path(checkpoint)
-    config = read_multiagent_config(checkpoint)
-    step = list_checkpoints(checkpoint)[-1][0]
-    run = checkpoint.parent if checkpoint.name.startswith("checkpoint-") else checkpoint
-    workflow = config["workflow"]["workflow"]
-    return {"run": run.resolve().name, "workflow": workflow, "policy_sharing": config["policy_sharing"], "step": step}
-
-
-def judged_plan(plan: ModePlan, judge: str | Path, n: int) -> ModePlan:
-    """``plan`` (an SA-RL checkpoint in trained mode) as a ``JudgedSamples`` evaluation: the run's adapter samples
-    and the newest checkpoint of ``judge`` (an Eval-Opt run) lends its ``evaluator`` adapter."""
-    if plan.mode != "trained" or not isinstance(plan.workflow, SingleAgent) or plan.role_policies:
-        raise ValueError(
-            "A judged best-of-n samples a single-agent run's own adapter: evaluate a SingleAgent (SA-RL) run in "
-            f"trained mode without role_policies (got {plan.mode} mode, {type(plan.workflow).__name__})."
-        )
-    checkpoint = judge_checkpoint(judge)
-    eval_opt = workflow_from_config(read_multiagent_config(checkpoint)["workflow"])
-    mapping, folders = apply_role_policies(plan.role_to_adapter, {"evaluator": str(checkpoint)}, plan.model)
-    return replace(
-        plan,
-        workflow=JudgedSamples(plan.workflow, eval_opt, n),
-        role_to_adapter=mapping,
-        adapter_folders={**plan.adapter_folders, **folders},
-    )
