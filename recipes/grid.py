@@ -203,7 +203,16 @@ class GridArguments:
         default_factory=list,
         metadata={"help": "task=path (or family=path): the --config yaml of that task's (family's) recipes."},
     )
-    recipe_args: str = field(default="", metadata={"help": "Extra flags for every training command."})
+    recipe_args: str = field(
+        default="", metadata={"help": "Extra flags for every training command (one workflow's only: --workflow_args)."}
+    )
+    workflow_args: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "workflow=flags: extra flags for that workflow's trainings only, after --recipe_args, e.g. "
+            'voting="--role_loss_weights \'{\\"aggregator\\": 0.0}\'" (single_agent=...: the SA-RL control\'s).'
+        },
+    )
     eval_dataset: list[str] = field(
         default_factory=list,
         metadata={"help": "task=name (or family=name): the evaluation dataset (default: the task's own)."},
@@ -387,8 +396,27 @@ def train_command(args: GridArguments, cell: Cell) -> list[str]:
         *(["--dataset_name", dataset] if dataset else []),
         "--model_name_or_path", cell.model, "--output_dir", str(cell.run_dir), "--policy_sharing", cell.policy_sharing,
         "--seed", str(cell.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
-        *budget(cell.family), *shlex.split(args.recipe_args),
+        *budget(cell.family), *shlex.split(args.recipe_args), *workflow_flags(args).get(cell.workflow, []),
     ]  # fmt: skip
+
+
+def workflow_flags(args: GridArguments) -> dict[str, list[str]]:
+    """--workflow_args as workflow -> its trainings' extra flags; a workflow outside this grid is an error, not a
+    silently dropped entry."""
+    pairs = [entry.split("=", 1) for entry in args.workflow_args]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError(
+            "--workflow_args takes workflow=flags entries, e.g. voting='--role_loss_weights ...'; "
+            f"got {args.workflow_args}."
+        )
+    flags = {workflow: shlex.split(value) for workflow, value in pairs}
+    unknown = sorted(set(flags) - {SA_RL, *args.workflows})
+    if unknown:
+        raise ValueError(
+            f"--workflow_args names {unknown}: not a workflow of this grid (--workflows {' '.join(args.workflows)}, "
+            f"and {SA_RL} for the SA-RL control)."
+        )
+    return flags
 
 
 def budget(family: Family) -> list[str]:

@@ -212,6 +212,24 @@ def test_flags_given_beside_the_preset_win(capsys, tmp_path):
         grid_module.parse_args(["--preset", "paper"])
 
 
+def test_workflow_args_reach_that_workflows_trainings_only(capsys, tmp_path):
+    weights = "--role_loss_weights '{\"aggregator\": 0.0}'"
+    launches, _ = dry_run(
+        capsys, "--preset", "toy", "--families", "arithmetic", "--workflows", "voting", "--output_root", str(tmp_path),
+        "--recipe_args", "--logging_steps 2", "--workflow_args", f"voting={weights}",
+    )  # fmt: skip
+    voting = [line for line in launches if "recipes/voting_math.py" in line]
+    single = [line for line in launches if "recipes/single_agent_math.py" in line]
+    assert len(voting) == 2 and len(single) == 1
+    assert all(line.endswith(f"--logging_steps 2 {weights}") for line in voting)  # after --recipe_args
+    assert single[0].endswith("--logging_steps 2")  # SA-RL has no aggregator: trained without the weights
+    grid_module = load_grid()
+    for entries, match in ((["orch_workers=--x 1"], "not a workflow of this grid"), (["voting"], "workflow=flags")):
+        args = grid_module.parse_args(["--preset", "toy", "--workflows", "voting", "--workflow_args", *entries])
+        with pytest.raises(ValueError, match=match):
+            grid_module.train_command(args, grid_module.grid_cells(args)[0])
+
+
 def test_without_seeds_and_families_the_grid_is_as_before(tmp_path):
     grid_module = load_grid()
     args = grid_module.parse_args(
