@@ -285,10 +285,11 @@ class Cell:
     seed: int
 
 
-def per_task(entries: list[str], name: str) -> dict[str, str]:
+def named_entries(entries: list[str], flag: str, key: str, example: str) -> dict[str, str]:
+    """``key=value`` entries of ``--flag`` as a dict; an entry without ``=`` is an error showing ``example``."""
     pairs = [entry.split("=", 1) for entry in entries]
     if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(f"--{name} takes task=value entries, e.g. math=recipes/configs/cpu.yaml; got {entries}.")
+        raise ValueError(f"--{flag} takes {key}=value entries, e.g. {example}; got {entries}.")
     return dict(pairs)
 
 
@@ -334,8 +335,8 @@ def check_family_model(family: Family) -> None:
 def grid_families(args: GridArguments) -> list[Family]:
     """--families, or one family per --tasks entry; per-task (or per-family) --recipe_config and --eval_dataset
     entries replace a family's own."""
-    configs = per_task(args.recipe_config, "recipe_config")
-    datasets = per_task(args.eval_dataset, "eval_dataset")
+    configs = named_entries(args.recipe_config, "recipe_config", "task", "math=recipes/configs/cpu.yaml")
+    datasets = named_entries(args.eval_dataset, "eval_dataset", "task", "math=arithmetic")
     if args.families:
         families = [parse_family(entry) for entry in args.families]
     else:  # the grid as before families: a task's family is named after it and trains on its config's dataset
@@ -403,13 +404,8 @@ def train_command(args: GridArguments, cell: Cell) -> list[str]:
 def workflow_flags(args: GridArguments) -> dict[str, list[str]]:
     """--workflow_args as workflow -> its trainings' extra flags; a workflow outside this grid is an error, not a
     silently dropped entry."""
-    pairs = [entry.split("=", 1) for entry in args.workflow_args]
-    if any(len(pair) != 2 for pair in pairs):
-        raise ValueError(
-            "--workflow_args takes workflow=flags entries, e.g. voting='--role_loss_weights ...'; "
-            f"got {args.workflow_args}."
-        )
-    flags = {workflow: shlex.split(value) for workflow, value in pairs}
+    entries = named_entries(args.workflow_args, "workflow_args", "workflow", "voting='--role_loss_weights ...'")
+    flags = {workflow: shlex.split(value) for workflow, value in entries.items()}
     unknown = sorted(set(flags) - {SA_RL, *args.workflows})
     if unknown:
         raise ValueError(

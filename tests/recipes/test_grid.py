@@ -224,7 +224,10 @@ def test_workflow_args_reach_that_workflows_trainings_only(capsys, tmp_path):
     assert all(line.endswith(f"--logging_steps 2 {weights}") for line in voting)  # after --recipe_args
     assert single[0].endswith("--logging_steps 2")  # SA-RL has no aggregator: trained without the weights
     grid_module = load_grid()
-    for entries, match in ((["orch_workers=--x 1"], "not a workflow of this grid"), (["voting"], "workflow=flags")):
+    for entries, match in (
+        (["orch_workers=--x 1"], "not a workflow of this grid"),
+        (["voting"], "takes workflow=value entries"),
+    ):
         args = grid_module.parse_args(["--preset", "toy", "--workflows", "voting", "--workflow_args", *entries])
         with pytest.raises(ValueError, match=match):
             grid_module.train_command(args, grid_module.grid_cells(args)[0])
