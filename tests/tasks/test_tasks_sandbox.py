@@ -270,7 +270,7 @@ def test_the_graders_import_prelude_runs_only_for_suites_that_ask_for_it():
         "print(pd.DataFrame({'a': [1, 2]}).a.sum(), np.arange(4).sum(), 'pandas.core' in sys.modules)"
     )
     run = execute(program, limits=ROOMY, prelude=True)
-    assert (run.failure, run.stdout) == (None, "False 0 1 6\n3 6 True\n")
+    assert (run.failure, run.stdout) == (None, "False 0 1 6\n3 6 True\n"), run.detail
     assert execute(program, limits=ROOMY).detail.endswith("NameError: name 'sys' is not defined")
     error = execute("x = 1\nraise ValueError(x)", limits=ROOMY, prelude=True)
     assert 'File "solution.py", line 2, in <module>' in error.detail  # the program keeps its line numbers
