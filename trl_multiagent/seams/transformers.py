@@ -9,7 +9,7 @@ from typing import TypeVar
 # `utils.chat_template_utils.get_json_schema` (since 4.42), exported as `transformers.utils.get_json_schema`: a
 # Python function's JSON schema from its signature, type hints and Google-style docstring, which
 # `apply_chat_template(tools=...)` renders.
-# `utils.import_utils.is_torch_bf16_gpu_available`: whether an accelerator trains in bf16, the check
+# `utils.import_utils.is_torch_bf16_gpu_available` (since 4.21): whether an accelerator trains in bf16, the check
 # TrainingArguments makes before it accepts `bf16=True`.
 from transformers.utils import get_json_schema, is_torch_bf16_gpu_available
 
@@ -33,10 +33,10 @@ def add_json_dict_fields(*names: str) -> Callable[[type[Config]], type[Config]]:
 def refill_deepspeed_config(args) -> None:
     """Fill the DeepSpeed config's ``"auto"`` values again from ``args`` (after a config changed its batch sizes).
 
-    TrainingArguments' ``__post_init__`` builds ``args.hf_deepspeed_config`` with ``HfTrainerDeepSpeedConfig``
-    (``integrations.deepspeed``, not exported) and fills the config's ``"auto"`` batch sizes and accumulation from
-    the arguments (``trainer_config_process``), which the Trainer hands DeepSpeed; both as in 4.x, checked on 5.3 and
-    5.24."""
+    TrainingArguments' ``__post_init__`` builds ``args.hf_deepspeed_config`` (an attribute it does not document) with
+    ``HfTrainerDeepSpeedConfig`` (``integrations.deepspeed``, not exported; the class since 4.7, checked at that path
+    in 5.0, 5.3 and 5.24) and fills the config's ``"auto"`` batch sizes and accumulation from the arguments
+    (``trainer_config_process``); the Trainer hands DeepSpeed that config."""
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
     args.hf_deepspeed_config = HfTrainerDeepSpeedConfig(args.deepspeed)
