@@ -280,7 +280,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             first_episode=start,
             episode_advantages=all_advantages,
             rewards=rewards,
-            trajectory_name=self.workflow.trajectory_name,
+            group_key=self.workflow.group_key,
             num_generations=num_generations,
             scale_rewards=self.scale_rewards,
             groups=self.args.advantage_groups,
