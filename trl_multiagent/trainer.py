@@ -28,6 +28,7 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
+from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam, score_like_trl
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
@@ -96,6 +97,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
+        check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
         if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
             check_prompt_column(train_dataset, "train_dataset")
         else:
