@@ -162,12 +162,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "GRPO groups. `'episodes'` (library default): the episodes of one prompt form a group and "
             "every call carries its episode's advantage (TRL's statistics: std with eps 1e-4). `'calls'` (the "
             "reference's, its uid `{prompt}_{trajectory name}_step0`; the paper preset): every call is one sample "
-            "with its own reward, grouped per prompt and `Workflow.trajectory_name` (the role; Voting's math voters "
-            "apart): all of a role's calls over a prompt's episodes, Eval-Opt's repeated attempts and Orch-Workers' "
-            "workers included, form one group; mean and unbiased std with eps 1e-6, a group of one keeps its raw "
-            "score (verl's). `'roles'`: one group per prompt, role and instance, a role instance's calls in an "
-            "episode pooled into one value first (their mean), a group of one gets 0; it weighs episodes, not calls, "
-            "where roles repeat.",
+            "with its own reward, grouped per prompt and `Workflow.group_key` (the role; Voting's math voters "
+            "apart, as the reference's): all of a role's calls over a prompt's episodes, Eval-Opt's repeated "
+            "attempts and Orch-Workers' workers included, form one group; mean and unbiased std with eps 1e-6, a "
+            "group of one keeps its raw score (verl's). `'roles'`: one group per prompt, role and instance, a role "
+            "instance's calls in an episode pooled into one value first (their mean), a group of one gets 0; it "
+            "weighs episodes, not calls, where roles repeat.",
             "choices": list(ADVANTAGE_GROUPS),
         },
     )
@@ -178,8 +178,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "`reward_funcs` (`trl_multiagent/training/role_rewards.py`). `'reference'`: the reference stack's "
             "per-role variant: an answer (generator, voter, synthesizer) rewarded when it is right, a verdict when "
             "it matches whether the attempt it judged is right (an unreadable verdict 0), a selection when the "
-            "answer it chose is right, and the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator "
-            "and workers, as in the reference). `'own_answers'`: the same but nothing zeroed: workers by their own "
+            "answer it chose is right, or as the workflow's `Workflow.role_reward_policy` says: by the episode's "
+            "outcome (the reference's code workflows) or 0 (Orch-Workers' orchestrator and workers, as in the "
+            "reference). `'own_answers'`: every role by its own output, nothing zeroed: workers by their own "
             "answers, a plan by the episode's outcome, an unreadable verdict read as Incorrect. `'balanced'`: "
             "`'reference'` with each judge's verdicts class-balanced over the batch: with n graded verdicts of the "
             "role, n_c of them judging an attempt whose truth is c (right or wrong) and C truths present, a right "

@@ -28,11 +28,13 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
+from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam, score_like_trl
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
+from .monitoring.learning_signal import LearningSignalCheck
 from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
@@ -96,6 +98,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
+        check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
         if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
             check_prompt_column(train_dataset, "train_dataset")
         else:
@@ -181,7 +184,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
-        first, last = monitoring_callbacks(args)
+        first, last = monitoring_callbacks(args, workflow.formats)
+        main = self.accelerator.is_main_process
+        self.learning_signal = LearningSignalCheck(workflow.formats, workflow.config_dict(), main_process=main)
         # First in line, so the report_to integrations that log after them see the alarm metrics.
         self.callback_handler.callbacks[:0] = first
         for callback in last:
@@ -280,7 +285,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             first_episode=start,
             episode_advantages=all_advantages,
             rewards=rewards,
-            trajectory_name=self.workflow.trajectory_name,
+            group_key=self.workflow.group_key,
             num_generations=num_generations,
             scale_rewards=self.scale_rewards,
             groups=self.args.advantage_groups,
@@ -313,7 +318,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
         self._log_rollout_metrics(mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func)
         self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
-        self._log_workflow_metrics(mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist())
+        values = self._log_workflow_metrics(
+            mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
+        )
+        if mode == "train":  # most groups flat while a role fails its format: said once, early
+            self.record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
         self._add_logps_before_update(batch, mode)
         self._check_adapters(episodes, batch, mode)
         return batch
@@ -649,7 +658,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, self.bases)
 
     # ---------------------------------------------------------------------------------------------------- metrics
-    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> None:
+    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> dict:
         checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
         answers = [row["answer"] for row in inputs] if checker else None
         values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
@@ -659,6 +668,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         for role in self.workflow.roles:
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
             self.record_completion_column(f"role/{role}", column)
+        return values
 
     def _log_rollout_metrics(self, mode: str, episodes, batch: TrainingBatch, *, rewards, rewards_per_func) -> None:
         roles = self.workflow.roles
