@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 from trl_multiagent import EvalOpt
 from trl_multiagent.rollout.chat_rendering import ChatRenderer
 from trl_multiagent.rollout.engine import RolloutEngine
+from trl_multiagent.workflows import Workflow
 
 PROBLEMS = [[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(3)]
 LONG_ATTEMPT = "\\boxed{3}" + " because" * 60  # episode 1's first attempt: its evaluator's prompt gets too long
@@ -73,3 +74,20 @@ def test_a_limit_needs_a_backend_that_measures_prompts(tokenizer):
 
     with pytest.raises(ValueError, match="has no `prompt_ids"):
         RolloutEngine(EvalOpt(), Unmeasured(), {"generator": "g", "evaluator": "e"}, max_prompt_length=10)
+
+
+def test_a_workflow_that_catches_the_refusal_is_dropped_all_the_same(tokenizer):
+    """A workflow may catch every exception of a call and carry on: the episode still ends as dropped."""
+
+    class Stubborn(Workflow):
+        roles = ("generator",)
+
+        async def run(self, prompt, generate):
+            try:
+                return await generate("generator", [{"role": "user", "content": "long " * 200}])
+            except Exception:
+                return await generate("generator", prompt)
+
+    backend = ScriptedBackend(tokenizer, lambda requests, rng: ["\\boxed{3}"] * len(requests))
+    (episode,) = RolloutEngine(Stubborn(), backend, {"generator": "g"}, max_prompt_length=50).run(PROBLEMS[:1])
+    assert episode.dropped and episode.calls == [] and episode.final_answer == ""

@@ -43,7 +43,7 @@ class UndeclaredRoleError(ValueError):
 
 class PromptTooLong(Exception):
     """A model call's prompt is over the engine's ``max_prompt_length``: raised out of ``generate`` to end the
-    episode (a workflow that catches exceptions must let this one through)."""
+    episode. The episode is dropped even if its workflow catches this and goes on."""
 
 
 class EpisodeError(RuntimeError):
@@ -205,6 +205,7 @@ class RolloutEngine:
                 if self.max_prompt_length is not None:
                     request.prompt_ids = self.backend.prompt_ids(request)
                     if len(request.prompt_ids) > self.max_prompt_length:
+                        episode.dropped = True
                         raise PromptTooLong(
                             f"a {role} call's prompt has {len(request.prompt_ids)} tokens, over max_prompt_length="
                             f"{self.max_prompt_length}"
@@ -241,7 +242,8 @@ class RolloutEngine:
             try:
                 answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
             except PromptTooLong:
-                episode.dropped = True  # no call of it trains (parallel calls it still had running are left out too)
+                pass  # the refused call marked the episode dropped
+            if episode.dropped:  # no call of it trains, those made before the refused one or beside it included
                 if on_episode_end is not None:
                     on_episode_end(episode)
                 return

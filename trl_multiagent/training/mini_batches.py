@@ -202,7 +202,7 @@ def _reference_chunks(batch, mini_batch_size, num_processes, gather_object) -> l
         raise ValueError("The reference's mini-batches span every process: pass `gather_object`.")
     episodes = batch.episode_ids.tolist()
     places = [j for _, calls in itertools.groupby(episodes) for j, _ in enumerate(calls)]
-    prompts, completions = batch.lengths()
+    prompts, completions = batch.lengths()  # verl's attention mask: prompt and completion tokens
     local = [((e, j), p + c, a) for e, j, p, c, a in zip(episodes, places, prompts, completions, batch.adapters)]
     everyone = sorted(local if gather_object is None else gather_object(local))
     row_of = {key: row for row, (key, _, _) in enumerate(local)}
