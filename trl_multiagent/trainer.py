@@ -175,6 +175,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             mode=args.rollout_mode,
             base_for_role=self.bases.role_base,
             role_tools=self.role_tools,
+            max_prompt_length=args.prompt_limit_for(type(workflow)),
         )
         # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
         self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
@@ -268,6 +269,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         completions = final_completions(episodes, inputs)
         last_ids = [final_completion_ids(e) for e in episodes]
         rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
+        if self.engine.max_prompt_length is not None:  # an episode ended by a prompt too long counts in no group
+            dropped = gather(torch.tensor([float(e.dropped) for e in episodes], device=self.accelerator.device))
+            rewards_per_func[dropped.bool()] = torch.nan
+            self.record_metrics(mode, {"workflow/dropped_episodes": dropped.sum().item()})
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
             self.reward_weights,
@@ -294,6 +299,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             role_reward_weight=self.args.role_reward_weight,
         )
         calls = [c for e in episodes for c in e.calls]
+        if not calls and any(e.dropped for e in episodes):
+            raise ValueError(
+                "Every episode of this batch ended on a prompt over max_prompt_length="
+                f"{self.engine.max_prompt_length} tokens, so nothing is left to train on: raise the limit, or train "
+                "on shorter problems."
+            )
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
         batch = calls_to_batch(
             calls,
@@ -494,6 +505,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
             loss_type=self.loss_type,
             accumulation_steps=self.current_gradient_accumulation_steps,
+            order=self.args.mini_batch_order,
+            gather_object=gather_object,
         )
         loss = torch.zeros((), device=self.accelerator.device)
         for k, (_, part) in enumerate(plan):
@@ -660,8 +673,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     # ---------------------------------------------------------------------------------------------------- metrics
     def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> dict:
         checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
-        answers = [row["answer"] for row in inputs] if checker else None
-        values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
+        kept = [i for i, e in enumerate(episodes) if not e.dropped]  # a dropped episode made no call to read
+        answers = [inputs[i]["answer"] for i in kept] if checker else None
+        values = workflow_metrics(
+            self.workflow, [episodes[i] for i in kept], [rewards[i] for i in kept], checker, answers
+        )
         values.pop("workflow/success", None)  # logged from the rewards of every process already
         self.record_metrics(mode, values)
         # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
