@@ -42,6 +42,7 @@ LOWER_ROOMS = (
     "evaluation",
     "monitoring",
     "rollout",
+    "seams",
     "tasks",
     "training",
     "workflows",
