@@ -1,18 +1,27 @@
 """Monitoring: per-role metrics of each generation batch and alarms on the drift signatures the paper reports."""
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from .adapter_check import AdapterMismatchError
 from .drift import DriftAlarm, DriftThresholds, RoleDriftCallback
-from .summary import TrainingSummaryCallback, plot_summary, summary_table
+from .summary import TrainingSummaryCallback, summary_table
+from .summary_plot import judge_roles, plot_summary
 from .workflow_metrics import workflow_metrics
 
 
-def monitoring_callbacks(args) -> tuple[list, list]:
-    """The callbacks ``args`` asks for: (to run before every other callback, to run after them)."""
+def monitoring_callbacks(args, formats: Mapping[str, Any] | None = None, trackers: Sequence = ()) -> tuple[list, list]:
+    """The callbacks ``args`` asks for: (to run before every other callback, to run after them). ``formats``: the
+    workflow's declared output formats (its judges get their own panels in the summary picture); ``trackers``: the
+    trainer's callback list, whose ``report_to`` integrations get the picture when they take images."""
     first = []
     if args.drift_alarms:
         thresholds = DriftThresholds(**(args.drift_thresholds or {}))
         first.append(RoleDriftCallback(thresholds, stop_on_alarm=args.stop_on_drift))
-    return first, [TrainingSummaryCallback()] if args.training_summary else []
+    if not args.training_summary:
+        return first, []
+    judges = None if formats is None else judge_roles(formats)
+    return first, [TrainingSummaryCallback(judges=judges, trackers=trackers)]
 
 
 __all__ = [
@@ -21,6 +30,7 @@ __all__ = [
     "DriftThresholds",
     "RoleDriftCallback",
     "TrainingSummaryCallback",
+    "judge_roles",
     "monitoring_callbacks",
     "plot_summary",
     "summary_table",
