@@ -90,7 +90,7 @@ def _workflow(config: dict[str, Any] | None):
         return None, _note(f"No {CONFIG_NAME} here: the workflow is unknown; judges are found in the log.")
     try:
         return workflow_from_config(config["workflow"]), ""
-    except ValueError as error:  # a workflow that is not built in
+    except (ValueError, TypeError) as error:  # a workflow that is not built in, or parameters it no longer takes
         return None, _note(f"The workflow is not rebuilt here ({error}); judges are found in the log.")
 
 
@@ -146,9 +146,10 @@ def _settings_section(run_dir: Path) -> str:
         return _note(f"No {ARGS_FILE} here or in a checkpoint: the settings are unknown.")
     try:
         args = load_training_args(path)
-    except ValueError as error:
-        return _note(str(error))
-    rows = [(name, _value(value), _value(default)) for name, value, default in settings_diff(args)]
+        changed = settings_diff(args)
+    except (ValueError, TypeError) as error:  # a class not rebuilt, or defaults that cannot be built on this machine
+        return _note(f"The settings are not shown: {error}")
+    rows = [(name, _value(value), _value(default)) for name, value, default in changed]
     device = f"<p>Trained on {'CPU' if args.use_cpu else 'the accelerator'} ({html.escape(type(args).__name__)}, read "
     device += f"from {html.escape(str(path.relative_to(run_dir)))}).</p>"
     return device + _table(["setting", "this run", "default"], rows)

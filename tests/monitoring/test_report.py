@@ -8,7 +8,6 @@ arguments) plus an evaluation and an attribution result. The last test renders t
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import os
 from html.parser import HTMLParser
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import load_script
 from transformers import TrainerState
 
 from trl_multiagent.cli import main
@@ -23,7 +23,6 @@ from trl_multiagent.config import MultiAgentGRPOConfig
 from trl_multiagent.report import load_training_args, report_html, settings_diff
 from trl_multiagent.workflows import EvalOpt
 
-ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -219,13 +218,6 @@ def test_the_cli_writes_the_page_into_the_run_folder_and_says_what_is_missing(tm
     assert "has no trainer_state.json" in capsys.readouterr().err
 
 
-def _docs_screenshots():
-    spec = importlib.util.spec_from_file_location("docs_screenshots", ROOT / "scripts" / "docs_screenshots.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # After load, the page's images' natural widths and its tables' row counts, written where --dump-dom shows them.
 PROBE = """<script>
 window.addEventListener("load", () => {
@@ -238,7 +230,7 @@ window.addEventListener("load", () => {
 
 @pytest.mark.slow
 def test_the_report_renders_in_chromium_with_its_picture_loaded(tmp_path):
-    shots = _docs_screenshots()
+    shots = load_script("scripts/docs_screenshots.py")
     chromium = shots.find_chromium()
     if chromium is None:
         if os.environ.get("TRL_MA_REQUIRE_BROWSER") == "1":

@@ -24,11 +24,10 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.integrations import TensorBoardCallback
 
-from .summary_plot import plot_summary
+from .summary_plot import SUCCESS, plot_summary
 
 logger = logging.getLogger(__name__)
 
-SUCCESS = "workflow/success"
 PLOT_FILE = "training_summary.png"
 STATE_FILE = "trainer_state.json"  # the name Trainer.save_state gives it
 _BOOKKEEPING = ("workflow/samples_generated", "workflow/samples_trained")  # equal by design; nothing to watch

@@ -96,7 +96,7 @@ def running_mean(values: Sequence[float], window: int) -> list[float]:
 
 
 def smoothing_window(points: int) -> int:
-    """An odd window of about a tenth of the run's logged steps; 1 (no smoothing) below 10 points."""
+    """An odd window of about a tenth of the run's logged steps; 1 (no smoothing) below 15 points."""
     window = max(1, round(points / 10))
     return window + 1 if window % 2 == 0 else window
 
@@ -114,25 +114,27 @@ class Panel:
     per_role: bool = False  # a line per role, named by the figure's legend
     styles: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> plot keywords (a dash)
     chance: float | None = None  # a dotted reference line (a balanced accuracy's 0.5)
+    flat_is_news: bool = False  # drawn even when its value never moves (success: a run that does not learn)
 
     def blank(self) -> str | None:
-        """Why the panel carries no information: no finite value, or the same value at every step; None if it
-        does."""
+        """Why the panel carries no information: no finite value, or (unless ``flat_is_news``) the same value at
+        every step; None if it does."""
         values = [value for series in self.lines.values() for _, value in series]
         if not values:
             return "no finite value"
-        if max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))):
+        if not self.flat_is_news and max(values) - min(values) <= 1e-9 * max(1.0, abs(max(values))):
             return f"{_number(values[0])} at every step"
         return None
 
 
-# Per-role panels: (metric, title, y-axis, scale: "share" spans [0, 1], "rate" starts at 0, None follows the data)
+# Per-role panels: (metric, title, y-axis, scale: "share" spans [0, 1], "rate" starts at 0, None follows the data);
+# the first before the judges' panels, the others after them.
 ROLE_PANELS = (
     ("completion_length", "Completion length", "tokens per call", None),
     ("entropy", "Entropy of the sampled tokens", "nats per token", None),
     ("grad_norm_share", "Share of the step's gradient norm", "share (roles sum to 1)", "share"),
 )
-ROLE_PANELS_IF_VARYING = (
+MORE_ROLE_PANELS = (
     ("truncated_fraction", "Outputs cut at the length cap", "share of calls", "rate"),
     ("unparseable", "Outputs not in the declared format", "share of calls", "rate"),
     ("kl", "KL to the base model", "nats per token", "rate"),
@@ -157,15 +159,16 @@ def summary_panels(
 
     candidates: list[Panel | None] = []
     if SUCCESS in logged:
-        candidates.append(Panel("Success", "share of episodes solved", {"success": series.get(SUCCESS, [])}, True))
+        success = {"success": series.get(SUCCESS, [])}
+        candidates.append(Panel("Success", "share of episodes solved", success, shares=True, flat_is_news=True))
     candidates += [role_panel(*spec) for spec in ROLE_PANELS]
     for role, kind in judges.items():
         candidates.append(_judge_panel(role, kind, series, logged))
-    candidates += [role_panel(*spec) for spec in ROLE_PANELS_IF_VARYING]
+    candidates += [role_panel(*spec) for spec in MORE_ROLE_PANELS]
     panels, left_out = [], []
     for panel in filter(None, candidates):
         why = panel.blank()
-        if why is None or (panel.title == "Success" and why != "no finite value"):
+        if why is None:
             panels.append(panel)
         else:
             left_out.append(f"{panel.title.lower()}: {why}")
@@ -235,7 +238,7 @@ def plot_summary(
             ax.set_xlabel("training step")
             ax.set_ylabel(panel.ylabel)
             ax.set_xlim(0, max(steps, 1) * 1.01)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
             ax.grid(alpha=0.25)
         for ax in axes[len(panels) :]:
             ax.set_visible(False)
