@@ -26,7 +26,7 @@ DATA = ROOT / "docs" / "data" / "toy_residuals.csv"
 OUT = ROOT / "docs" / "images" / "toy_residuals.png"
 FAMILIES = {"mod_search": "mod_search (toy-search)", "arithmetic": "arithmetic (toy)", "toy_code": "toy_code (toy)"}
 BUDGETS = (30, 100, 200)  # training steps the grid was run at
-SAMPLINGS = {"pass@1": ("o", "pass@1, 4 samples at T=0.7"), "greedy": ("s", "greedy")}
+SAMPLINGS = {"pass@1": ("o", "pass@1, 4 samples at T=0.7"), "greedy": ("s", "greedy")}  # marker, legend
 
 
 def read_rows(path: Path = DATA) -> list[dict]:
@@ -40,23 +40,25 @@ def read_rows(path: Path = DATA) -> list[dict]:
 def draw(rows: list[dict], out: Path) -> Path:
     from matplotlib import rc_context
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
+    # 9 inches wide with 12-point text: readable where a docs page shows it at about 700 pixels.
     style = {
-        "font.size": 11,
-        "axes.titlesize": 12,
-        "legend.fontsize": 10,
-        "xtick.labelsize": 10,
-        "ytick.labelsize": 10,
+        "font.size": 12,
+        "axes.titlesize": 13,
+        "legend.fontsize": 12,
+        "xtick.labelsize": 12,
+        "ytick.labelsize": 12,
     }
     with rc_context(style):
-        figure = Figure(figsize=(13, 4.6), dpi=100, layout="constrained")
+        figure = Figure(figsize=(9, 5.2), dpi=100, layout="constrained")
         axes = figure.subplots(1, len(FAMILIES), sharey=True)
         for ax, (family, title) in zip(axes, FAMILIES.items()):
             ours = [row for row in rows if row["family"] == family]
-            for offset, (sampling, (marker, label)) in zip((-0.12, 0.12), SAMPLINGS.items()):
+            for offset, (sampling, (marker, _)) in zip((-0.12, 0.12), SAMPLINGS.items()):
                 shape = next(row for row in ours if row["sampling"] == sampling)
                 gain = shape["base_workflow"] - shape["base_single"]
-                ax.plot(0 + offset, gain, marker, color="0.35", markersize=8, label=f"shape, {label}")
+                ax.plot(0 + offset, gain, marker, color="0.35", markersize=8)
                 for x, steps in enumerate(BUDGETS, start=1):
                     found = [r for r in ours if r["steps"] == steps and r["sampling"] == sampling]
                     if not found:
@@ -64,31 +66,33 @@ def draw(rows: list[dict], out: Path) -> Path:
                     (row,) = found
                     error = [[row["residual"] - row["residual_low"]], [row["residual_high"] - row["residual"]]]
                     ax.errorbar(x + offset, row["residual"], yerr=error, fmt=marker, color="C0", markersize=8,
-                                capsize=4, label=f"residual, {label}")  # fmt: skip
+                                capsize=4)  # fmt: skip
             for x, steps in enumerate(BUDGETS, start=1):
                 found = [row for row in ours if row["steps"] == steps]
                 if not found:
-                    ax.text(x, 1, "not\nmeasured", ha="center", va="bottom", fontsize=10, color="0.5")
+                    ax.text(x, 1, "not\nmeasured", ha="center", va="bottom", fontsize=11, color="0.5", rotation=90)
                     continue
                 top = max(row["residual_high"] for row in found)  # the record, once above both points
                 ax.annotate(found[0]["record"], (x, top), textcoords="offset points", xytext=(0, 5), ha="center",
-                            fontsize=10, color="0.4")  # fmt: skip
+                            fontsize=11, color="0.4")  # fmt: skip
             ax.axhline(0, color="0.5", linewidth=1)
             ax.axvline(0.5, color="0.8", linewidth=1)
-            ax.set_xticks(range(len(BUDGETS) + 1), ["untrained", *(f"{steps} steps" for steps in BUDGETS)])
+            ax.set_xticks(range(len(BUDGETS) + 1), ["0", *(str(steps) for steps in BUDGETS)])
+            ax.set_xlabel("training steps")
             ax.set_xlim(-0.5, len(BUDGETS) + 0.5)
             ax.set_title(title)
             ax.grid(axis="y", alpha=0.25)
         axes[0].set_ylabel("points of success")
-        handles, labels = axes[0].get_legend_handles_labels()
-        unique = dict(zip(labels, handles))
-        figure.legend(unique.values(), unique.keys(), loc="outside lower center", ncol=4, frameon=False)
-        figure.suptitle(
-            "Eval-Opt (isolated) on the toy families. Grey: what the workflow's shape gives, untrained (Eval-Opt "
-            "minus one pass).\nBlue: what training every role adds over single-agent RL in Eval-Opt (the paper's "
-            "residual; 95% interval over problems, 3 seeds; record above)",
-            fontsize=12,
-        )
+        handles = [
+            Line2D([], [], color="0.35", marker="o", linestyle="", markersize=8, label="shape: untrained"),
+            Line2D([], [], color="C0", marker="o", linestyle="", markersize=8, label="residual [95% interval]"),
+            *(
+                Line2D([], [], color="black", marker=m, linestyle="", markersize=8, label=t)
+                for m, t in SAMPLINGS.values()
+            ),
+        ]
+        figure.legend(handles=handles, loc="outside lower center", ncol=2, frameon=False)
+        figure.suptitle("Eval-Opt against single-agent RL on three toy families")
         out.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(out)
     return out
