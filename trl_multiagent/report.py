@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoints import CONFIG_NAME, read_multiagent_config, workflow_from_config
+from .checkpoints.workflow_config import IMPORT_PATH
 from .evaluation.instability import read_log_history
 from .evaluation.results import read_results
 from .monitoring.drift import alarm_meaning
@@ -85,12 +86,18 @@ def _run_config(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _workflow(config: dict[str, Any] | None):
-    """The run's workflow rebuilt from its config (its judges get their panels), and a note when it cannot be."""
+    """The run's workflow rebuilt from its config (its judges get their panels), and a note when it is not.
+
+    Only this package's workflows are rebuilt: the saved import path of another names a module that importing would
+    run, and a report reads a folder without running code from it."""
     if config is None:
         return None, _note(f"No {CONFIG_NAME} here: the workflow is unknown; judges are found in the log.")
+    path = config["workflow"].get(IMPORT_PATH)
+    if path is not None and not path.startswith("trl_multiagent."):
+        return None, _note(f"The workflow {path} is not imported by the report; judges are found in the log.")
     try:
         return workflow_from_config(config["workflow"]), ""
-    except (ValueError, TypeError) as error:  # a workflow that is not built in, or parameters it no longer takes
+    except (ValueError, TypeError) as error:  # saved by a version with other workflows or parameters
         return None, _note(f"The workflow is not rebuilt here ({error}); judges are found in the log.")
 
 
@@ -98,7 +105,7 @@ def _run_table(run_dir: Path, config: dict[str, Any] | None, history: list[dict[
     state_steps = max((entry.get("step", 0) for entry in history), default=0)
     rows = [("folder", str(run_dir.resolve())), ("steps logged", str(state_steps))]
     if config is not None:
-        workflow = dict(config["workflow"])
+        workflow = {key: value for key, value in config["workflow"].items() if key != IMPORT_PATH}
         name = workflow.pop("workflow", "?")
         rows += [
             ("workflow", f"{name}({', '.join(f'{k}={v!r}' for k, v in workflow.items())})"),

@@ -18,6 +18,7 @@ import torch
 from harness import load_script
 from transformers import TrainerState
 
+from trl_multiagent.checkpoints.workflow_config import workflow_config
 from trl_multiagent.cli import main
 from trl_multiagent.config import MultiAgentGRPOConfig
 from trl_multiagent.report import load_training_args, report_html, settings_diff
@@ -54,7 +55,7 @@ def make_run(folder: Path, steps: int = 12) -> Path:
     state.save_to_json(str(folder / "trainer_state.json"))
     config = {
         "base_model": "toy",
-        "workflow": EvalOpt(history="fresh", prompts="guarded").config_dict(),
+        "workflow": workflow_config(EvalOpt(history="fresh", prompts="guarded")),  # as the trainer saves it
         "policy_sharing": "isolated",
         "role_to_adapter": {"generator": "generator", "evaluator": "evaluator"},
         "adapters": ["generator", "evaluator"],
@@ -207,6 +208,18 @@ def test_settings_are_read_without_unpickling_code_a_run_folder_names(tmp_path):
     torch.save({"callback": os.system}, tmp_path / "hostile.bin")  # a pickle that would name a function to call
     with pytest.raises(ValueError, match="names posix.system.*does not unpickle it"):
         load_training_args(tmp_path / "hostile.bin")
+
+
+def test_a_workflow_from_outside_the_package_is_not_imported(tmp_path, monkeypatch):
+    folder = make_run(tmp_path / "run")
+    (tmp_path / "their_flows.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nclass Flow: ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = json.loads((folder / "multiagent_config.json").read_text())
+    config["workflow"]["import_path"] = "their_flows:Flow"
+    (folder / "multiagent_config.json").write_text(json.dumps(config))
+    page = report_html(folder)
+    assert not (tmp_path / "imported").exists()  # the module was not run
+    assert "The workflow their_flows:Flow is not imported by the report; judges are found in the log." in page
 
 
 def test_the_cli_writes_the_page_into_the_run_folder_and_says_what_is_missing(tmp_path, capsys):

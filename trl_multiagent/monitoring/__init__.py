@@ -10,18 +10,18 @@ from .summary_plot import judge_roles, plot_summary
 from .workflow_metrics import workflow_metrics
 
 
-def monitoring_callbacks(args, formats: Mapping[str, Any] | None = None, trackers: Sequence = ()) -> tuple[list, list]:
-    """The callbacks ``args`` asks for: (to run before every other callback, to run after them). ``formats``: the
-    workflow's declared output formats (its judges get their own panels in the summary picture); ``trackers``: the
-    trainer's callback list, whose ``report_to`` integrations get the picture when they take images."""
+def monitoring_callbacks(args, formats: Mapping[str, Any], trackers: Sequence = ()) -> tuple[list, list]:
+    """The callbacks ``args`` asks for, for a workflow declaring ``formats`` (role type -> output format): (to run
+    before every other callback, to run after them). The drift alarms and the summary picture know the judges by
+    these formats; ``trackers``: the trainer's callback list, whose ``report_to`` integrations get the picture when
+    they take images."""
     first = []
     if args.drift_alarms:
         thresholds = DriftThresholds(**(args.drift_thresholds or {}))
-        first.append(RoleDriftCallback(thresholds, stop_on_alarm=args.stop_on_drift))
+        first.append(RoleDriftCallback(thresholds, formats, stop_on_alarm=args.stop_on_drift))
     if not args.training_summary:
         return first, []
-    judges = None if formats is None else judge_roles(formats)
-    return first, [TrainingSummaryCallback(judges=judges, trackers=trackers)]
+    return first, [TrainingSummaryCallback(judges=judge_roles(formats), trackers=trackers)]
 
 
 __all__ = [

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-JUDGE_KINDS = ("verdict", "selection")
+from .drift import JUDGE_KINDS
+
 SUCCESS = "workflow/success"
 SELECTION_ACCURACY = "workflow/selection_accuracy"  # the workflow's, one per episode: workflows have one selector
 WIDTH, PANEL_HEIGHT = 13.0, 3.1  # inches: at 100 dpi, 1,300 pixels wide

@@ -9,6 +9,7 @@ from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Verdict, answer_format
 from .prompt_set import PromptSet, uses
+from .reward_policy import OUTCOME, RoleRewardPolicy
 
 HISTORIES = ("shared", "fresh")
 
@@ -78,10 +79,11 @@ class EvalOpt(Workflow):
                     )
 
     @property
-    def outcome_role_reward(self) -> tuple[str, ...]:
-        # The reference's code Eval-Opt tests only the final program: every attempt is rewarded, and every verdict
-        # judged, by that program's result (examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:423-442).
-        return self.roles if self.task == "code" else ()
+    def role_reward_policy(self) -> RoleRewardPolicy:
+        # The reference's: its code Eval-Opt tests only the final program, so every attempt is rewarded, and every
+        # verdict judged, by that program's result (examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:
+        # 423-442); its math Eval-Opt grades each call on its own.
+        return RoleRewardPolicy(dict.fromkeys(self.roles, OUTCOME) if self.task == "code" else {})
 
     @property
     def formats(self):

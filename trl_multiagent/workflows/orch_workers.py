@@ -10,6 +10,7 @@ from . import prompts as prompt_sets
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .formats import Strategies, answer_format
 from .prompt_set import PromptSet
+from .reward_policy import ZERO, RoleRewardPolicy
 
 WORKER_COUNTS = ("per_strategy", "fixed")
 
@@ -40,7 +41,9 @@ class OrchWorkers(Workflow):
     """
 
     roles = ("orchestrator", "worker", "synthesizer")
-    zero_role_reward = ("orchestrator", "worker")  # the reference's per-role variant: their rewards are 0
+    # The reference's per-role rewards: the orchestrator's and the workers' are 0, the synthesizer's its own answer,
+    # the episode's final answer (rllm/workflows/orchestrator_workers_workflow.py:290-332).
+    role_reward_policy = RoleRewardPolicy({"orchestrator": ZERO, "worker": ZERO})
 
     def __init__(
         self,
