@@ -319,7 +319,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "When training ends, print how success, the workflow metrics and every per-role metric moved "
-            "(first vs last logged values) and save `training_summary.png` (each metric over steps) in `output_dir`.",
+            "(first vs last logged values), and save in `output_dir` `training_summary.png` (success, each role's "
+            "length, entropy and gradient share, each judge's accuracy, the drift alarms; also sent to TensorBoard "
+            "when `report_to` has it) and `trainer_state.json` (the whole log history, which `trl-multiagent "
+            "report` reads).",
         },
     )
     rollout_backend: str = field(

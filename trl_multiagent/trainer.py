@@ -191,7 +191,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
-        first, last = monitoring_callbacks(args, workflow.formats)
+        first, last = monitoring_callbacks(args, workflow.formats, trackers=self.callback_handler.callbacks)
         main = self.accelerator.is_main_process
         self.learning_signal = LearningSignalCheck(workflow.formats, workflow.config_dict(), main_process=main)
         # First in line, so the report_to integrations that log after them see the alarm metrics.

@@ -38,6 +38,11 @@ _MEANING = {
 }
 
 
+def alarm_meaning(kind: str) -> str:
+    """What an alarm of ``kind`` says about the role (its warning's explanation); "" for an unknown kind."""
+    return _MEANING.get(kind, "")
+
+
 @dataclass
 class DriftThresholds:
     """When ``RoleDriftCallback`` raises each alarm. Ratios compare a logged value with its baseline, the mean of
