@@ -5,8 +5,9 @@ What counts, read from the source with ``ast`` (every module of the package, imp
 
 - an import below the public surface. An upstream's public surface is its top-level package (``from trl import
   nanstd`` would be public, ``from trl.trainer.utils import nanstd`` is not) plus the modules its API reference
-  documents as such: ``accelerate.utils`` (accelerate's "Utilities" reference), ``deepspeed.zero`` and
-  ``deepspeed.utils`` (DeepSpeed's ZeRO reference). ``from <public> import _x`` is below it too, and so is reaching a
+  documents as such: ``transformers.integrations`` (the Callbacks reference: ``integrations.TensorBoardCallback``),
+  ``accelerate.utils`` (accelerate's "Utilities" reference), ``deepspeed.zero`` and ``deepspeed.utils`` (DeepSpeed's
+  ZeRO reference). ``from <public> import _x`` is below it too, and so is reaching a
   submodule through attributes (``transformers.trainer_utils.x`` after ``import transformers``);
 - a private name of an upstream: a name starting with ``_`` that the upstream's sources we rely on define (the
   files in ``UPSTREAM_SOURCES``: PEFT's LoRA layers and tuner, accelerate's accelerator and gradient
@@ -36,7 +37,7 @@ GRPO_SEAM = PACKAGE / "grpo_seam.py"
 
 PUBLIC_MODULES = {
     "trl": {"trl"},
-    "transformers": {"transformers"},
+    "transformers": {"transformers", "transformers.integrations"},  # its Callbacks reference: integrations.*Callback
     "peft": {"peft"},
     "accelerate": {"accelerate", "accelerate.utils"},
     "deepspeed": {"deepspeed", "deepspeed.zero", "deepspeed.utils"},

@@ -8,6 +8,6 @@ and lists the offenders), so an upstream release that moves an internal breaks o
 and state, behind public names); TRL's helpers are in ``seams/trl.py``.
 
 A library's public surface, as the test reads it: the names its top-level package exports, plus the modules its
-reference documents as such (``accelerate.utils``; ``deepspeed.zero`` and ``deepspeed.utils``). The seams import
-nothing of the package, so every room may use them.
+reference documents as such (``transformers.integrations``' callbacks; ``accelerate.utils``; ``deepspeed.zero`` and
+``deepspeed.utils``). The seams import nothing of the package, so every room may use them.
 """

@@ -1,5 +1,6 @@
-"""transformers below its public surface (the names ``transformers`` exports at top level), the Trainer's private
-members aside (``grpo_seam.py``). Checked against transformers 5.3 (setup.cfg's floor) and 5.24."""
+"""transformers below its public surface (the names ``transformers`` exports at top level, and the callbacks of
+``transformers.integrations`` its reference documents), the Trainer's private members aside (``grpo_seam.py``).
+Checked against transformers 5.3 (setup.cfg's floor) and 5.24."""
 
 from __future__ import annotations
 
