@@ -23,9 +23,9 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent.model_names import resolve_model_name
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import CodeReward, get_task
-from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).

@@ -98,9 +98,9 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
+from trl_multiagent.model_names import registered_model_names
 from trl_multiagent.tasks import TASKS
 from trl_multiagent.tasks.mod_search import ONE_CHECK_TOKENS
-from trl_multiagent.toy import SHIPPED_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 SA_RL = "single_agent"
@@ -324,11 +324,11 @@ def parse_family(entry: str) -> Family:
 
 def check_family_model(family: Family) -> None:
     """A family's own model must be there: the offline families' models are built here, not downloaded."""
-    if family.model is not None and family.model not in SHIPPED_MODELS:
+    if family.model is not None and family.model not in registered_model_names():
         if not (Path(family.model) / "config.json").is_file():
             raise FileNotFoundError(
                 f"Family {family.name!r}: no model at {family.model} (a folder with config.json, or one of "
-                f"{sorted(SHIPPED_MODELS)}). Build it first, or fix the path in --families."
+                f"{sorted(registered_model_names())}). Build it first, or fix the path in --families."
             )
 
 

@@ -3,8 +3,9 @@
 ``MultiAgentGRPOTrainer`` subclasses it. Each private hook of TRL's training loop is overridden here and forwards, with
 the same arguments, to a public method whose default is TRL's own behaviour, so the trainer overrides public names
 only. Each private attribute the trainer reads or writes is reached through a method or property here. Nothing else
-in the package names a TRL-private member (tests/trl_compat/test_trl_seam.py checks it), so a TRL release that moves
-one of them changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does.
+in the package names a private member of either (tests/trl_compat/test_trl_seam.py checks it), so a TRL release that
+moves one of them changes this file alone. On its own, ``GRPOSeam`` trains exactly as ``GRPOTrainer`` does. TRL's
+helpers below its public surface, and every other upstream's internals, are in the seams of ``seams/``.
 
 TRL releases: setup.cfg's range (1.14.2 to 1.16). Where a release differs in what the seam relies on, the branch
 on ``TRL_VERSION`` is here, with a comment naming what that release does.
@@ -21,25 +22,12 @@ import torch
 import trl
 from accelerate.utils import gather, gather_object, set_seed
 from packaging.version import Version
-from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOConfig, GRPOTrainer
-from trl.models import unwrap_model_for_generation
 
 from .checkpoints import atomic as atomic_checkpoints
-
-TRL_VERSION = Version(trl.__version__)
-
-
-def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
-    """Make ``model`` (a base model other than the trainer's) score completions the way TRL scores its own model, so
-    TRL's `_get_per_token_logps_and_entropies` can run on it."""
-    if TRL_VERSION >= Version("1.15.0"):
-        # TRL >= 1.15 patches its model with a fused LM head and calls it with `fused_lm_head=True`, which returns the
-        # log-probs and entropies at `temperature` without the full logits: the other bases need the same patch.
-        from trl.trainer.utils import add_fused_lm_head
-
-        add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
-    # TRL 1.14 computes them from the model's ordinary logits (`selective_log_softmax`): nothing to add.
+from .seams.accelerate import gradients_unsynced
+from .seams.transformers import rotate_checkpoints
+from .seams.trl import TRL_VERSION, unwrap_model_for_generation
 
 
 class GRPOSeam(GRPOTrainer):
@@ -171,37 +159,9 @@ class GRPOSeam(GRPOTrainer):
     def accumulating(self, model) -> Iterator[None]:
         """Backward passes that add to the gradients of a micro-step without ending it: no gradient sync across
         processes (``no_sync``) and, under DeepSpeed, no engine step (accelerate's backward steps the engine whenever
-        its ``sync_gradients`` is set, which the Trainer sets for the whole last micro-step of an accumulation; the
-        Trainer sets it through the same private setter of accelerate's gradient state)."""
-        state = self.accelerator.gradient_state
-        synced = state.sync_gradients
-        state._set_sync_gradients(False)
-        try:
-            with self.accelerator.no_sync(model):
-                yield
-        finally:
-            state._set_sync_gradients(synced)
-
-    @staticmethod
-    def clear_zero3_gradients(engine) -> None:
-        """Zero ZeRO-3's reduced gradients after an engine step. ZeRO-3 keeps them in one flat buffer that the first
-        backward of an accumulation overwrites and later ones add to (``partition_grads`` in
-        ``deepspeed/runtime/zero/stage3.py``, 0.19), and ``zero_grad`` leaves as it is: a parameter that gets no
-        gradient in the first backward (samples routed to another adapter, or another base) would add its new
-        gradient to the previous step's, and one with no gradient in the whole step would be stepped with the
-        previous step's again. Measured (tests/training/test_deepspeed_role_models.py, test_multinode.py). ZeRO-1
-        and ZeRO-2 zero their gradients themselves; a ZeRO-3 optimizer without the buffer (a DeepSpeed release that
-        renamed it) fails here rather than train on stale gradients."""
-        if engine.zero_optimization_stage() != 3:
-            return
-        buffer = getattr(engine.optimizer, "grad_partitions_flat_buffer", None)
-        if buffer is None:
-            raise RuntimeError(
-                f"ZeRO-3's optimizer ({type(engine.optimizer).__name__}) has no `grad_partitions_flat_buffer`: this "
-                "DeepSpeed release keeps its reduced gradients elsewhere, and trl-multiagent cannot clear them "
-                "between steps. Use deepspeed 0.18.6 to 0.19 (both keep it there), or ZeRO-2."
-            )
-        buffer.zero_()
+        its ``sync_gradients`` is set, which the Trainer sets for the whole last micro-step of an accumulation)."""
+        with gradients_unsynced(self.accelerator), self.accelerator.no_sync(model):
+            yield
 
     # ------------------------------------------------------------------------------------- TRL's loss
     def trl_loss(self, model, inputs: dict, return_outputs=False, num_items_in_batch=None):

@@ -44,7 +44,9 @@ def read_preset(value: str) -> dict[str, Any]:
 
 def bf16_device_available() -> bool:
     """Whether this machine trains in bf16 as transformers' TrainingArguments accept it (GPU, XPU, NPU, MPS, XLA)."""
-    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+    from transformers import is_torch_xla_available
+
+    from .seams.transformers import is_torch_bf16_gpu_available
 
     return is_torch_bf16_gpu_available() or is_torch_xla_available()
 

@@ -8,7 +8,7 @@ One training step, in order (mirrored by the numbered comments below):
     4. cut the samples into the update schedule's optimizer steps (merged: TRL's `steps_per_generation` chunks;
        mini-batches: each adapter's sequential mini-batches) and memory-bounded micro-batches, none dropped, with
        exact per-sample weights (role weights, role balance, uneven micro-batches);
-    5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`AdapterUpdates`), plus the
+    5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`SampleRouting`), plus the
        per-role KL term.
 """
 
@@ -20,7 +20,6 @@ from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
-from trl.models.utils import disable_gradient_checkpointing
 
 from .adapters.bases import Bases
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
@@ -30,7 +29,7 @@ from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
 from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
-from .grpo_seam import GRPOSeam, score_like_trl
+from .grpo_seam import GRPOSeam
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
@@ -41,6 +40,8 @@ from .rollout.engine import RolloutEngine
 from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
 from .rollout.tool_loop import build_role_tools
+from .seams.deepspeed import clear_zero3_gradients
+from .seams.trl import disable_gradient_checkpointing, score_like_trl
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
@@ -138,17 +139,22 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self.is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
-        self.adapters = AdapterUpdates.from_config(
+        updates = AdapterUpdates.from_config(
             self.model,
             args,
             bases=self.bases,
             measure_gradients=not self.is_deepspeed_enabled,
             accelerator=self.accelerator,
         )
+        self.installed_adapters = updates.installed  # each base's adapters, shadows and router
+        self.adapter_routing = updates.routing  # the adapter of every sample of a forward
+        self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
+        self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
+        self.gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
         if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
             self.bases.hold_in(self.model)
-        self.adapter_names = self.adapters.adapter_names
-        self.router = self.adapters.router
+        self.adapter_names = self.installed_adapters.adapter_names
+        self.router = self.installed_adapters.router
         self.adapter_check = AdapterCheck.for_run(args, workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
@@ -232,7 +238,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             num_processes=self.accelerator.num_processes,
             weights_step=lambda: self.state.global_step,
         )
-        return context.on_bases(self.bases, self.adapters.routers)
+        return context.on_bases(self.bases, self.installed_adapters.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
         if self.episode_tools is None:
@@ -247,7 +253,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
             return
         with self.unwrapped_for_generation() as model:
-            sync_adapters(self.rollout_backend, self.adapters.by_base(model), self.accelerator.is_main_process)
+            sync_adapters(
+                self.rollout_backend, self.installed_adapters.by_base(model), self.accelerator.is_main_process
+            )
         self.accelerator.wait_for_everyone()
         self._synced_step = self.state.global_step
 
@@ -386,20 +394,20 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            model, router = self.adapters.forward_target(part.adapters, self.model)
+            model, router = self.adapter_routing.forward_target(part.adapters, self.model)
             with router.route(names):
                 return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
 
         same_order = stand_in = None
-        if self.adapters.most_over_processes is not None:  # several processes under DeepSpeed (ZeRO-3 gathers)
+        if self.process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
             keys = batch.adapters
             reference, pad = adapters[0] == BASE_MODEL, self.text_tokenizer.pad_token_id  # base model, or own adapters
 
             def same_order(groups: list[list[int]]) -> list:
-                return self.adapters.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
+                return self.process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
 
             def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
-                return self.adapters.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
+                return self.process_alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
 
         return bounded_logps(
             batch,
@@ -407,7 +415,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_samples=size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             forward=forward,
-            keys=self.adapters.forward_keys(batch.adapters),
+            keys=self.adapter_routing.forward_keys(batch.adapters),
             same_order=same_order,
             stand_in=stand_in,
         )
@@ -454,17 +462,18 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             max_samples=self.args.per_device_train_batch_size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             loss_type=self.loss_type,
-            keys=self.adapters.forward_keys(batch.adapters),
+            keys=self.adapter_routing.forward_keys(batch.adapters),
         )
-        parts = self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id)  # under DeepSpeed
-        return self._even_forwards(self.adapters.synchronised_last(parts, self.text_tokenizer.pad_token_id))
+        pad_token_id = self.text_tokenizer.pad_token_id
+        parts = self.process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
+        return self._even_forwards(self.process_alignment.synchronised_last(parts, pad_token_id))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
         """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each
         weighted so that their losses add up to the batch's, alike on every process as training's are."""
-        keys = self.adapters.forward_keys(batch.adapters)
+        keys = self.adapter_routing.forward_keys(batch.adapters)
         parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
-        return self._even_forwards(self.adapters.same_forwards(parts, self.text_tokenizer.pad_token_id))
+        return self._even_forwards(self.process_alignment.same_forwards(parts, self.text_tokenizer.pad_token_id))
 
     def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
         """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
@@ -485,7 +494,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             with self.accumulating(model) if i < len(parts) - 1 else nullcontext():
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         if self.is_deepspeed_enabled and self.accelerator.sync_gradients:  # the engine stepped on the last backward
-            self.clear_zero3_gradients(model)
+            clear_zero3_gradients(model)
         return loss
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
@@ -514,7 +523,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
                 self._single_adapter_step(plan[k - 1][0])
             parts = self._micro_batches(loss_ready(part, self.loss_type))
             loss = loss + self._accumulate(model, parts, num_items_in_batch)
-        self.adapters.keep_only(plan[-1][0])
+        self.adapter_optimizer.keep_only(plan[-1][0])
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
         self.record_metrics("train", steps)
         self.record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
@@ -524,9 +533,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def _single_adapter_step(self, adapter: str) -> None:
         """An optimizer step of one mini-batch: its adapter alone, clipped on its own."""
         self._before_optimizer_step()
-        self.adapters.keep_only(adapter)
+        self.adapter_optimizer.keep_only(adapter)
         if self.args.max_grad_norm > 0:
-            self.adapters.clip(self.args.max_grad_norm)
+            self.gradient_accounts.clip(self.args.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -537,8 +546,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
-        model, router = self.adapters.forward_target(inputs.adapters, model)  # the base these samples sit on
-        router.set(self.adapters.routing(inputs.adapters, inputs.roles, training))
+        model, router = self.adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
+        router.set(self.adapter_routing.names(inputs.adapters, inputs.roles, training))
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self.trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
@@ -586,21 +595,21 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
     # ---------------------------------------------------------------------------------------- the optimizer step
     def create_optimizer(self, model=None):
-        with self.adapters.shadows_frozen():
+        with self.adapter_optimizer.shadows_frozen():
             optimizer = super().create_optimizer(model)
-            self.adapters.extend_optimizer(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
-        self.adapters.attach(optimizer)
+            self.adapter_optimizer.extend(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
+        self.adapter_optimizer.attach(optimizer)
         return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
-        self.lr_scheduler = self.adapters.scheduled(super().create_scheduler(num_training_steps, optimizer))
+        self.lr_scheduler = self.adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
     def clip_grad_norm(self, model):
         self._before_optimizer_step()
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
-            return self.adapters.clip(self.args.max_grad_norm)
-        extra = self.adapters.extra_parameters()
+            return self.gradient_accounts.clip(self.args.max_grad_norm)
+        extra = self.installed_adapters.extra_parameters()
         if extra:  # the norm over every base's adapters
             return self.accelerator.clip_grad_norm_([*model.parameters(), *extra], self.args.max_grad_norm)
         return super().clip_grad_norm(model)
@@ -608,14 +617,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def gradient_norm(self, model, grad_norm=None):
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             self._before_optimizer_step()
-            extra = self.adapters.extra_parameters()
+            extra = self.installed_adapters.extra_parameters()
             if extra:
                 grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
         return super().gradient_norm(model, grad_norm=grad_norm)
 
     def _before_optimizer_step(self) -> None:
-        measured = self.adapters.before_optimizer_step()
-        self.record_metrics("train", role_metrics.update_metrics(measured, self.adapters.role_adapters))
+        self.process_alignment.average_extra_gradients()  # DDP averages the trainer's model's only
+        measured = self.gradient_accounts.before_optimizer_step()
+        self.record_metrics("train", role_metrics.update_metrics(measured, self.role_adapters))
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
@@ -626,7 +636,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def save_checkpoint(self, model, trial) -> None:
         super().save_checkpoint(model, trial)
         if self.args.should_save:
-            saved_run.save_update_state(self.checkpoint_folder(trial), self.adapters.state_dict())
+            saved_run.save_update_state(self.checkpoint_folder(trial), self.gradient_accounts.state_dict())
 
     def load_optimizer_and_scheduler(self, checkpoint) -> None:
         super().load_optimizer_and_scheduler(checkpoint)
@@ -634,12 +644,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             # The engine restored its optimizer state (every base's) and the weights of the trainer's model's
             # state dict, which leaves out the other bases it holds: their adapters come from their folders.
             with self.bases.gathered(modifier_rank=0):
-                for peft_model, names in list(self.adapters.by_base(self.model).values())[1:]:
+                for peft_model, names in list(self.installed_adapters.by_base(self.model).values())[1:]:
                     saved_run.load_role_adapters(peft_model, checkpoint, names)
-            self.adapters.weights_loaded()
+            self.installed_adapters.weights_loaded()
         state = saved_run.load_update_state(checkpoint)
         if state is not None:
-            self.adapters.load_state_dict(state)
+            self.gradient_accounts.load_state_dict(state)
 
     def save_to(self, output_dir: str | None = None, state_dict=None) -> None:
         super().save_to(output_dir, self.bases.own_state(state_dict))  # the trainer's base's adapters only
@@ -647,16 +657,16 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             if self.args.should_save:
                 output_dir = output_dir or self.args.output_dir
                 config = self.multiagent_config()
-                bases = self.adapters.by_base(self.model)
-                saved_run.save_run_files(output_dir, config, self.adapters.shadows, bases)
+                bases = self.installed_adapters.by_base(self.model)
+                saved_run.save_run_files(output_dir, config, self.installed_adapters.shadows, bases)
                 write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
 
     def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         # Replaces the Trainer's loading: every role adapter, on every base, from its own folder.
         model = self.accelerator.unwrap_model(model or self.model)
-        for peft_model, names in self.adapters.by_base(model).values():
+        for peft_model, names in self.installed_adapters.by_base(model).values():
             saved_run.load_role_adapters(peft_model, resume_from_checkpoint, names)
-        self.adapters.weights_loaded()
+        self.installed_adapters.weights_loaded()
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         # Replaces TRL's card (library_name transformers): the run's card and one per role adapter folder.

@@ -64,8 +64,8 @@ def serve_commands(known: argparse.Namespace, extra: Sequence[str], workflow) ->
     """One `vllm serve` command per base model of ``workflow``'s roles, the main base first; ``extra``: vLLM flags."""
     from .adapters.bases import adapters_on_bases, role_bases
     from .adapters.routing import resolve_role_adapters
+    from .model_names import resolve_model_name
     from .rollout.backends.vllm_backend import max_lora_rank
-    from .toy import resolve_model_name
 
     preset = read_preset(known.config or "paper_math")  # the recipes' own default preset
 

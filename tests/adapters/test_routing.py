@@ -118,3 +118,61 @@ def test_single_adapter_batches_take_the_plain_path_and_keep_every_adapter_train
     assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
     active = {tuple(layer.active_adapters) for layer in router._layers}
     assert active == {(model.active_adapter,)}  # restored once the routing is released
+
+
+ROUTINGS = {
+    "mixed": ["generator", "evaluator", "generator", "aggregator", "__base__", "evaluator"],
+    "one adapter": ["evaluator"] * 6,  # not the model's active adapter: the layers are pointed at it
+    "base": ["__base__"] * 6,
+}
+
+
+@pytest.mark.parametrize("checkpointing", [None, {"use_reentrant": True}, {"use_reentrant": False}])
+@pytest.mark.parametrize("routing", list(ROUTINGS))
+def test_routing_gives_what_peft_public_paths_give(tiny_model_dir, routing, checkpointing):
+    """The router chooses adapters through PEFT's internals (seams/peft.py: the layers' private active adapter, and
+    per-sample names handed to the layers). PEFT's public paths, on an identical model without checkpointing, give
+    the same outputs and gradients: ``set_adapter`` per adapter and ``disable_adapter`` for the base model, each on
+    its own rows; for a mixed batch also the model's ``adapter_names=`` (eval mode, the only one PEFT allows)."""
+    names = ROUTINGS[routing]
+    input_ids = torch.randint(3, 400, (6, 10), generator=torch.Generator().manual_seed(1))
+    weights = torch.linspace(0.5, 2.0, 6)
+
+    def loss_of(logits, rows):
+        return (logits.float().log_softmax(-1)[..., 0].mean(-1) * weights[rows]).sum()
+
+    public, _ = routed_model(tiny_model_dir)
+    public.train()
+    expected_logits = torch.zeros(6, 10, public.config.vocab_size)
+    for adapter in dict.fromkeys(names):
+        rows = [i for i, a in enumerate(names) if a == adapter]
+        if adapter == "__base__":
+            with public.disable_adapter():
+                expected_logits[rows] = public(input_ids=input_ids[rows]).logits.detach()
+            continue
+        public.set_adapter(adapter)
+        logits = public(input_ids=input_ids[rows]).logits
+        loss_of(logits, rows).backward()
+        expected_logits[rows] = logits.detach()
+    expected = grads(public)
+    if routing == "mixed":
+        public.eval()
+        with torch.no_grad():
+            by_name = public(input_ids=input_ids, adapter_names=names).logits
+        assert torch.allclose(by_name, expected_logits, atol=1e-5)
+
+    model, router = routed_model(tiny_model_dir)
+    model.train()
+    if checkpointing is not None:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+        model.enable_input_require_grads()
+    router.set(names)  # stays set through backward, as in the trainer
+    logits = model(input_ids=input_ids).logits
+    if logits.requires_grad:  # the base model alone has nothing to train (unless checkpointing asked input grads)
+        loss_of(logits, list(range(6))).backward()
+    router.set(None)
+    actual = grads(model)
+
+    assert torch.allclose(logits.detach(), expected_logits, atol=1e-5)
+    assert set(actual) == set(expected) and (routing == "base") == (not expected)
+    assert all(torch.allclose(actual[n], expected[n], atol=1e-6) for n in expected)

@@ -1,6 +1,6 @@
 """Under DeepSpeed the forwards of a micro-step must be alike on every process (ZeRO-2 reduces, ZeRO-3 gathers, in
-each): `AdapterUpdates.same_forwards` arranges them, with stand-ins that train nothing. Two processes are simulated by
-the per-adapter part counts the other one reports."""
+each): `ProcessAlignment.same_forwards` arranges them, with stand-ins that train nothing. Two processes are simulated
+by the per-adapter part counts the other one reports."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from peft import get_peft_model
 from tiny import tiny_lora
 from transformers import AutoModelForCausalLM
 
-from trl_multiagent.adapters.updates import AdapterUpdates
+from trl_multiagent.adapters.installed import InstalledAdapters
+from trl_multiagent.adapters.process_alignment import ProcessAlignment
 from trl_multiagent.training.batch import TrainingBatch
 
 ROLE_ADAPTERS = {"generator": "generator", "aggregator": "aggregator"}
@@ -33,9 +34,9 @@ def part(adapter: str, n: int) -> TrainingBatch:
     )
 
 
-def updates(model_dir) -> AdapterUpdates:
+def alignment(model_dir, most_over_processes=None) -> ProcessAlignment:
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tiny_lora())
-    return AdapterUpdates(model, ROLE_ADAPTERS)
+    return ProcessAlignment(InstalledAdapters(model, ROLE_ADAPTERS), most_over_processes=most_over_processes)
 
 
 def trains_nothing(stand_in: TrainingBatch) -> bool:
@@ -44,15 +45,14 @@ def trains_nothing(stand_in: TrainingBatch) -> bool:
 
 def test_without_deepspeed_the_forwards_are_left_alone(tiny_model_dir):
     parts = [part("aggregator", 2), part("generator", 4)]
-    assert updates(tiny_model_dir).same_forwards(parts, pad_token_id=0) == parts
+    assert alignment(tiny_model_dir).same_forwards(parts, pad_token_id=0) == parts
 
 
 def test_processes_run_the_same_adapters_in_the_same_order(tiny_model_dir):
-    adapters = updates(tiny_model_dir)
     other_process = torch.tensor([3, 1])  # parts per adapter (generator, aggregator) on the other process
-    adapters.most_over_processes = lambda counts: torch.maximum(counts, other_process)
+    aligned = alignment(tiny_model_dir, most_over_processes=lambda counts: torch.maximum(counts, other_process))
     own = [part("aggregator", 2), part("generator", 4), part("generator", 1)]
-    arranged = adapters.same_forwards(own, pad_token_id=0)
+    arranged = aligned.same_forwards(own, pad_token_id=0)
     assert [set(p.adapters) for p in arranged] == [{"generator"}] * 3 + [{"aggregator"}]
     assert arranged[:2] == own[1:] and arranged[3] is own[0]  # own parts kept, in their order within an adapter
     assert trains_nothing(arranged[2]) and arranged[2].roles == ["generator"]

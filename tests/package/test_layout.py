@@ -19,18 +19,18 @@ TRAINER = ("trainer", "grpo_seam")  # the trainer and its base class over TRL
 
 # room -> rooms (first component under trl_multiagent) it must never import
 FORBIDDEN = {
-    "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy"),
+    "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy", "seams"),
     # Tasks and workflows share the parse rules through the neutral `parse_rules` module, never each other.
     "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training", "workflows"),
-    "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config"),
+    "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config", "toy"),
     # Adapters report what they measured; monitoring reads it.
-    "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config", "monitoring"),
-    "training": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring"),
+    "adapters": TRAINER + ("training", "checkpoints", "evaluation", "config", "monitoring", "toy"),
+    "training": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "toy"),
     "monitoring": TRAINER + ("training", "adapters", "checkpoints", "evaluation"),
     # loading and saving only: running a loaded workflow (backends, engine, episodes) is evaluation's
-    "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring"),
+    "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring", "toy"),
     "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
-    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy"),
+    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy", "seams"),
 }
 NO_TORCH = ("torch", "transformers", "peft", "trl", "accelerate")
 THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "parse_rules": NO_TORCH}
@@ -42,6 +42,7 @@ LOWER_ROOMS = (
     "evaluation",
     "monitoring",
     "rollout",
+    "seams",
     "tasks",
     "training",
     "workflows",
@@ -93,6 +94,26 @@ def test_no_upward_import(module):
     bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
     bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
     assert not bad, f"{module} ({here}) imports {bad}"
+
+
+def test_the_core_never_imports_the_toy_world():
+    """The toy world registers its model names with the registry (model_names.py), which imports it by the name in
+    its ``REGISTRANTS`` on first lookup: no module of the package imports ``trl_multiagent.toy`` (the rooms that
+    resolve model names, adapters, checkpoints, training and rollout, included)."""
+    importing = sorted(
+        m for m, imports in MODULES.items() if room(m) != "toy" and any(room(i) == "toy" for i in imports)
+    )
+    assert not importing, f"{importing} import trl_multiagent.toy; resolve model names through model_names instead"
+    registry = MODULES["trl_multiagent.model_names"]
+    assert not any(room(i) not in (None, "model_names") for i in registry), registry  # the registry imports no room
+
+
+def test_the_seams_import_nothing_of_the_package():
+    """The seams (one module per upstream library) sit below every room, so any room may use them."""
+    seams = {m: imports for m, imports in MODULES.items() if room(m) == "seams"}
+    assert len(seams) > 1  # the package and its modules
+    inward = {m: sorted(i for i in imports if room(i) not in (None, "seams")) for m, imports in seams.items()}
+    assert not any(inward.values()), inward
 
 
 def test_the_layout_check_reads_the_rooms_it_names():

@@ -11,8 +11,8 @@ import pytest
 
 from trl_multiagent import MultiAgentGRPOConfig
 from trl_multiagent.cli import main, vllm_serve_command
+from trl_multiagent.model_names import resolve_model_name
 from trl_multiagent.rollout.backends.from_config import server_urls
-from trl_multiagent.toy import resolve_model_name
 
 TWO_BASES = ["--config", "toy_two_models", "--workflow", "eval_opt", "--host", "127.0.0.1", "--port", "8100"]
 

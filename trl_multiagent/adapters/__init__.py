@@ -1,5 +1,7 @@
-"""Role adapters: which adapter serves which role, per-sample routing, and how each adapter is updated.
+"""Role adapters: which adapter serves which role, the base models they sit on, and how each adapter is updated.
 
-The trainer talks to one object, ``AdapterUpdates`` (``updates.py``), at four points of a step; routing, the update
-schedule, per-role gradient splits and coherence damping live behind it.
+``InstalledAdapters`` (installed.py) puts the adapters, their routers and shadows on the bases (bases.py); the
+update is four parts built together (``AdapterUpdates``, updates.py), each called by the trainer by name: routing
+(sample_routing.py), the optimizer (optimizer_steps.py), process alignment (process_alignment.py) and gradient
+accounts (gradient_accounts.py).
 """

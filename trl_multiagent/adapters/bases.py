@@ -10,10 +10,11 @@ within a base: under shared policy each base gets one shared adapter (``shared``
 The main base is the trainer's own PEFT model (TRL builds, wraps and prepares it). Each extra base is loaded here
 once, with its own tokenizer and chat template, gets the same ``peft_config``, TRL's fused LM head (the loss reads
 log-probs from it) and gradient checkpointing when the run asks for it, and lives on the training device beside
-the main base; ``AdapterUpdates`` installs its adapters and routes its forwards, and the optimizer steps its
-adapters with the main base's; under DeepSpeed the extra bases become submodules of the trainer's model
-(``hold_in``), so the one engine holds and steps every base. The other rooms read what they need from ``Bases`` (the
-rollout backend factory one engine per base, checkpoints the saved mapping) and never the configuration field.
+the main base; ``InstalledAdapters`` installs its adapters, ``SampleRouting`` routes its forwards, and the optimizer
+steps its adapters with the main base's; under DeepSpeed the extra bases become submodules of the trainer's model
+(``hold_in``), so the one engine holds and steps every base (each called through the engine's forward). The other
+rooms read what they need from ``Bases`` (the rollout backend factory one engine per base, checkpoints the saved
+mapping) and never the configuration field.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from typing import Any
 
 import torch
 
-from ..toy import model_name, resolve_model_name
+from ..model_names import model_name, resolve_model_name
+from ..seams.deepspeed import gathered as zero3_gathered
 from .routing import SHARED_ADAPTER
 
 
@@ -115,7 +117,8 @@ def load_role_base(
     completions as TRL scores the trainer's model (the seam's ``score_like_trl``)."""
     from peft import get_peft_model
     from transformers import AutoTokenizer
-    from trl.trainer.utils import create_model_from_path
+
+    from ..seams.trl import create_model_from_path
 
     source = resolve_model_name(name)
     model = create_model_from_path(source, **model_init_kwargs)
@@ -233,33 +236,14 @@ class Bases:
         held = getattr(getattr(engine, "module", None), ENGINE_HOLDER, None)
         return held is not None and any(m is b.model for m in held.bases for b in self.extra.values())
 
-    @staticmethod
-    def through_engine(engine, model: torch.nn.Module) -> Callable[..., Any]:
-        """``model`` (a held base) called through ``engine``'s forward, which does per forward what its backward
-        relies on (ZeRO's gradient accumulation count, the backward prologue hooked on the outputs): the engine's
-        module forwards to ``model`` for that one call."""
-
-        def forward(*args, **kwargs):
-            engine.module.forward = lambda *a, **k: model(*a, **k)
-            try:
-                return engine(*args, **kwargs)
-            finally:
-                del engine.module.forward
-
-        return forward
-
     @contextmanager
     def gathered(self, modifier_rank: int | None = None) -> Iterator[None]:
         """The extra bases' trainable parameters whole while it lasts (ZeRO-3 partitions them; no-op otherwise);
         with ``modifier_rank``, what that process writes into them is kept (partitioned again from its values).
         Every process enters it: gathering is collective."""
-        params = [p for b in self.extra.values() for p in b.model.parameters() if p.requires_grad]
-        if not any(hasattr(p, "ds_id") for p in params):  # DeepSpeed marks the parameters ZeRO-3 partitioned
-            yield
-            return
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=modifier_rank):
+        with zero3_gathered(
+            [p for b in self.extra.values() for p in b.model.parameters() if p.requires_grad], modifier_rank
+        ):
             yield
 
     @staticmethod

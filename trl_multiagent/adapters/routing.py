@@ -18,6 +18,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ..seams.peft import applies_one_adapter_per_forward, lora_layers, pass_adapter_names, point_at
+
 SHARED_ADAPTER = "shared"
 BASE_MODEL = "__base__"  # routes a sample past every adapter: the reference (base) model
 _ADAPTER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
@@ -113,35 +115,28 @@ class AdapterRouter:
     """
 
     def __init__(self, model: torch.nn.Module):
-        from peft.tuners.lora import LoraLayer
-        from peft.tuners.lora.layer import ParamWrapper
-
         self._names: list[str] | None = None  # per-sample names, only while a batch mixes adapters
-        self._layers = [module for module in model.modules() if isinstance(module, LoraLayer)]
+        self._layers = lora_layers(model)
         if not self._layers:
             raise ValueError("The model has no LoRA layers to route; pass a LoRA `peft_config` to the trainer.")
-        # LoRA on a weight (MoE experts and routers, through PEFT's ParamWrapper) sees the batch's tokens flattened
-        # and applies one weight per forward: such a model cannot mix adapters inside one batch, and its callers
-        # split mixed batches by adapter instead (exact: each sample still goes through its own adapter).
-        self._weight_layers = {layer for layer in self._layers if isinstance(layer, ParamWrapper)}
+        # LoRA on a weight (MoE experts and routers) sees the batch's tokens flattened and applies one weight per
+        # forward: such a model cannot mix adapters inside one batch, and its callers split mixed batches by adapter
+        # instead (exact: each sample still goes through its own adapter).
+        self._weight_layers = {layer for layer in self._layers if applies_one_adapter_per_forward(layer)}
         self.mixes_adapters = not self._weight_layers
-        self._handles = [layer.register_forward_pre_hook(self._inject, with_kwargs=True) for layer in self._layers]
+        self._handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in self._layers]
         self._routing: list[str] | None = None
-        self._original_active = [layer._active_adapter for layer in self._layers]
+        self._original_active = [layer.active_adapter for layer in self._layers]
 
-    def _inject(self, module, args, kwargs):
+    def _adapter_names_for(self, layer: torch.nn.Module, x: torch.Tensor) -> list[str] | None:
         if self._routing is None:
             return None
-        x = args[0] if args else kwargs["x"]
-        if module not in self._weight_layers and x.shape[0] != len(self._routing):  # weight LoRA sees tokens flat
+        if layer not in self._weight_layers and x.shape[0] != len(self._routing):  # weight LoRA sees tokens flat
             raise RuntimeError(
                 f"Adapter routing holds {len(self._routing)} samples but a LoRA layer received a batch of "
                 f"{x.shape[0]}."
             )
-        if self._names is None:  # one adapter for the whole batch: PEFT's own path
-            return None
-        kwargs["adapter_names"] = self._names
-        return args, kwargs
+        return self._names  # None for one adapter for the whole batch: PEFT's own path
 
     def set(self, names: Sequence[str] | None) -> None:
         """Route the next forwards (and the recomputation of checkpointed ones in backward) sample by sample."""
@@ -156,11 +151,11 @@ class AdapterRouter:
             # A name that is no adapter of a layer ("__base__") makes PEFT skip that layer's LoRA: the base model.
             self._names = None
             for layer in self._layers:
-                layer._active_adapter = [next(iter(unique))]
+                point_at(layer, [next(iter(unique))])
         else:
             self._names = self._routing
             for layer, active in zip(self._layers, self._original_active):
-                layer._active_adapter = active
+                point_at(layer, active)
 
     @contextmanager
     def route(self, names: Sequence[str]) -> Iterator[None]:

@@ -22,12 +22,12 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import TrainedWorkflow
+from ..model_names import resolve_model_name
 from ..monitoring.pass_at_k import pass_at_k
 from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
 from ..tasks import TASKS, get_task
-from ..toy import resolve_model_name
 from ..workflows import SingleAgent, Workflow
 from ..workflows.correctness import solved
 from .best_of import SELECTIONS, matched_best_of, select

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tqdm.auto import tqdm
-from transformers import TrainerCallback
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 # Workflow-level judge metrics worth a glance, when the workflow logs them.
 _JUDGE_METRICS = ("verdict_accuracy", "selection_accuracy")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from trl.trainer.utils import nanstd
+
+from ..seams.trl import nanstd
 
 
 def role_rows(roles: Sequence[str], sample_roles: Sequence[str], device: torch.device) -> torch.Tensor:
@@ -141,7 +142,7 @@ def grad_norm_metrics(
 
 def update_metrics(measured, role_adapters: dict[str, str]) -> dict[str, float]:
     """The ``adapter/`` and ``role/`` metrics of one optimizer step from what the adapters measured before it
-    (``AdapterUpdates.before_optimizer_step``'s ``GradientNorms``; None: nothing measured, no metric)."""
+    (``GradientAccounts.before_optimizer_step``'s ``GradientNorms``; None: nothing measured, no metric)."""
     if measured is None:
         return {}
     metrics = grad_norm_metrics(measured.adapter_squares, role_adapters, measured.role_squares)

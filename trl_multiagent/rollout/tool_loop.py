@@ -59,7 +59,7 @@ class RoleTools:
 def tool_schemas(functions: Sequence[Callable[..., Any]], where: str) -> dict[str, dict[str, Any]]:
     """Tool name -> JSON schema, from each function's signature, type hints and docstring (transformers'
     ``get_json_schema``, what ``apply_chat_template(tools=...)`` renders)."""
-    from transformers.utils import get_json_schema
+    from ..seams.transformers import get_json_schema
 
     schemas: dict[str, dict[str, Any]] = {}
     for function in functions:
@@ -87,7 +87,9 @@ def response_parser(
     ``schemas`` type the arguments (``"7"`` is 7 for an integer parameter). Fails now when the tokenizer's chat
     template cannot render a tool conversation, or has no known response format.
     """
-    from trl.chat_template_utils import add_response_schema, parse_response, supports_tool_calling
+    from trl import add_response_schema, supports_tool_calling
+
+    from ..seams.trl import parse_response
 
     name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
     if not supports_tool_calling(tokenizer):

@@ -8,7 +8,8 @@ from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 
 import torch
-from trl.trainer.utils import nanstd
+
+from ..seams.trl import nanstd
 
 
 def group_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group") -> torch.Tensor:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from trl.data_utils import is_conversational
+from trl import is_conversational
 
 
 def final_completions(episodes, rows: list[dict]) -> list:

@@ -1,0 +1,58 @@
+"""PEFT below its public surface (the names ``peft`` exports at top level): the LoRA layers, as per-sample routing
+reaches them. Checked against PEFT 0.20 (setup.cfg's floor) and 0.21.
+
+PEFT's public ways to choose adapters do not fit training several at once: ``set_adapter`` (model or layer) marks
+every other adapter's weights ``requires_grad=False``, and ``adapter_names=`` on the model's forward refuses training
+mode. The router points each layer's active adapter directly, and hands per-sample names to the layers the way
+PEFT's own ``adapter_names`` path does; tests/adapters/test_routing.py shows both give the outputs and gradients of
+PEFT's public paths (``set_adapter`` per adapter, ``disable_adapter``, ``adapter_names=`` in eval mode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+# `tuners.lora.LoraLayer` (since 0.0.1; in the `tuners/lora/` package since 0.6): the base class of every layer LoRA
+# wraps. `tuners.lora.layer.ParamWrapper` (since 0.17): LoRA on a parameter (MoE experts, routers) rather than on a
+# module; it applies one weight to the batch's tokens flattened, so it cannot mix adapters within a batch.
+from peft.tuners.lora import LoraLayer
+from peft.tuners.lora.layer import ParamWrapper
+
+
+def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every LoRA layer of ``model``, in module order."""
+    return [module for module in model.modules() if isinstance(module, LoraLayer)]
+
+
+def applies_one_adapter_per_forward(layer: torch.nn.Module) -> bool:
+    """Whether ``layer`` is LoRA on a weight (``ParamWrapper``), which sees tokens flat and mixes no adapters."""
+    return isinstance(layer, ParamWrapper)
+
+
+def point_at(layer: torch.nn.Module, adapters: str | list[str]) -> None:
+    """Make ``adapters`` the adapters ``layer`` applies, without touching any weight's ``requires_grad``. PEFT keeps
+    them in the private ``BaseTunerLayer._active_adapter`` (since 0.3), which its forward reads on every call and
+    ``set_adapter`` writes after changing ``requires_grad``; a name that is no adapter of the layer (``"__base__"``)
+    makes its forward skip LoRA. Read it back with the public ``layer.active_adapter``."""
+    layer._active_adapter = adapters
+
+
+def pass_adapter_names(
+    layer: torch.nn.Module, adapter_names_for: Callable[[torch.nn.Module, torch.Tensor], Sequence[str] | None]
+) -> torch.utils.hooks.RemovableHandle:
+    """Call ``layer`` with ``adapter_names=adapter_names_for(layer, x)`` (one name per sample of ``x``) whenever that
+    is not None. A LoRA layer's forward takes ``adapter_names`` (since 0.10) and applies each sample's own adapter
+    (``_mixed_batch_forward``); PEFT's model forward passes them the same way, through a forward pre-hook on every
+    layer (``_adapter_names_pre_forward_hook``), but only outside training. The hook reads the names at call time, so
+    the recomputation of a checkpointed layer in backward sees the names its forward saw."""
+
+    def hook(module, args, kwargs):
+        names = adapter_names_for(module, args[0] if args else kwargs["x"])
+        if names is None:
+            return None
+        kwargs["adapter_names"] = names
+        return args, kwargs
+
+    return layer.register_forward_pre_hook(hook, with_kwargs=True)
