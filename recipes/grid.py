@@ -98,6 +98,7 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
+from trl_multiagent.shipped import read_preset
 from trl_multiagent.tasks import TASKS
 from trl_multiagent.tasks.mod_search import ONE_CHECK_TOKENS
 from trl_multiagent.toy import SHIPPED_MODELS
@@ -429,7 +430,7 @@ def trained_rendering(config: str | None) -> list[str]:
     if config is None:
         return []
     library = MultiAgentGRPOConfig.__dataclass_fields__
-    preset = yaml.safe_load(Path(shipped_path(config)).read_text()) or {}
+    preset = read_preset(shipped_path(config))  # with the presets it builds on
     rendering = preset.get("chat_rendering", library["chat_rendering"].default)
     template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
     return ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
@@ -484,9 +485,9 @@ def eval_temperature(command: list[str]) -> float:
     if values:
         return float(values[-1])
     configs = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--config"]
-    preset = Path(shipped_path(configs[-1])) if configs else ROOT / "recipes" / "configs" / "paper_eval.yaml"
+    preset = shipped_path(configs[-1]) if configs else str(ROOT / "recipes" / "configs" / "paper_eval.yaml")
     default = EvalSettings.__dataclass_fields__["temperature"].default
-    return float((yaml.safe_load(preset.read_text()) or {}).get("temperature", default))
+    return float(read_preset(preset).get("temperature", default))
 
 
 def attributed(cell: Cell) -> bool:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from trl import GRPOConfig
 
 from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
-
-logger = logging.getLogger(__name__)
 
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
@@ -19,6 +17,11 @@ ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
 ROLE_REWARDS = (None, "reference", "own_answers", "balanced")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
+
+
+class SettingsWarning(UserWarning):
+    """Settings that run, but likely not as meant; the message says what to change. Warnings of this class are ours,
+    told apart from upstream's: ``warnings.simplefilter("error", SettingsWarning)`` makes them errors."""
 
 
 @dataclass
@@ -457,16 +460,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 raise ValueError(f"`{name}` must be >= 1 or None, got {getattr(self, name)}.")
         batch_prompts = self.generation_batch_size // self.num_generations
         if self.update_schedule == "mini_batches" and (self.mini_batch_prompts or 0) > batch_prompts:
-            logger.warning(
-                "mini_batch_prompts=%d is more than the %d prompts of one generation batch (generation_batch_size %d "
-                "/ num_generations %d): every adapter takes a single optimizer step per training step, so a parallel "
-                "role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most %d, or to "
-                "None (one generation batch, the reference's ratio: 64 prompts in both).",
-                self.mini_batch_prompts,
-                batch_prompts,
-                self.generation_batch_size,
-                self.num_generations,
-                batch_prompts,
+            warnings.warn(
+                f"mini_batch_prompts={self.mini_batch_prompts} is more than the {batch_prompts} prompts of one "
+                f"generation batch (generation_batch_size {self.generation_batch_size} / num_generations "
+                f"{self.num_generations}): every adapter takes a single optimizer step per training step, so a "
+                "parallel role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most "
+                f"{batch_prompts}, or to None (one generation batch, the reference's ratio: 64 prompts in both).",
+                SettingsWarning,
+                stacklevel=3,  # the line that built the config
             )
         if self.tool_timeout <= 0:
             raise ValueError(f"`tool_timeout` must be > 0 seconds, got {self.tool_timeout}.")
