@@ -88,6 +88,7 @@ from tqdm.auto import tqdm
 from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
+from trl_multiagent.config import POLICY_SHARINGS
 from trl_multiagent.evaluation import (
     EvalSettings,
     family_table,
@@ -160,7 +161,10 @@ class GridArguments:
         default_factory=lambda: ["eval_opt", "voting", "orch_workers"],
         metadata={"help": "Recipe workflow names (recipes/<workflow>_<task>.py)."},
     )
-    policy_sharing: list[str] = field(default_factory=lambda: ["shared", "isolated"], metadata={"help": "Sharings."})
+    policy_sharing: list[str] = field(
+        default_factory=lambda: list(POLICY_SHARINGS),
+        metadata={"help": "The policy sharings to train, a cell each.", "choices": list(POLICY_SHARINGS)},
+    )
     models: list[str] = field(
         default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"], metadata={"help": "Models."}
     )

@@ -10,6 +10,7 @@ from trl import GRPOConfig
 
 from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 
+POLICY_SHARINGS = ("shared", "isolated")
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
 LR_SCHEDULER_STEPS = ("per_training_step", "per_update")
@@ -53,7 +54,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "`'shared'`: one LoRA adapter trained by every role. `'isolated'`: one adapter per role "
             "*type* (the three voters of Voting share the `generator` adapter). Ignored when `role_to_adapter` is "
             "set.",
-            "choices": ["shared", "isolated"],
+            "choices": list(POLICY_SHARINGS),
         },
     )
     role_to_adapter: dict[str, str] | str | None = field(
@@ -427,7 +428,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 f"`rollout_max_batch_tokens` ({self.rollout_max_batch_tokens}) must exceed max_completion_length "
                 f"({self.max_completion_length}): a generate call holds at least one prompt plus its new tokens."
             )
-        if self.policy_sharing not in ("shared", "isolated"):
+        if self.policy_sharing not in POLICY_SHARINGS:
             raise ValueError(f"`policy_sharing` must be 'shared' or 'isolated', got {self.policy_sharing!r}.")
         if self.role_loss_balance not in ROLE_LOSS_BALANCES:
             raise ValueError(
@@ -602,6 +603,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
             unknown = sorted(set(getattr(self, name) or {}) - set(roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")
+
+
+def config_field(name: str, **metadata: Any) -> Any:
+    """A dataclass field declared as `MultiAgentGRPOConfig`'s ``name`` is (default, help, choices), for another parser
+    dataclass that takes the same setting (the evaluation's settings); ``metadata`` replaces what differs there."""
+    owner = MultiAgentGRPOConfig.__dataclass_fields__[name]
+    return field(default=owner.default, default_factory=owner.default_factory, metadata={**owner.metadata, **metadata})
 
 
 def _check_role_numbers(name: str, value: Any) -> None:
