@@ -191,23 +191,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def _build_role_tools(self, tools, role_tools) -> dict:
         extra = self.bases.extra
         role_base = self.bases.role_base or {}
-        role_kwargs = self.args.role_generation_kwargs or {}
 
         def tokenizer_for_role(role: str):
             base = role_base.get(role)
             return extra[base].tokenizer if base in extra else self.text_tokenizer
 
-        return build_role_tools(
-            roles=self.workflow.roles,
-            declared=self.workflow.tools,
-            tools=tools,
-            role_tools=role_tools,
-            tokenizer_for_role=tokenizer_for_role,
-            max_iterations=self.args.max_tool_calling_iterations,
-            max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
-            timeout=self.args.tool_timeout,
-            chat_template_kwargs=self.chat_template_kwargs,
-        )
+        return build_role_tools(self.workflow, self.args, tokenizer_for_role, tools=tools, role_tools=role_tools)
 
     # -------------------------------------------------------------------------------------------- rollout backend
     def backend_context(self) -> BackendContext:

@@ -388,15 +388,7 @@ def sample_episodes(
     generation_config = make_generation_config(
         trained, settings.max_completion_length, settings.temperature, settings.top_p
     )
-    tools = eval_role_tools(
-        trained,
-        settings.max_completion_length,
-        role_tools=role_tools,
-        role_generation_kwargs=settings.role_generation_kwargs,
-        chat_template_kwargs=settings.chat_template_kwargs,
-        max_tool_calling_iterations=settings.max_tool_calling_iterations,
-        tool_timeout=settings.tool_timeout,
-    )
+    tools = eval_role_tools(trained, settings, role_tools)
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k * settings.best_of)]
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]
