@@ -79,7 +79,7 @@ def declarations() -> dict[str, list[dict[str, Any]]]:
                 dict(where=where, default=default, choices=choices, type=members(hints[field.name]))
             )
     for cls in BUILT_IN:
-        hints = typing.get_type_hints(cls.__init__)
+        hints = typing.get_type_hints(cls if dataclasses.is_dataclass(cls) else cls.__init__)
         for name, parameter in inspect.signature(cls).parameters.items():
             where = f"{cls.__name__}({name}=...)"
             found[name].append(
