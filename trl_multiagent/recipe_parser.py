@@ -19,9 +19,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from trl import TrlParser
 
-from .shipped import BASE, PresetLayer, preset_layers, read_preset
+from .shipped import BASE, PresetLayer, merged_settings, preset_layers
 
 PRINT_CONFIG = "--print-config"
 LIBRARY = "library default"
@@ -60,9 +61,7 @@ class RecipeParser(TrlParser):
             if layers:  # TrlParser reads one file: the chain merged, or the file itself when it builds on none
                 merged = Path(folder) / "settings.yaml"
                 if len(layers) > 1:
-                    import yaml
-
-                    merged.write_text(yaml.safe_dump(read_preset(str(layers[-1].path)), sort_keys=False))
+                    merged.write_text(yaml.safe_dump(merged_settings(layers), sort_keys=False))
                 config = str(merged) if len(layers) > 1 else str(layers[-1].path)
                 args = ["--config", config, *command_line]
             outputs = super().parse_args_and_config(
@@ -95,9 +94,7 @@ class RecipeParser(TrlParser):
     def describe(self, outputs: Sequence[Any], layers: list[PresetLayer], given: dict[str, Any]) -> str:
         """Every setting of ``outputs`` (the parsed dataclasses), one a line with the layer it came from; where the
         dataclass's own checks changed the value that layer gave, that value too."""
-        merged: dict[str, Any] = {}
-        for layer in layers:
-            merged.update(layer.settings)
+        merged = merged_settings(layers)
         lines = [f"# {settings_line(layers, bool(given))}"]
         for dataclass_type, output in zip(self.dataclass_types, outputs):
             lines.append(f"# {dataclass_type.__name__}")

@@ -81,13 +81,18 @@ def _base_file(base: Any, named_in: Path) -> Path:
         raise FileNotFoundError(f"{named_in}: `{BASE}: {base}`: {error}") from None
 
 
-def read_preset(value: str) -> dict[str, Any]:
-    """The settings of a preset (a path, or a shipped name: ``toy``, ``paper_math``, ...), those of the presets it
-    builds on included: a key a file sets replaces its base's value."""
+def merged_settings(layers: list[PresetLayer]) -> dict[str, Any]:
+    """The settings of a preset chain (``preset_layers``): a key a file sets replaces its base's value."""
     settings: dict[str, Any] = {}
-    for layer in preset_layers(value):
+    for layer in layers:
         settings.update(layer.settings)
     return settings
+
+
+def read_preset(value: str) -> dict[str, Any]:
+    """The settings of a preset (a path, or a shipped name: ``toy``, ``paper_math``, ...), those of the presets it
+    builds on included."""
+    return merged_settings(preset_layers(value))
 
 
 def bf16_device_available() -> bool:
