@@ -1,4 +1,5 @@
-"""What every room of the test suite shares: one check for the code sandbox, and one way to run a subprocess.
+"""What every room of the test suite shares: one check for the code sandbox, one way to run a subprocess, and one
+way to import a repository script (scripts/, recipes/) that is not a package module.
 
 Tests that start a subprocess (a recipe, torchrun, a `vllm serve`) are marked ``slow``: the README's test command
 leaves them out and .ci/run runs them all with ``-m slow``.
@@ -6,6 +7,7 @@ leaves them out and .ci/run runs them all with ``-m slow``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -83,3 +85,13 @@ def launch_offline(
 
 def tail(log: str | Path, chars: int = 3000) -> str:
     return Path(log).read_text()[-chars:]
+
+
+def load_script(relative: str):
+    """The module of the repository's script at ``relative`` (e.g. ``"scripts/toy_residuals.py"``), imported from
+    its file: the scripts are run, not installed."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -26,12 +26,17 @@ class ScriptedBackend:
         self.batch_sizes: list[int] = []
         self.chat_template_kwargs = chat_template_kwargs or {}
 
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        if request.prompt_ids is not None:  # measured by the engine (max_prompt_length)
+            return request.prompt_ids
+        return ChatRenderer(self.tokenizer).prompt_ids(request.messages, request.tools)
+
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.requests += requests
         self.batch_sizes.append(len(requests))
         results = []
         for request, text in zip(requests, self.respond(requests, self.rng)):
-            prompt_ids = ChatRenderer(self.tokenizer).prompt_ids(request.messages, request.tools)
+            prompt_ids = self.prompt_ids(request)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
             results.append(GenerationResult(prompt_ids=prompt_ids, completion_ids=ids, text=text, truncated=False))
         return results

@@ -1,4 +1,4 @@
-"""`trl-multiagent`: train, evaluate, run the paper's grid, and serve roles with vLLM, from a pip install.
+"""`trl-multiagent`: train, evaluate, run the paper's grid, serve roles with vLLM, report on a run: from a pip install.
 
     trl-multiagent train eval_opt --config toy --output_dir outputs/toy-eval-opt       # the shipped toy preset
     trl-multiagent train eval_opt --config toy --max_steps 3 --print-config            # its settings, nothing trained
@@ -7,6 +7,7 @@
     trl-multiagent eval --run_dir runs/voting --task math --limit 500
     trl-multiagent grid --dry-run
     trl-multiagent vllm-serve --config my_run.yaml --workflow voting --dry-run
+    trl-multiagent report outputs/toy-eval-opt                                          # one HTML page of a run
 
 `train NAME` runs the shipped recipe `recipes/NAME_TASK.py`; `train --workflow package.module:Class` runs
 `recipes/train.py` (any workflow class, `--reward_funcs package.module.fn`, `--workflow_kwargs '{...}'`). Every other
@@ -162,7 +163,7 @@ def _workflow(spec: str, kwargs_json: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ("train", "eval", "grid", "vllm-serve")
+    commands = ("train", "eval", "grid", "vllm-serve", "report")
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
@@ -175,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif command in ("eval", "grid"):
         script = shipped_dir("recipes") / ("evaluate.py" if command == "eval" else "grid.py")
         run = [sys.executable, str(script), *rest]
+    elif command == "report":
+        from .report import main as report  # here: the other commands need neither torch nor matplotlib to start
+
+        return report(rest)
     else:
         return _serve(rest)
     return subprocess.run(run).returncode

@@ -9,6 +9,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+from .training.mini_batches import MINI_BATCH_ORDERS
 
 POLICY_SHARINGS = ("shared", "isolated")
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
@@ -46,6 +47,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         "drift_thresholds",
         "role_generation_kwargs",
         "vllm_server_base_urls",  # one JSON object per base model (roles on several bases); else a URL list
+        "max_prompt_length",  # one JSON object per workflow class; else a number
     ]
 
     policy_sharing: str = field(
@@ -97,10 +99,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "How the samples of one training step update the adapters. `'merged'`: TRL's step, every "
             "adapter takes one optimizer step on all its samples (the paper's fix for parallel roles). "
-            "`'mini_batches'`: the research stack's PPO update: each adapter's samples are cut, in episode order, "
-            "into mini-batches of `mini_batch_prompts * num_generations` samples, and each mini-batch is one "
-            "optimizer step at the current weights (log-probs recorded once, before the first), one adapter after "
-            "the other, each clipped on its own; a short last mini-batch is scaled by its size over the full size. A "
+            "`'mini_batches'`: the research stack's PPO update: each adapter's samples are cut, in the order "
+            "`mini_batch_order` gives, into mini-batches of `mini_batch_prompts * num_generations` samples, and each "
+            "mini-batch is one optimizer step at the current weights (log-probs recorded once, before the first), one "
+            "adapter after the other, each clipped on its own; a short last mini-batch is scaled by its size over the "
+            "full size. A "
             "parallel role then takes several steps per training step from its data volume (three voters: three "
             "steps). Needs `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as "
             "`lr_scheduler_steps` says.",
@@ -113,6 +116,21 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "Prompts per mini-batch under `update_schedule='mini_batches'` (the reference: 64). Defaults "
             "to the prompts of one generation batch, so that a role with one call per episode takes one step per "
             "training step, as in the reference, where the two are equal.",
+        },
+    )
+    mini_batch_order: str = field(
+        default="episodes",
+        metadata={
+            "help": "Which samples make up each mini-batch under `update_schedule='mini_batches'`. `'episodes'`: "
+            "each adapter's samples in episode order, the adapters in the order of the workflow's roles. "
+            "`'reference'`: the reference stack's (verl's `balance_batch`, then rLLM's split per role): the whole "
+            "batch is first reordered by length so that every process gets a similar load (one partition per "
+            "process by the largest differencing method, each laid out from short to long and back to short, "
+            "process 0's first), each adapter's samples keep that order, the adapters update in the order they first "
+            "appear in it (so does the scheduler under `lr_scheduler_steps='per_update'`), and every process cuts its "
+            "contiguous share of them into its part of each mini-batch; on one process a role's middle mini-batch "
+            "holds its longest samples. No effect under `'merged'`, where one step takes every sample.",
+            "choices": list(MINI_BATCH_ORDERS),
         },
     )
     lr_scheduler_steps: str = field(
@@ -166,12 +184,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "GRPO groups. `'episodes'` (library default): the episodes of one prompt form a group and "
             "every call carries its episode's advantage (TRL's statistics: std with eps 1e-4). `'calls'` (the "
             "reference's, its uid `{prompt}_{trajectory name}_step0`; the paper preset): every call is one sample "
-            "with its own reward, grouped per prompt and `Workflow.trajectory_name` (the role; Voting's math voters "
-            "apart): all of a role's calls over a prompt's episodes, Eval-Opt's repeated attempts and Orch-Workers' "
-            "workers included, form one group; mean and unbiased std with eps 1e-6, a group of one keeps its raw "
-            "score (verl's). `'roles'`: one group per prompt, role and instance, a role instance's calls in an "
-            "episode pooled into one value first (their mean), a group of one gets 0; it weighs episodes, not calls, "
-            "where roles repeat.",
+            "with its own reward, grouped per prompt and `Workflow.group_key` (the role; Voting's math voters "
+            "apart, as the reference's): all of a role's calls over a prompt's episodes, Eval-Opt's repeated "
+            "attempts and Orch-Workers' workers included, form one group; mean and unbiased std with eps 1e-6, a "
+            "group of one keeps its raw score (verl's). `'roles'`: one group per prompt, role and instance, a role "
+            "instance's calls in an episode pooled into one value first (their mean), a group of one gets 0; it "
+            "weighs episodes, not calls, where roles repeat.",
             "choices": list(ADVANTAGE_GROUPS),
         },
     )
@@ -182,8 +200,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "`reward_funcs` (`trl_multiagent/training/role_rewards.py`). `'reference'`: the reference stack's "
             "per-role variant: an answer (generator, voter, synthesizer) rewarded when it is right, a verdict when "
             "it matches whether the attempt it judged is right (an unreadable verdict 0), a selection when the "
-            "answer it chose is right, and the roles in `Workflow.zero_role_reward` 0 (Orch-Workers' orchestrator "
-            "and workers, as in the reference). `'own_answers'`: the same but nothing zeroed: workers by their own "
+            "answer it chose is right, or as the workflow's `Workflow.role_reward_policy` says: by the episode's "
+            "outcome (the reference's code workflows) or 0 (Orch-Workers' orchestrator and workers, as in the "
+            "reference). `'own_answers'`: every role by its own output, nothing zeroed: workers by their own "
             "answers, a plan by the episode's outcome, an unreadable verdict read as Incorrect. `'balanced'`: "
             "`'reference'` with each judge's verdicts class-balanced over the batch: with n graded verdicts of the "
             "role, n_c of them judging an attempt whose truth is c (right or wrong) and C truths present, a right "
@@ -304,7 +323,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=True,
         metadata={
             "help": "When training ends, print how success, the workflow metrics and every per-role metric moved "
-            "(first vs last logged values) and save `training_summary.png` (each metric over steps) in `output_dir`.",
+            "(first vs last logged values), and save in `output_dir` `training_summary.png` (success, each role's "
+            "length, entropy and gradient share, each judge's accuracy, the drift alarms; also sent to TensorBoard "
+            "when `report_to` has it) and `trainer_state.json` (the whole log history, which `trl-multiagent "
+            "report` reads).",
         },
     )
     rollout_backend: str = field(
@@ -368,6 +390,20 @@ class MultiAgentGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Largest batch sent to one `generate` call; `None` sends all pending calls of a tick at once.",
+        },
+    )
+    max_prompt_length: int | str | dict[str, int] | None = field(
+        default=None,
+        metadata={
+            "help": "The most tokens a model call's prompt may have, counted as the model is given it (rendered and "
+            "tokenized). A call over it is not sent: its episode ends there and leaves training whole (no sample from "
+            "any of its calls, no reward; the other episodes of its prompt make up the GRPO groups), as the reference "
+            "stack ends such an episode and drops it (rLLM's `MAX_PROMPT_LENGTH_EXCEEDED`). When set, "
+            "`workflow/dropped_episodes` counts those episodes per step. One number for every workflow, or one per "
+            'workflow class, e.g. `{"EvalOpt": 30720, "SingleAgent": 15360}` (a subclass takes its parent\'s; a '
+            "workflow not named has no limit), so that one preset serves every recipe, as the reference sets the "
+            "limit per workflow. `None`: no limit. TRL 1.16's `GRPOConfig` has no such field (older releases had a "
+            "`max_prompt_length` that cut prompts from the left); nothing is cut here.",
         },
     )
     rollout_max_batch_tokens: int | None = field(
@@ -436,6 +472,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
             )
         if self.update_schedule not in UPDATE_SCHEDULES:
             raise ValueError(f"`update_schedule` must be one of {UPDATE_SCHEDULES}, got {self.update_schedule!r}.")
+        if self.mini_batch_order not in MINI_BATCH_ORDERS:
+            raise ValueError(f"`mini_batch_order` must be one of {MINI_BATCH_ORDERS}, got {self.mini_batch_order!r}.")
         if self.lr_scheduler_steps not in LR_SCHEDULER_STEPS:
             raise ValueError(
                 f"`lr_scheduler_steps` must be one of {LR_SCHEDULER_STEPS}, got {self.lr_scheduler_steps!r}."
@@ -477,6 +515,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
         self._check_rollout_fields()
+        self.max_prompt_length = _prompt_limits(self.max_prompt_length)
         check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
         if self.rollout_backend == "vllm" and self.vllm_mode == "colocate" and self.vllm_tensor_parallel_size != 1:
             raise ValueError(
@@ -597,6 +636,23 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 f"{self.vllm_server_max_concurrency} and {self.vllm_request_timeout}."
             )
 
+    def prompt_limit_for(self, workflow_class: type) -> int | None:
+        """The ``max_prompt_length`` of ``workflow_class``'s episodes: the one number, or the mapping's value for the
+        nearest class of its ancestry that it names (none: no limit, said in a warning)."""
+        if not isinstance(self.max_prompt_length, dict):
+            return self.max_prompt_length
+        for cls in workflow_class.__mro__:
+            if cls.__name__ in self.max_prompt_length:
+                return self.max_prompt_length[cls.__name__]
+        warnings.warn(
+            f"max_prompt_length gives limits for {sorted(self.max_prompt_length)}, not for {workflow_class.__name__} "
+            "(nor a class it derives from): its episodes have no prompt limit. Add its class name to the mapping to "
+            "give it one.",
+            SettingsWarning,
+            stacklevel=2,
+        )
+        return None
+
     def check_roles(self, roles) -> None:
         """Fail if a per-role field names a role the workflow does not have."""
         for name in ("role_models", "role_loss_weights", "role_beta", "role_coherence_lambda"):
@@ -610,6 +666,28 @@ def config_field(name: str, **metadata: Any) -> Any:
     dataclass that takes the same setting (the evaluation's settings); ``metadata`` replaces what differs there."""
     owner = MultiAgentGRPOConfig.__dataclass_fields__[name]
     return field(default=owner.default, default_factory=owner.default_factory, metadata={**owner.metadata, **metadata})
+
+
+def _prompt_limits(value: Any) -> int | dict[str, int] | None:
+    """``max_prompt_length`` as a number or a mapping of workflow class names to numbers (the command line gives
+    text), each at least 1."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(
+                f"`max_prompt_length` must be a number of tokens or a JSON object of workflow class -> number, e.g. "
+                f'\'{{"EvalOpt": 30720, "SingleAgent": 15360}}\', got {value!r}.'
+            ) from None
+    limits = value.values() if isinstance(value, dict) else [] if value is None else [value]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in limits) or (
+        isinstance(value, dict) and not all(isinstance(name, str) and name for name in value)
+    ):
+        raise ValueError(
+            "`max_prompt_length` must be a number of tokens >= 1, or a mapping of workflow class names to such "
+            f"numbers, got {value!r}."
+        )
+    return dict(value) if isinstance(value, dict) else value
 
 
 def _check_role_numbers(name: str, value: Any) -> None:

@@ -28,11 +28,13 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
+from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam, score_like_trl
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
+from .monitoring.learning_signal import LearningSignalCheck
 from .rollout.ahead import RolloutsAhead
 from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
@@ -96,6 +98,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         **unsupported,
     ):
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
+        check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
         if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
             check_prompt_column(train_dataset, "train_dataset")
         else:
@@ -172,6 +175,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             mode=args.rollout_mode,
             base_for_role=self.bases.role_base,
             role_tools=self.role_tools,
+            max_prompt_length=args.prompt_limit_for(type(workflow)),
         )
         # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
         self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
@@ -181,7 +185,9 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
-        first, last = monitoring_callbacks(args)
+        first, last = monitoring_callbacks(args, workflow.formats, trackers=self.callback_handler.callbacks)
+        main = self.accelerator.is_main_process
+        self.learning_signal = LearningSignalCheck(workflow.formats, workflow.config_dict(), main_process=main)
         # First in line, so the report_to integrations that log after them see the alarm metrics.
         self.callback_handler.callbacks[:0] = first
         for callback in last:
@@ -252,6 +258,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         completions = final_completions(episodes, inputs)
         last_ids = [final_completion_ids(e) for e in episodes]
         rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
+        if self.engine.max_prompt_length is not None:  # an episode ended by a prompt too long counts in no group
+            dropped = gather(torch.tensor([float(e.dropped) for e in episodes], device=self.accelerator.device))
+            rewards_per_func[dropped.bool()] = torch.nan
+            self.record_metrics(mode, {"workflow/dropped_episodes": dropped.sum().item()})
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
             self.reward_weights,
@@ -269,7 +279,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             first_episode=start,
             episode_advantages=all_advantages,
             rewards=rewards,
-            trajectory_name=self.workflow.trajectory_name,
+            group_key=self.workflow.group_key,
             num_generations=num_generations,
             scale_rewards=self.scale_rewards,
             groups=self.args.advantage_groups,
@@ -278,6 +288,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             role_reward_weight=self.args.role_reward_weight,
         )
         calls = [c for e in episodes for c in e.calls]
+        if not calls and any(e.dropped for e in episodes):
+            raise ValueError(
+                "Every episode of this batch ended on a prompt over max_prompt_length="
+                f"{self.engine.max_prompt_length} tokens, so nothing is left to train on: raise the limit, or train "
+                "on shorter problems."
+            )
         episode_ids = [start + e.index for e in episodes for _ in e.calls]
         batch = calls_to_batch(
             calls,
@@ -302,7 +318,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
         self._log_rollout_metrics(mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func)
         self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
-        self._log_workflow_metrics(mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist())
+        values = self._log_workflow_metrics(
+            mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
+        )
+        if mode == "train":  # most groups flat while a role fails its format: said once, early
+            self.record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
         self._add_logps_before_update(batch, mode)
         self._check_adapters(episodes, batch, mode)
         return batch
@@ -474,6 +494,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
             loss_type=self.loss_type,
             accumulation_steps=self.current_gradient_accumulation_steps,
+            order=self.args.mini_batch_order,
+            gather_object=gather_object,
         )
         loss = torch.zeros((), device=self.accelerator.device)
         for k, (_, part) in enumerate(plan):
@@ -638,16 +660,20 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, self.bases)
 
     # ---------------------------------------------------------------------------------------------------- metrics
-    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> None:
+    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> dict:
         checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
-        answers = [row["answer"] for row in inputs] if checker else None
-        values = workflow_metrics(self.workflow, episodes, rewards, checker, answers)
+        kept = [i for i, e in enumerate(episodes) if not e.dropped]  # a dropped episode made no call to read
+        answers = [inputs[i]["answer"] for i in kept] if checker else None
+        values = workflow_metrics(
+            self.workflow, [episodes[i] for i in kept], [rewards[i] for i in kept], checker, answers
+        )
         values.pop("workflow/success", None)  # logged from the rewards of every process already
         self.record_metrics(mode, values)
         # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
         for role in self.workflow.roles:
             column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
             self.record_completion_column(f"role/{role}", column)
+        return values
 
     def _log_rollout_metrics(self, mode: str, episodes, batch: TrainingBatch, *, rewards, rewards_per_func) -> None:
         roles = self.workflow.roles

@@ -28,6 +28,7 @@ def test_checkpoint_layout_and_exact_resume(tiny_model_dir, tmp_path):
     saved = json.loads((checkpoint / "multiagent_config.json").read_text())
     assert saved["workflow"] == {
         "workflow": "Voting",
+        "import_path": "trl_multiagent.workflows.voting:Voting",
         "n_voters": 3,
         "task": "math",
         "parsing": "reference",

@@ -326,6 +326,9 @@ def test_mismatched_inputs_fail_early():
 
 
 # -------------------------------------------------------------------------------------------------- drift alarms
+EVAL_OPT_FORMATS = EvalOpt().formats  # the judges and solvers of the Eval-Opt logs below, as the trainer passes them
+
+
 def normal_log(step: int) -> dict[str, float]:
     """An Eval-Opt run that behaves: lengths, styles and perplexities wobble a little, success climbs."""
     wobble = 1 + 0.1 * ((-1) ** step)
@@ -366,7 +369,7 @@ def only(alarms: list[DriftAlarm]) -> DriftAlarm:
 
 
 def test_normal_run_stays_quiet():
-    callback = RoleDriftCallback(stop_on_alarm=True)
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS, stop_on_alarm=True)
     state, control = replay(callback, [normal_log(step) for step in range(1, 31)])
     assert callback.alarms == []
     assert not control.should_training_stop
@@ -378,7 +381,7 @@ def test_judge_writing_code_alarms_once_until_it_clears(caplog):
     logs += [with_changes(5, role__evaluator__code_block_fraction=0.7)]
     logs += [with_changes(6, role__evaluator__code_block_fraction=0.99)]  # still on: no repeat
     logs += [normal_log(7), with_changes(8, role__evaluator__code_block_fraction=0.8)]  # cleared, then again
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     with caplog.at_level(logging.WARNING, logger="trl_multiagent.monitoring.drift"):
         state, _ = replay(callback, logs)
 
@@ -404,7 +407,7 @@ def test_judge_growing_to_solver_length_alarms():
     def voting_log(aggregator_words: float) -> dict[str, float]:
         return {"role/generator/words_median": 600.0, "role/aggregator/words_median": aggregator_words}
 
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=Voting().formats)
     replay(callback, [voting_log(200.0)] * 4 + [voting_log(500.0)])
     alarm = only(callback.alarms)
     assert (alarm.step, alarm.role, alarm.kind) == (5, "aggregator", "judge_length")
@@ -448,7 +451,7 @@ def test_length_growth_alarms_against_the_early_baseline():
     # first three logs (120 x 0.9, 1.1, 0.9 = 124 words), so the bound is 372; the generator's median is 300 x
     # 0.9 = 270, so 986 words is solver-length too.
     logs = [normal_log(step) for step in range(1, 6)] + [with_changes(6, role__evaluator__words_median=986.0)]
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     replay(callback, logs)
     kinds = {alarm.kind: alarm for alarm in callback.alarms}
     assert set(kinds) == {"length_drift", "judge_length"}
@@ -512,7 +515,9 @@ def test_alarm_keys_reach_reporting_callbacks_placed_after_it():
 
     recorder = Recorder()
     handler = CallbackHandler([recorder], None, None, None, None)
-    handler.callbacks.insert(0, RoleDriftCallback())  # as documented: ahead of the report_to integrations
+    handler.callbacks.insert(
+        0, RoleDriftCallback(formats=EVAL_OPT_FORMATS)
+    )  # as documented: ahead of the report_to integrations
     state, control = TrainerState(), TrainerControl()
     for step, entry in enumerate([normal_log(1)] * 3 + [with_changes(4, role__evaluator__code_block_fraction=0.9)]):
         state.global_step = step + 1
@@ -538,9 +543,17 @@ def test_thresholds_are_checked(bad, match):
 PRESET_LOGS = json.loads((Path(__file__).parents[1] / "fixtures" / "toy_preset_logs.json").read_text())["runs"]
 
 
+PRESET_FORMATS = {
+    "eval_opt": EvalOpt().formats,
+    "single_agent": SingleAgent().formats,
+    "orch_workers": OrchWorkers().formats,
+    "voting": Voting().formats,
+}
+
+
 @pytest.mark.parametrize("preset", sorted(PRESET_LOGS))
 def test_toy_preset_runs_raise_no_alarm(preset):
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=PRESET_FORMATS[preset])
     replay(callback, PRESET_LOGS[preset])
     assert callback.alarms == []
 
@@ -549,7 +562,7 @@ def test_a_judge_past_a_signature_from_its_start_is_not_drift_but_real_drift_sti
     # The toy evaluator cites every line it judges: about the generator's length from step 1 (the false judge_length
     # alarm a fixed threshold raised at step 1 of the README's first command).
     logs = PRESET_LOGS["eval_opt"]
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     with caplog.at_level(logging.INFO, logger="trl_multiagent.monitoring.drift"):
         replay(callback, logs)
     assert callback.alarms == [] and ("evaluator", "judge_length") in callback.unwatched
@@ -557,7 +570,7 @@ def test_a_judge_past_a_signature_from_its_start_is_not_drift_but_real_drift_sti
     # The same run with a captured evaluator at step 12 (code blocks, 5x its starting length) still alarms.
     start = sum(log["role/evaluator/words_median"] for log in logs[:3]) / 3
     captured = {**logs[11], "role/evaluator/code_block_fraction": 0.9, "role/evaluator/words_median": 5 * start}
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     replay(callback, [*logs[:11], captured])
     assert {(a.step, a.role, a.kind) for a in callback.alarms} == {(12, "evaluator", "judge_code"),
                                                                   (12, "evaluator", "length_drift")}  # fmt: skip
@@ -565,7 +578,7 @@ def test_a_judge_past_a_signature_from_its_start_is_not_drift_but_real_drift_sti
 
 def test_no_alarm_before_a_role_has_its_starting_window():
     capped = {**normal_log(1), "role/generator/truncated_fraction": 0.5, "role/evaluator/code_block_fraction": 0.9}
-    callback = RoleDriftCallback()
+    callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     replay(callback, [capped])
     assert callback.alarms == []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -85,3 +86,10 @@ def test_report_to_backends_receive_role_series(tiny_model_dir, tmp_path, monkey
             break
         time.sleep(0.5)
     assert not missing, missing
+    if backend == "tensorboard":  # the summary picture too, once training ended
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(Path(files[0]).parent), size_guidance={"images": 0})
+        events.Reload()
+        (image,) = events.Images("training_summary")
+        assert image.step == 2 and image.width == 1300

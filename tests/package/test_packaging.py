@@ -89,6 +89,7 @@ def test_wheel_ships_recipes_and_accelerate_configs(tmp_path):
         "trl_multiagent/accelerate_configs/cpu.yaml",
         "trl_multiagent/toy/model/model.safetensors",
         "trl_multiagent/toy/search/model.safetensors",
+        "trl_multiagent/tasks/livecodebench_layout.json",
     ):
         assert shipped in names
 

@@ -54,12 +54,16 @@ def run(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProc
 
 
 @pytest.mark.slow
-def test_train_a_built_in_workflow_with_the_shipped_toy_preset(tmp_path):
+def test_train_a_built_in_workflow_with_the_shipped_toy_preset_then_report_on_it(tmp_path):
     run(["train", "eval_opt", "--config", "toy", "--output_dir", "run", *TINY], tmp_path)
     saved = json.loads((tmp_path / "run" / "multiagent_config.json").read_text())
     assert saved["workflow"]["workflow"] == "EvalOpt" and saved["base_model"] == "toy"
     for role in ("generator", "evaluator"):
         assert (tmp_path / "run" / "checkpoint-1" / role / "adapter_model.safetensors").is_file()
+    assert "Wrote run/report.html" in run(["report", "run"], tmp_path).stdout
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "<td>max_steps</td><td>1</td><td>-1</td>" in page  # a setting of this run, against the default
+    assert "<td>workflow/success</td>" in page and 'src="data:image/png;base64,' in page
 
 
 @pytest.mark.slow

@@ -41,6 +41,7 @@ REFERENCE_SETTINGS = [
     ("max_tokens_per_micro_batch", 51_200, "rllm/trainer/config/multi_agent_ppo_trainer.yaml:26"),
     ("mini_batch_prompts", 64, "rllm/trainer/config/multi_agent_ppo_trainer.yaml:23"),
     ("update_schedule", "mini_batches", "verl's actor: one optimizer step per ppo mini-batch (docs/fidelity.md)"),
+    ("mini_batch_order", "reference", "verl/trainer/config/ppo_trainer.yaml:123 (balance_batch: True, v0.6.1)"),
     ("clip_grad_norm_per_adapter", True, "rllm/trainer/verl/agent_workflow_trainer.py: one update_actor per role"),
     ("chat_rendering", "reference_qwen", "rllm/engine/rollout/verl_engine.py:24,69-70 (rLLM's Qwen parser)"),
     ("vllm_importance_sampling_correction", False, "rllm/trainer/verl/agent_workflow_trainer.py:419-423"),
@@ -142,6 +143,7 @@ def test_the_toy_presets_give_every_workflow_the_toy_models_requests(name):
 # away from the paper preset's value.
 TOY_SETTINGS = {
     "update_schedule": "merged",
+    "mini_batch_order": "episodes",
     "advantage_groups": "episodes",
     "lr_scheduler_steps": "per_training_step",
     "vllm_importance_sampling_correction": True,

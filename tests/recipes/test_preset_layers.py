@@ -1,6 +1,6 @@
 """Presets that build on one another: `base:` names the preset a file starts from, and the recipes' parser reads the
 chain. The shipped presets hold only their differences and read to the settings their flat files gave before they
-layered (tests/fixtures/flat_presets.json: every file of recipes/configs at commit d2b9ad3, as yaml.safe_load reads
+layered (tests/fixtures/flat_presets.json: every file of recipes/configs at commit 7b408dd, as yaml.safe_load reads
 it), but for cpu.yaml's mini-batch, which tripped the config's own warning; no shipped preset trips one of ours."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from trl_multiagent.config import SettingsWarning
 from trl_multiagent.evaluation import EvalSettings
 from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import preset_layers, read_preset
-from trl_multiagent.workflows.options import WorkflowOptions
+from trl_multiagent.workflows.options import BUILT_IN, WorkflowOptions
 
 FLAT = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "flat_presets.json").read_text())
 # The training recipes' parser, less the arguments of their own workflow; recipes/evaluate.py's settings.
@@ -37,11 +37,16 @@ def parser_of(name: str) -> RecipeParser:
     return RecipeParser(EVALUATION if name == "paper_eval" else TRAINING)
 
 
-def settings(name: str, config: str | Path, *argv: str) -> dict:
-    """Every field of every dataclass the recipe's parser builds from ``config`` (the paper presets' bf16 lowered to
-    fp32 on this CPU machine, alike for both sides)."""
+def parsed(name: str, config: str | Path, *argv: str) -> tuple:
+    """The dataclasses the recipe's parser builds from ``config`` (the paper presets' bf16 lowered to fp32 on this CPU
+    machine, alike for both sides)."""
     lowered = ON_CPU if FLAT[name].get("bf16") else ()
-    outputs = parser_of(name).parse_args_and_config(["--config", str(config), *lowered, *argv])
+    return parser_of(name).parse_args_and_config(["--config", str(config), *lowered, *argv])
+
+
+def settings(name: str, config: str | Path, *argv: str) -> dict:
+    """Every field of every dataclass the recipe's parser builds from ``config``."""
+    outputs = parsed(name, config, *argv)
     return {field.name: getattr(output, field.name) for output in outputs for field in dataclasses.fields(output)}
 
 
@@ -94,7 +99,10 @@ def test_no_shipped_preset_trips_a_warning_of_ours(name, caplog):
     not ours to fix here."""
     with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="trl_multiagent"):
         warnings.simplefilter("error", SettingsWarning)
-        settings(name, name)
+        outputs = parsed(name, name)
+        for args in (output for output in outputs if isinstance(output, MultiAgentGRPOConfig)):
+            for workflow_class in BUILT_IN:  # what the trainer asks of the config for each built-in workflow
+                args.prompt_limit_for(workflow_class)
     assert [record.getMessage() for record in caplog.records if record.name.startswith("trl_multiagent")] == []
 
 

@@ -6,11 +6,15 @@ from pathlib import Path
 
 import pytest
 from harness import needs_sandbox
+from reference_rules import livecodebench_question
 
 from trl_multiagent.tasks.code import (
     DEEPCODER_ID,
+    LIVECODEBENCH_LAYOUT,
     CodeReward,
+    ProblemLayout,
     _deepcoder_row,
+    code_prompt,
     extract_code,
     load_deepcoder,
     suite_from_deepcoder,
@@ -20,6 +24,10 @@ from trl_multiagent.tasks.sandbox import SandboxLimits, TestSuite
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 DEEPCODER = FIXTURES / "deepcoder_sample.jsonl"
 RAW = [json.loads(line) for line in DEEPCODER.read_text().splitlines()]
+# Two rows in DeepCoder's lcbv5 schema (problem, starter_code, metadata, tests with testtype): a functional problem
+# with LeetCode-style starter code, and a stdin problem whose starter_code is empty.
+LCBV5 = FIXTURES / "deepcoder_lcbv5_sample.jsonl"
+LCBV5_RAW = [json.loads(line) for line in LCBV5.read_text().splitlines()]
 SOLUTIONS = json.loads((FIXTURES / "deepcoder_sample_solutions.json").read_text())["solutions"]
 
 
@@ -59,17 +67,59 @@ def test_loader_returns_trl_rows_split_like_the_paper():
     train, test = load_deepcoder("train", DEEPCODER), load_deepcoder("test", DEEPCODER)
     assert train.column_names == test.column_names == ["prompt", "tests"]
     assert (len(train), len(test)) == (7, 1)
+    layout = ProblemLayout.from_json(LIVECODEBENCH_LAYOUT)
+    problems = {raw["problem"] for raw in RAW}
     for row in list(train) + list(test):
         (message,) = row["prompt"]
-        assert message["role"] == "user" and "```python" in message["content"]
+        assert message["role"] == "user" and message["content"].startswith(layout.system + "\n\n")
+        problem = message["content"].removeprefix(layout.system + "\n\n").partition(layout.format_without_starter_code)
+        assert problem[0] in problems and problem[1]  # the problem verbatim, then the format line (no starter code)
+    kinds = sorted(TestSuite.from_json(t).kind for t in list(train["tests"]) + list(test["tests"]))
+    assert kinds == ["function_call"] * 4 + ["stdin_stdout"] * 4
+    assert len(load_deepcoder("train", DEEPCODER, limit=2)) == 2
+
+
+def test_the_instruction_layout_says_how_the_program_is_run():
+    for row in load_deepcoder("train", DEEPCODER, problem_layout="instruction"):
+        (message,) = row["prompt"]
         suite = TestSuite.from_json(row["tests"])
+        assert message["content"].endswith(code_prompt("", suite)[0]["content"].strip())
         if suite.kind == "function_call":
             assert f"`{suite.fn_name}`" in message["content"]  # the prompt says which function the tests call
         else:
             assert "standard input" in message["content"]
-    kinds = sorted(TestSuite.from_json(t).kind for t in list(train["tests"]) + list(test["tests"]))
-    assert kinds == ["function_call"] * 4 + ["stdin_stdout"] * 4
-    assert len(load_deepcoder("train", DEEPCODER, limit=2)) == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "starter_code"),
+    [(LCBV5_RAW[0], LCBV5_RAW[0]["starter_code"]), (LCBV5_RAW[1], None), (RAW[4], None)],
+    ids=["lcbv5-functional-starter-code", "lcbv5-stdin-empty-starter-code", "primeintellect-no-starter-code"],
+)
+def test_the_paper_layout_is_livecodebenchs_as_the_reference_builds_it(raw, starter_code):
+    """The row's text is the reference's question laid out from our sentences (livecodebench_layout.json): the
+    starter code, when the row has some, in the python block under its format line; else the standard-input format
+    line over the placeholder (a PrimeIntellect row has no starter_code column, an lcbv5 stdin row an empty one)."""
+    sentences = json.loads(LIVECODEBENCH_LAYOUT.read_text())["code_problem"]
+    (message,) = _deepcoder_row(raw, 0, "fixture", ProblemLayout.from_json(LIVECODEBENCH_LAYOUT))["prompt"]
+    assert message["content"] == livecodebench_question(raw["problem"], starter_code, sentences)
+    if starter_code:
+        assert f"{sentences['format_with_starter_code']}\n```python\n{starter_code}\n```" in message["content"]
+
+
+def test_the_layout_text_comes_from_its_file(tmp_path):
+    """Another file with the same keys changes every sentence; a file without them is refused by name."""
+    sentences = {key: f"<{key}>" for key in json.loads(LIVECODEBENCH_LAYOUT.read_text())["code_problem"]}
+    mine = tmp_path / "layout.json"
+    mine.write_text(json.dumps({"code_problem": sentences}))
+    (row,) = load_deepcoder("test", str(LCBV5), problem_layout=str(mine))["prompt"]
+    raw = next(r for r in LCBV5_RAW if r["problem"] in row[0]["content"])
+    assert row[0]["content"] == livecodebench_question(raw["problem"], raw["starter_code"] or None, sentences)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"code_problem": {"system": "x"}}))
+    with pytest.raises(ValueError, match="'code_problem' object with the texts"):
+        load_deepcoder("train", str(LCBV5), problem_layout=str(broken))
+    with pytest.raises(ValueError, match="Unknown problem layout"):
+        load_deepcoder("train", str(LCBV5), problem_layout="leetcode")
 
 
 @pytest.mark.parametrize(

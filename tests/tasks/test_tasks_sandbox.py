@@ -17,8 +17,10 @@ import pytest
 from harness import needs_sandbox
 
 from trl_multiagent.tasks import sandbox
+from trl_multiagent.tasks.code import CodeReward
 from trl_multiagent.tasks.sandbox import (
     Outcome,
+    ProblemTime,
     SandboxLimits,
     SandboxPool,
     TestCase,
@@ -241,6 +243,36 @@ def test_stop_at_first_failure_versus_running_all_tests():
         Outcome.PASSED,
     )
     assert (every.outcome, every.passed, every.total) == (Outcome.WRONG_ANSWER, 3, 5)
+
+
+def test_the_problem_time_is_the_paper_graders():
+    """min((timeout + 1) x tests + 5, 120) seconds with its 3 s per test (rllm/rewards/code_reward.py:249,266), the
+    code reward's default."""
+    for tests in (1, 5, 28, 29, 200):
+        assert ProblemTime().seconds(tests) == min((3 + 1) * tests + 5, 120)
+    assert CodeReward().problem_time == ProblemTime()
+    with pytest.raises(ValueError, match="ProblemTime.most must be > 0"):
+        ProblemTime(most=0)
+
+
+def test_a_problem_out_of_time_stops_its_grading():
+    """Three tests of a program that waits 0.6 s in each: 1 s for the problem cuts the second test and ends the
+    grading, a timeout (by the per-test rate or by the cap alike); 4 s lets all three pass. The same through a
+    pool."""
+    suite = TestSuite("stdin_stdout", tuple(TestCase(f"{i}\n", f"{i}\n") for i in range(3)))
+    program = "import time\ntime.sleep(0.6)\nprint(input())"
+    for tight in (ProblemTime(per_test=0.3, extra=0.1, most=100.0), ProblemTime(per_test=10.0, extra=10.0, most=1.0)):
+        report = run_tests(program, suite, limits=ROOMY, problem_time=tight, stop_at_first_failure=False)
+        assert (report.outcome, report.outcomes) == (Outcome.TIMEOUT, (Outcome.PASSED, Outcome.TIMEOUT))
+        assert "the problem's time budget of 1s for 3 tests ran out" in report.detail
+    roomy = ProblemTime(per_test=1.0, extra=1.0, most=100.0)
+    assert run_tests(program, suite, limits=ROOMY, problem_time=roomy).outcome is Outcome.PASSED
+    assert run_tests(program, suite, limits=ROOMY).outcome is Outcome.PASSED  # no budget: the per-test limits alone
+    with SandboxPool(max_workers=2, limits=ROOMY, problem_time=ProblemTime(0.3, 0.1, 100.0)) as pool:
+        assert [r.outcome for r in pool.run([(program, suite), ("print(input())", suite)])] == [
+            Outcome.TIMEOUT,
+            Outcome.PASSED,
+        ]
 
 
 def test_function_call_tests():

@@ -90,6 +90,7 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     assert saved["base_model"] == "toy"
     assert saved["workflow"] == {  # the toy preset: the requests the toy model was trained on
         "workflow": "EvalOpt",
+        "import_path": "trl_multiagent.workflows.eval_opt:EvalOpt",
         "max_iterations": 3,
         "task": "math",
         "history": "fresh",
@@ -123,6 +124,7 @@ def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["workflow"] == {
         "workflow": "EvalOpt",
+        "import_path": "trl_multiagent.workflows.eval_opt:EvalOpt",
         "max_iterations": 2,
         "task": "code",
         "history": "fresh",

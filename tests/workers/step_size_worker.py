@@ -12,11 +12,13 @@ from tiny import random_answers, tiny_trainer
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
 
-# The paper preset's batch fields (prompts_per_step 64, mini_batch_prompts 64, 8 episodes, 8 micro-steps) scaled down;
-# the per-process batch is left at its field default, for prompts_per_step to derive.
+# The paper preset's batch fields (prompts_per_step 64, mini_batch_prompts 64, 8 episodes, 8 micro-steps) scaled down,
+# with its mini-batch order (verl's, balanced over the processes); the per-process batch is left at its field default,
+# for prompts_per_step to derive.
 SETTINGS = dict(
     prompts_per_step=4, mini_batch_prompts=2, num_generations=2, gradient_accumulation_steps=2,
-    update_schedule="mini_batches", clip_grad_norm_per_adapter=True, advantage_groups="roles",
+    update_schedule="mini_batches", mini_batch_order="reference", clip_grad_norm_per_adapter=True,
+    advantage_groups="roles",
     per_device_train_batch_size=MultiAgentGRPOConfig.__dataclass_fields__["per_device_train_batch_size"].default,
     max_steps=1, logging_steps=1, learning_rate=1e-2, save_strategy="no", policy_sharing="isolated", seed=0,
 )  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -381,3 +382,39 @@ def test_qwen3_template_drops_earlier_reasoning_from_history(tokenizer):
         messages, tokenize=False, add_generation_prompt=True, chat_template=QWEN3_TEMPLATE.read_text()
     )
     assert "long reasoning" not in text and "<|im_start|>assistant\nanswer \\boxed{5}<|im_end|>" in text
+
+
+# ----- a completion with two or more `</think>` (documented difference, docs/fidelity.md) -----
+TWO_THINK_ENDS = (
+    "Draft: \\boxed{Incorrect}, pick \\boxed{2}\n```python\nprint(1)\n```\n</think>\n"
+    "Second thoughts: \\boxed{7}</think>\nFinal: \\boxed{Correct} \\boxed{1}"
+)
+
+
+def reference_readings(content: str) -> tuple:
+    """What the reference reads in a completion's content (rLLM's Qwen parser with thinking off keeps the text after
+    a single `</think>`, else the whole text: rllm/parser/chat_template_parser.py:509-537): the verdict and the
+    selection from the whole content (their readers above), the math answer from the text between the first and the
+    second `</think>` when there is one (rllm/rewards/math_reward.py:50-51, then the last box), the program from the
+    last fenced block of the whole content (rllm/rewards/code_reward.py:99-102)."""
+    math_text = content.split("</think>")[1] if "</think>" in content else content
+    blocks = re.findall(r"```(?:\w+)?\n(.*?)```", content, re.DOTALL)
+    code = blocks[-1].strip() if blocks else None
+    return reference_verdict(content), reference_selection(content, 3), extract_boxed(math_text), code
+
+
+def our_readings(content: str) -> tuple:
+    verdict = EvalOpt(parsing=PAPER_RULE).formats["evaluator"].parse(content)
+    selection = Voting(parsing=PAPER_RULE).formats["aggregator"].read(content)
+    return verdict, selection, extract_boxed(content), extract_code(content)
+
+
+def test_two_think_ends_are_read_after_the_last_here_and_whole_by_the_reference():
+    """With thinking off a completion holds no `</think>` of its own, and one is cut off by both parsers before any
+    reader sees the text (chat_rendering="reference_qwen"): the readings agree. A completion with two is handed on
+    whole by both, and read differently: every reader here reads after the last `</think>`, the reference's read the
+    whole text (the math reward: between the first two)."""
+    for content in ("Draft: \\boxed{Incorrect}, pick \\boxed{2}\n```python\nprint(1)\n```", "\\boxed{Correct} 3"):
+        assert our_readings(content) == reference_readings(content)
+    assert reference_readings(TWO_THINK_ENDS) == (False, 1, "7", "print(1)")
+    assert our_readings(TWO_THINK_ENDS) == (True, 0, "1", None)

@@ -4,20 +4,14 @@ Loading and saving only: running a loaded workflow (backends, generation setting
 ``trl_multiagent.evaluation``'s.
 """
 
-from .load import (
-    BUILT_IN_WORKFLOWS,
-    CONFIG_NAME,
-    TrainedWorkflow,
-    load_base_workflow,
-    load_trained_workflow,
-    read_multiagent_config,
-    workflow_from_config,
-)
+from .load import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load_trained_workflow, read_multiagent_config
+from .workflow_config import BUILT_IN_WORKFLOWS, check_workflow_config, workflow_from_config
 
 __all__ = [
     "BUILT_IN_WORKFLOWS",
     "CONFIG_NAME",
     "TrainedWorkflow",
+    "check_workflow_config",
     "load_base_workflow",
     "load_trained_workflow",
     "read_multiagent_config",

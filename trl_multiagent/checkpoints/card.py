@@ -14,6 +14,8 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .workflow_config import IMPORT_PATH
+
 TAGS = ["trl", "trl-multiagent", "grpo", "multi-agent", "lora"]
 
 
@@ -33,6 +35,7 @@ def final_metrics(log_history: list[dict[str, Any]]) -> dict[str, float]:
 def _workflow_call(config: dict[str, Any]) -> str:
     workflow = dict(config["workflow"])
     name = workflow.pop("workflow")
+    workflow.pop(IMPORT_PATH, None)  # where the class is, not one of its parameters
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in workflow.items())})"
 
 

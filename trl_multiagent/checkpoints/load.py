@@ -23,10 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..adapters.routing import BASE_MODEL, AdapterRouter, unique_adapters
 from ..toy import resolve_model_name
-from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
+from ..workflows import Workflow
+from .workflow_config import workflow_from_config
 
 CONFIG_NAME = "multiagent_config.json"
-BUILT_IN_WORKFLOWS = {cls.__name__: cls for cls in (EvalOpt, Voting, OrchWorkers, SingleAgent)}
 
 
 @dataclass
@@ -75,31 +75,6 @@ def read_multiagent_config(path: str | os.PathLike) -> dict[str, Any]:
     return json.loads(file.read_text())
 
 
-def workflow_from_config(config: dict[str, Any]) -> Workflow:
-    """Rebuild a built-in workflow from its ``config_dict()``, e.g. ``{"workflow": "Voting", "n_voters": 3}``."""
-    params = dict(config)
-    name = params.pop("workflow", None)
-    if name not in BUILT_IN_WORKFLOWS:
-        raise ValueError(
-            f"Workflow {name!r} is not built in ({sorted(BUILT_IN_WORKFLOWS)}); rebuild it yourself and pass it "
-            f"explicitly: load_trained_workflow(path, workflow=YourWorkflow(**params)) with params {params}."
-        )
-    if "prompts" not in params:  # saved before prompt sets existed: the workflows as they ran then
-        params = {**_BEFORE_PROMPT_SETS[name], **params}
-    if "parsing" not in params and name in _BEFORE_PARSING_RULES:  # saved when the judges were read by the last box
-        params["parsing"] = "robust"
-    return BUILT_IN_WORKFLOWS[name](**params)
-
-
-_BEFORE_PROMPT_SETS = {
-    "EvalOpt": {"history": "fresh", "prompts": "guarded"},
-    "Voting": {"prompts": "guarded"},
-    "OrchWorkers": {"workers": "fixed", "prompts": "guarded"},
-    "SingleAgent": {"template": "raw", "prompts": "guarded"},
-}
-_BEFORE_PARSING_RULES = ("EvalOpt", "Voting", "OrchWorkers")  # the workflows with judges' readers
-
-
 def load_trained_workflow(
     path: str | os.PathLike,
     workflow: Workflow | None = None,
@@ -113,8 +88,9 @@ def load_trained_workflow(
 
     Args:
         path: a checkpoint folder (``run_dir/checkpoint-N``) or a run's final ``output_dir``.
-        workflow: the workflow to run; defaults to the saved one (built-in workflows only; pass a custom workflow
-            here). Any workflow works as long as ``role_to_adapter`` routes each of its roles.
+        workflow: the workflow to run; defaults to the saved one, rebuilt from its class's import path
+            (``workflow_config.py``; pass a workflow here when its class cannot be imported). Any workflow works as
+            long as ``role_to_adapter`` routes each of its roles.
         role_to_adapter: role type -> saved adapter name; defaults to the saved mapping.
         base_model: overrides the saved base model (e.g. a local copy of the Hub model).
         device, dtype: where and in which precision to load (``dtype=None`` keeps the checkpoint's own).

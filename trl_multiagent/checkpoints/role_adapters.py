@@ -18,6 +18,7 @@ import torch
 from ..adapters.routing import unique_adapters
 from ..toy import model_name
 from .load import CONFIG_NAME
+from .workflow_config import workflow_config
 
 UPDATE_STATE_NAME = "coherence_state.pt"
 
@@ -26,12 +27,13 @@ def run_config(
     base_model: str, workflow, policy_sharing: str, role_adapters: dict[str, str], role_models=None
 ) -> dict:
     """The content of ``multiagent_config.json``: the base model (``"toy"`` for the packaged one, wherever it is
-    installed), the workflow's ``config_dict()``, the policy sharing and the role-to-adapter mapping; with roles on
-    several bases (a ``RoleModels``), ``role_models`` (role -> base) and ``adapter_models`` (adapter -> base) for the
-    roles and adapters that are not on ``base_model``."""
+    installed), the workflow's record (``workflow_config``: its ``config_dict()`` and its class's import path), the
+    policy sharing and the role-to-adapter mapping; with roles on several bases (a ``RoleModels``), ``role_models``
+    (role -> base) and ``adapter_models`` (adapter -> base) for the roles and adapters that are not on
+    ``base_model``."""
     config = {
         "base_model": model_name(base_model),
-        "workflow": workflow.config_dict(),
+        "workflow": workflow_config(workflow),
         "policy_sharing": policy_sharing,
         "role_to_adapter": dict(role_adapters),
         "adapters": unique_adapters(role_adapters),

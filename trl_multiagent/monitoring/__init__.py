@@ -1,18 +1,27 @@
 """Monitoring: per-role metrics of each generation batch and alarms on the drift signatures the paper reports."""
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from .adapter_check import AdapterMismatchError
 from .drift import DriftAlarm, DriftThresholds, RoleDriftCallback
-from .summary import TrainingSummaryCallback, plot_summary, summary_table
+from .summary import TrainingSummaryCallback, summary_table
+from .summary_plot import judge_roles, plot_summary
 from .workflow_metrics import workflow_metrics
 
 
-def monitoring_callbacks(args) -> tuple[list, list]:
-    """The callbacks ``args`` asks for: (to run before every other callback, to run after them)."""
+def monitoring_callbacks(args, formats: Mapping[str, Any], trackers: Sequence = ()) -> tuple[list, list]:
+    """The callbacks ``args`` asks for, for a workflow declaring ``formats`` (role type -> output format): (to run
+    before every other callback, to run after them). The drift alarms and the summary picture know the judges by
+    these formats; ``trackers``: the trainer's callback list, whose ``report_to`` integrations get the picture when
+    they take images."""
     first = []
     if args.drift_alarms:
         thresholds = DriftThresholds(**(args.drift_thresholds or {}))
-        first.append(RoleDriftCallback(thresholds, stop_on_alarm=args.stop_on_drift))
-    return first, [TrainingSummaryCallback()] if args.training_summary else []
+        first.append(RoleDriftCallback(thresholds, formats, stop_on_alarm=args.stop_on_drift))
+    if not args.training_summary:
+        return first, []
+    return first, [TrainingSummaryCallback(judges=judge_roles(formats), trackers=trackers)]
 
 
 __all__ = [
@@ -21,6 +30,7 @@ __all__ = [
     "DriftThresholds",
     "RoleDriftCallback",
     "TrainingSummaryCallback",
+    "judge_roles",
     "monitoring_callbacks",
     "plot_summary",
     "summary_table",

@@ -12,12 +12,16 @@ import logging
 import math
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..workflows.formats import OutputFormat
+
 logger = logging.getLogger(__name__)
+
+JUDGE_KINDS = ("verdict", "selection")  # declared output formats whose roles judge other roles' answers
 
 # Why each kind of alarm matters, appended to its warning.
 _MEANING = {
@@ -32,6 +36,11 @@ _MEANING = {
     "adapter_mismatch": "the role's calls were not sampled by its own adapter at the version trained (a missed sync, "
     "a swapped or evicted LoRA slot); the trainer's warning names the adapter and the versions",
 }
+
+
+def alarm_meaning(kind: str) -> str:
+    """What an alarm of ``kind`` says about the role (its warning's explanation); "" for an unknown kind."""
+    return _MEANING.get(kind, "")
 
 
 @dataclass
@@ -180,23 +189,27 @@ class RoleDriftCallback(TrainerCallback):
     have then already sent the log; for wandb/trackio/tensorboard to see the alarm keys, put it first:
     ``trainer.callback_handler.callbacks.insert(0, RoleDriftCallback())``.
 
+    Judges and solvers are the roles the workflow declares so (``formats``, role type -> ``OutputFormat``, e.g.
+    ``workflow.formats``; the trainer passes its workflow's): a role whose format is a verdict or a selection judges,
+    one whose format is an answer solves, whatever their names. Without ``formats`` no role is a judge, so
+    ``judge_code`` and ``judge_length`` are not checked.
+
     Args:
         thresholds: the alarm thresholds; ``DriftThresholds()`` by default.
-        judge_roles: role types that should judge, not solve.
-        solver_roles: role types whose lengths a judge's is compared with.
+        formats: the workflow's declared role formats, which tell judges and solvers apart.
         stop_on_alarm: stop training at the first alarm (the checkpoint before the drift is kept).
     """
 
     def __init__(
         self,
         thresholds: DriftThresholds | None = None,
-        judge_roles: Iterable[str] = ("evaluator", "aggregator"),
-        solver_roles: Iterable[str] = ("generator", "worker", "synthesizer"),
+        formats: Mapping[str, OutputFormat] | None = None,
         stop_on_alarm: bool = False,
     ) -> None:
         self.thresholds = thresholds or DriftThresholds()
-        self.judge_roles = frozenset(judge_roles)
-        self.solver_roles = frozenset(solver_roles) - self.judge_roles
+        kinds = {role: fmt.kind for role, fmt in (formats or {}).items()}
+        self.judge_roles = frozenset(role for role, kind in kinds.items() if kind in JUDGE_KINDS)
+        self.solver_roles = frozenset(role for role, kind in kinds.items() if kind == "answer")
         self.stop_on_alarm = stop_on_alarm
         self.alarms: list[DriftAlarm] = []
         self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values

@@ -11,7 +11,9 @@ Every episode is an asyncio task running ``workflow.run``. Two ways to reach the
 
 Every call is recorded once, as a ``ModelCall`` on its episode, in the order the episode made its calls. An episode
 that raises fails the whole rollout with an error naming it; every other episode and every request still in the
-backend is cancelled first.
+backend is cancelled first. With ``max_prompt_length``, a call whose prompt is longer is never sent: its episode ends
+there (``PromptTooLong`` is raised out of the workflow's ``generate``) and is returned ``dropped``, with no call and
+no answer, as the reference stack ends such an episode and leaves it out of training.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ class UndeclaredRoleError(ValueError):
     pass
 
 
+class PromptTooLong(Exception):
+    """A model call's prompt is over the engine's ``max_prompt_length``: raised out of ``generate`` to end the
+    episode. The episode is dropped even if its workflow catches this and goes on."""
+
+
 class EpisodeError(RuntimeError):
     """An episode's workflow raised; ``episode`` is its index in the rollout batch."""
 
@@ -61,6 +68,10 @@ class RolloutEngine:
     ``role_tools`` (role type -> ``RoleTools``): each ``generate`` of such a role runs its tool loop
     (``rollout.tool_loop``), one ``ModelCall`` per model call of the loop; required when the workflow declares
     ``tools`` (``{}`` runs those roles without them).
+
+    ``max_prompt_length``: the most prompt tokens a call may have, measured by the backend's own rendering
+    (``backend.prompt_ids(request)``, which the request then carries so that the backend does not render it again);
+    a longer call ends its episode, which comes back ``dropped``. ``None``: no limit.
     """
 
     def __init__(
@@ -73,6 +84,7 @@ class RolloutEngine:
         mode: str = "ticks",
         base_for_role: Mapping[str, str] | None = None,
         role_tools: Mapping[str, RoleTools] | None = None,
+        max_prompt_length: int | None = None,
     ):
         if mode not in ROLLOUT_MODES:
             raise ValueError(f"Rollout mode must be one of {ROLLOUT_MODES}, got {mode!r}.")
@@ -101,6 +113,13 @@ class RolloutEngine:
             raise ValueError(
                 f"Tools are given to role(s) {unknown}; {type(workflow).__name__}'s roles are {workflow.roles}."
             )
+        if max_prompt_length is not None and not hasattr(backend, "prompt_ids"):
+            raise ValueError(
+                f"max_prompt_length={max_prompt_length} measures each prompt before it is sent, and "
+                f"{type(backend).__name__} has no `prompt_ids(request)` giving the token ids it would generate from: "
+                "add one, or set max_prompt_length=None."
+            )
+        self.max_prompt_length = max_prompt_length
         self.role_tools = dict(role_tools or {})
         self.workflow = workflow
         self.backend = backend
@@ -183,6 +202,14 @@ class RolloutEngine:
                 request = GenerationRequest(
                     adapter, messages, settings, session=(id(self), run, episode.index), base=base, tools=schemas
                 )
+                if self.max_prompt_length is not None:
+                    request.prompt_ids = self.backend.prompt_ids(request)
+                    if len(request.prompt_ids) > self.max_prompt_length:
+                        episode.dropped = True
+                        raise PromptTooLong(
+                            f"a {role} call's prompt has {len(request.prompt_ids)} tokens, over max_prompt_length="
+                            f"{self.max_prompt_length}"
+                        )
                 if self.mode == "async":
                     result: GenerationResult = await self.backend.agenerate(request)
                 else:
@@ -212,7 +239,14 @@ class RolloutEngine:
         async def run_episode(episode: Episode, prompt: Messages) -> None:
             made: list[tuple[int, ModelCall]] = []
             conversations: list[tuple[int, ToolConversation]] = []
-            answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
+            try:
+                answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
+            except PromptTooLong:
+                pass  # the refused call marked the episode dropped
+            if episode.dropped:  # no call of it trains, those made before the refused one or beside it included
+                if on_episode_end is not None:
+                    on_episode_end(episode)
+                return
             if not isinstance(answer, str):
                 raise TypeError(
                     f"{type(self.workflow).__name__}.run must return the final answer as str, got {answer!r}"

@@ -48,6 +48,8 @@ class Episode:
     calls: list[ModelCall] = field(default_factory=list)  # in the order the episode made them
     final_answer: str = ""
     tool_conversations: list[ToolConversation] = field(default_factory=list)  # in the order their `generate` began
+    # Ended by a call whose prompt was over `max_prompt_length` (rollout/engine.py): no call, no answer, no training.
+    dropped: bool = False
 
     def answering_conversation(self) -> ToolConversation | None:
         """The tool conversation whose text the workflow returned as its answer (the latest begun, if several)."""

@@ -21,7 +21,8 @@ Containment, per run (``sandbox_boot.py`` does the in-namespace part):
 Not hidden: world-readable files outside those directories stay readable (e.g. the trainer's source code).
 
 One run executes one test, so a crash or a patched builtin can't leak into the next test, and the program never
-sees expected outputs. Requires util-linux ``unshare`` and root or unprivileged user namespaces;
+sees expected outputs. A problem's tests together may also get a time budget (``ProblemTime``), as the paper's grader
+gives each problem's whole run one. Requires util-linux ``unshare`` and root or unprivileged user namespaces;
 ``check_sandbox_support`` says what is missing.
 """
 
@@ -48,7 +49,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
@@ -129,6 +130,27 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
+class ProblemTime:
+    """The wall-clock time one program may spend on a problem's tests together: ``per_test`` seconds a test plus
+    ``extra``, at most ``most``. The defaults are the paper's grader's, which kills the process running a problem's
+    tests after min((3 s per test + 1) x tests + 5, 120) seconds and scores the problem 0 (rllm/rewards/
+    code_reward.py:249-303, used in training: rllm/engine/agent_workflow_engine.py:28-29). What counts is the
+    programs' own time (``Execution.run_seconds``), not the sandbox's setup of each run."""
+
+    per_test: float = 4.0
+    extra: float = 5.0
+    most: float = 120.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if value < 0 or (name == "most" and value == 0):
+                raise ValueError(f"ProblemTime.{name} must be > 0 (per_test and extra >= 0), got {value}.")
+
+    def seconds(self, tests: int) -> float:
+        return min(self.per_test * tests + self.extra, self.most)
+
+
+@dataclass(frozen=True)
 class TestCase:
     """One test: what the program gets and what it must produce."""
 
@@ -186,7 +208,8 @@ class Execution:
     exit_code: int | None  # negative: killed by that signal
     detail: str  # why it failed, with the tail of stderr
     cpu_seconds: float
-    wall_seconds: float
+    wall_seconds: float  # the whole run, the sandbox's setup included
+    run_seconds: float = 0.0  # the program's own wall-clock time, from its start to its exit
 
 
 @dataclass(frozen=True)
@@ -403,6 +426,7 @@ def execute(
         detail=detail,
         cpu_seconds=status.get("cpu_seconds", 0.0),
         wall_seconds=wall,
+        run_seconds=status.get("run_seconds", wall),
     )
 
 
@@ -427,37 +451,64 @@ def stdout_matches(actual: str, expected: str) -> bool:
     return True
 
 
-def _grade_case(source: str, suite: TestSuite, case: TestCase, limits: SandboxLimits) -> tuple[Outcome, str]:
+def _grade_case(source: str, suite: TestSuite, case: TestCase, limits: SandboxLimits) -> tuple[Outcome, str, float]:
+    """The outcome of one case, why it failed, and the program's own run time."""
     if suite.kind == "stdin_stdout":
         run = execute(source, str(case.input), limits=limits, prelude=suite.prelude)
         if run.failure is not None:
-            return run.failure, run.detail
+            return run.failure, run.detail, run.run_seconds
         if stdout_matches(run.stdout, str(case.output)):
-            return Outcome.PASSED, ""
-        return Outcome.WRONG_ANSWER, f"expected {str(case.output)[:200]!r}, got {run.stdout[:200]!r}"
+            return Outcome.PASSED, "", run.run_seconds
+        return Outcome.WRONG_ANSWER, f"expected {str(case.output)[:200]!r}, got {run.stdout[:200]!r}", run.run_seconds
     run = execute(source, json.dumps(case.input), call=suite.fn_name, limits=limits, prelude=suite.prelude)
     if run.failure is not None:
-        return run.failure, run.detail
+        return run.failure, run.detail, run.run_seconds
     try:
         value = json.loads(run.result or "")
     except json.JSONDecodeError:
-        return Outcome.WRONG_ANSWER, f"{suite.fn_name} returned a value that is not JSON: {run.result!r:.200}"
+        detail = f"{suite.fn_name} returned a value that is not JSON: {run.result!r:.200}"
+        return Outcome.WRONG_ANSWER, detail, run.run_seconds
     # Round-trip the expectation through JSON too, so tuples/lists and int/float keys compare alike.
     if value == json.loads(json.dumps(case.output)):
-        return Outcome.PASSED, ""
+        return Outcome.PASSED, "", run.run_seconds
     call = f"{suite.fn_name}(*{json.dumps(case.input)[:100]})"
-    return Outcome.WRONG_ANSWER, f"{call}: expected {json.dumps(case.output)[:100]}, got {json.dumps(value)[:100]}"
+    detail = f"{call}: expected {json.dumps(case.output)[:100]}, got {json.dumps(value)[:100]}"
+    return Outcome.WRONG_ANSWER, detail, run.run_seconds
 
 
 def run_tests(
-    source: str, suite: TestSuite, *, limits: SandboxLimits | None = None, stop_at_first_failure: bool = True
+    source: str,
+    suite: TestSuite,
+    *,
+    limits: SandboxLimits | None = None,
+    stop_at_first_failure: bool = True,
+    problem_time: ProblemTime | None = None,
 ) -> TestReport:
-    """Grade a program on every case of ``suite``, each case in its own sandbox run."""
+    """Grade a program on every case of ``suite``, each case in its own sandbox run. With ``problem_time``, the runs
+    together get ``problem_time.seconds(len(suite.cases))`` of the program's time: each run's wall-clock limit is at
+    most what is left, and a run cut by the budget ends the grading there (the rest of the tests are not run) with
+    the problem a timeout, as the paper's grader kills a problem's whole run at its deadline."""
     limits = limits or SandboxLimits()
+    budget = problem_time.seconds(len(suite.cases)) if problem_time is not None else None
+    used = 0.0
     outcomes: list[Outcome] = []
     first_detail = ""
     for case in suite.cases:
-        outcome, detail = _grade_case(source, suite, case, limits)
+        left = None if budget is None else budget - used
+        cut = left is not None and left < limits.wall_seconds
+        if cut and left <= 0:
+            outcome, detail, seconds = Outcome.TIMEOUT, "", 0.0
+        else:
+            run_limits = replace(limits, wall_seconds=left) if cut else limits
+            outcome, detail, seconds = _grade_case(source, suite, case, run_limits)
+        used += seconds
+        if cut and outcome is Outcome.TIMEOUT:
+            outcomes.append(outcome)
+            first_detail = first_detail or (
+                f"test {len(outcomes) - 1}: the problem's time budget of {budget:g}s for {len(suite.cases)} tests "
+                "ran out"
+            )
+            break
         outcomes.append(outcome)
         if outcome is not Outcome.PASSED:
             first_detail = first_detail or f"test {len(outcomes) - 1}: {detail}"
@@ -481,15 +532,21 @@ class SandboxPool:
     """Grades many (program, tests) problems in parallel, at most ``max_workers`` sandboxes at a time.
 
     Each worker thread drives one sandboxed subprocess at a time; a problem's tests run in order on one worker
-    so it can stop at the first failure.
+    so it can stop at the first failure. ``problem_time``: each problem's budget (``run_tests``); None: none.
     """
 
-    def __init__(self, max_workers: int | None = None, limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self,
+        max_workers: int | None = None,
+        limits: SandboxLimits | None = None,
+        problem_time: ProblemTime | None = None,
+    ) -> None:
         check_sandbox_support()
         self.max_workers = max_workers or os.cpu_count() or 1
         if self.max_workers > UID_COUNT:
             raise ValueError(f"max_workers={self.max_workers} exceeds the {UID_COUNT} sandbox uids; lower it.")
         self.limits = limits or SandboxLimits()
+        self.problem_time = problem_time
         self._executor = ThreadPoolExecutor(self.max_workers, thread_name_prefix="sandbox")
 
     def run(
@@ -498,7 +555,12 @@ class SandboxPool:
         """One TestReport per (source, suite), in order."""
         futures = [
             self._executor.submit(
-                run_tests, source, suite, limits=self.limits, stop_at_first_failure=stop_at_first_failure
+                run_tests,
+                source,
+                suite,
+                limits=self.limits,
+                stop_at_first_failure=stop_at_first_failure,
+                problem_time=self.problem_time,
             )
             for source, suite in problems
         ]

@@ -15,7 +15,8 @@ to the host. Steps:
    program holds no capability over the namespaces above) resource limits, drop to the leased unprivileged uid
    (no supplementary groups, no capabilities, no new privileges), cd into the working directory, run the grader's
    import prelude when the tests ask for it, then run the program (or call its function);
-4. wait with a wall-clock deadline and write a status line (a Python dict literal) for the host to classify.
+4. wait with a wall-clock deadline and write a status line (a Python dict literal) for the host to classify, with
+   the program's own wall-clock time.
 
 When this process exits, the kernel kills everything left in the PID namespace (daemons, fork-bomb leftovers).
 """
@@ -29,6 +30,7 @@ import os
 import resource
 import select
 import sys
+import time
 import types
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
@@ -224,6 +226,7 @@ def main() -> None:
     except BaseException as e:  # noqa: BLE001 - any setup failure is the sandbox's, reported as such
         _report(status_fd, setup_error=f"{type(e).__name__}: {e}")
         return
+    started = time.monotonic()
     pid = os.fork()
     if pid == 0:
         try:
@@ -253,6 +256,7 @@ def main() -> None:
         status_fd,
         exit_code=os.waitstatus_to_exitcode(wait_status),
         wall_timeout=timed_out,
+        run_seconds=time.monotonic() - started,  # the program's own time, the sandbox's setup left out
         cpu_seconds=usage.ru_utime + usage.ru_stime,
         max_rss_kb=usage.ru_maxrss,
     )

@@ -1,6 +1,6 @@
 """GRPO advantages. ``advantage_groups``: "episodes", the episodes of one prompt form a group (TRL's); "calls", every
-model call a sample, grouped per prompt and trajectory name (the reference's); "roles", per prompt, role and instance
-with a role instance's calls in an episode pooled."""
+model call a sample, grouped per prompt and the workflow's group key (the reference's grouping); "roles", per prompt,
+role and instance with a role instance's calls in an episode pooled."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def call_advantages(
     first_episode: int,
     episode_advantages: torch.Tensor,
     rewards: torch.Tensor,
-    trajectory_name: Callable[[str, int], str],
+    group_key: Callable[[str, int], str],
     num_generations: int,
     scale_rewards: str,
     groups: str,
@@ -162,7 +162,7 @@ def call_advantages(
     the episodes of a prompt). ``groups="roles"``: each call carries its role trajectory's advantage from
     ``trajectory_advantages`` over the episodes' outcome ``rewards`` (`[E_all]`). ``groups="calls"`` (the
     reference's): every call is a sample with its episode's outcome reward, grouped per prompt and
-    ``trajectory_name(role, instance)`` (``call_group_advantages``).
+    ``group_key(role, instance)`` (``Workflow.group_key``; ``call_group_advantages``).
 
     ``role_rewards`` (per episode, per call; None where a call has none) get advantages of their own in the same
     groups: under "calls" each call's own, otherwise pooled per role trajectory (their mean) and normalised in role
@@ -174,7 +174,7 @@ def call_advantages(
     episode_of = [first_episode + i for i, e in enumerate(episodes) for _ in e.calls]
     by_role = [r for per_episode in role_rewards for r in per_episode] if role_rewards is not None else None
     if groups == "calls":
-        keys = [(e, j, trajectory_name(c.role, c.instance)) for j, (e, c) in enumerate(zip(episode_of, calls))]
+        keys = [(e, j, group_key(c.role, c.instance)) for j, (e, c) in enumerate(zip(episode_of, calls))]
         per_groups = _per_call_groups
     else:
         keys = [(e, c.role, c.instance) for e, c in zip(episode_of, calls)]
@@ -195,10 +195,10 @@ def call_advantages(
 
 def _per_call_groups(keys, values, *, num_generations: int, scale_rewards: str, gather_object) -> dict:
     """``call_group_advantages`` of every process's calls with a value (``keys``: (episode, call index within this
-    process, trajectory name)), grouped per prompt and trajectory name: {key: advantage}."""
+    process, group key)), grouped per prompt and group key: {key: advantage}."""
     local = [(key, value) for key, value in zip(keys, values) if value is not None]
-    gathered = [((episode, j, name), value) for (episode, j, name), value in gather_object(local)]
-    groups = [(episode // num_generations, name) for (episode, _, name), _ in gathered]
+    gathered = [((episode, j, group), value) for (episode, j, group), value in gather_object(local)]
+    groups = [(episode // num_generations, group) for (episode, _, group), _ in gathered]
     advantages = call_group_advantages(groups, [value for _, value in gathered], scale_rewards)
     return {key: a for (key, _), a in zip(gathered, advantages)}
 

@@ -4,10 +4,12 @@ Two independent cuts:
 
 - **micro-batches** bound memory: at most ``max_samples`` samples and ``max_tokens`` padded tokens per forward,
   with weights that make the accumulated gradient exactly that of one pass over the whole set;
-- **mini-batches** (``update_schedule="mini_batches"``, the research stack's PPO update): each adapter's samples, in
-  episode order, are cut into mini-batches of ``mini_batch_size`` samples (over all processes); each is one
-  optimizer step. Every mini-batch's loss is normalised by ``max(its size, mini_batch_size)``, so a short last
-  mini-batch is scaled by its size over the full size, as the reference does.
+- **mini-batches** (``update_schedule="mini_batches"``, the research stack's PPO update): each adapter's samples are
+  cut into mini-batches of ``mini_batch_size`` samples (over all processes); each is one optimizer step. Every
+  mini-batch's loss is normalised by ``max(its size, mini_batch_size)``, so a short last mini-batch is scaled by its
+  size over the full size, as the reference does. ``MINI_BATCH_ORDERS``: ``"episodes"`` cuts each adapter's samples
+  in episode order, adapters in the order given; ``"reference"`` cuts them as the reference stack does, after verl
+  has reordered the whole batch by length (``batch_order.py``), adapters in the order they first appear there.
 
 Every process must take the same number of optimizer steps and the same number of synchronised backward passes:
 mini-batch counts come from the totals over processes, and a process with no sample in a mini-batch trains on one
@@ -16,6 +18,7 @@ zero-weight sample instead, which moves nothing but keeps the processes in step.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -23,9 +26,11 @@ from dataclasses import replace
 import torch
 
 from .batch import TrainingBatch
+from .batch_order import reference_mini_batches
 from .loss_weights import chunk_correction
 
 SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
+MINI_BATCH_ORDERS = ("episodes", "reference")
 
 
 def padded_tokens(batch: TrainingBatch) -> int:
@@ -131,25 +136,25 @@ def mini_batch_plan(
     sum_over_processes: SumOverProcesses,
     loss_type: str,
     accumulation_steps: int,
+    order: str = "episodes",
+    gather_object: Callable[[list], list] | None = None,
 ) -> list[tuple[str, TrainingBatch]]:
-    """The mini-batches of every adapter in turn (``adapters`` order), each as (adapter, its samples here) with
-    weights set so that TRL's loss over it, divided by ``accumulation_steps`` as TRL divides, is its mean over
-    ``max(global size, mini_batch_size)`` samples (tokens, for token-level loss types).
+    """The mini-batches of every adapter in turn, each as (adapter, its samples here) with weights set so that TRL's
+    loss over it, divided by ``accumulation_steps`` as TRL divides, is its mean over ``max(global size,
+    mini_batch_size)`` samples (tokens, for token-level loss types). The number of mini-batches of an adapter is the
+    same on every process, and a process with no sample in one trains on one zero-weight sample instead.
 
-    ``batch`` is in episode order; each process cuts its own samples of an adapter into chunks of
-    ``ceil(mini_batch_size / num_processes)``; the number of mini-batches of an adapter is the same on every process
-    (from the total over processes), and an empty chunk becomes one zero-weight sample.
+    ``batch`` is in episode order. ``order="episodes"``: adapters in ``adapters`` order, each process cutting its own
+    samples of an adapter into chunks of ``ceil(mini_batch_size / num_processes)``. ``order="reference"``: the
+    reference stack's mini-batches over the samples of every process (``batch_order.reference_mini_batches``, with
+    one rank per process), which ``gather_object`` (accelerate's) collects.
     """
-    local = torch.tensor([float(a == name) for name in adapters for a in batch.adapters]).view(len(adapters), -1)
-    totals = sum_over_processes(local.sum(dim=1).to(batch.advantages.device)).tolist()
-    per_process = math.ceil(mini_batch_size / num_processes)
-    chunks: list[tuple[str, list[int]]] = []
-    for adapter, total in zip(adapters, totals):
-        rows = [i for i, a in enumerate(batch.adapters) if a == adapter]
-        steps = math.ceil(total / mini_batch_size)
-        for k in range(steps):
-            end = (k + 1) * per_process if k < steps - 1 else len(rows)
-            chunks.append((adapter, rows[k * per_process : end]))
+    if order == "reference":
+        chunks = _reference_chunks(batch, mini_batch_size, num_processes, gather_object)
+    elif order == "episodes":
+        chunks = _episode_chunks(batch, adapters, mini_batch_size, num_processes, sum_over_processes)
+    else:
+        raise ValueError(f"`mini_batch_order` must be one of {MINI_BATCH_ORDERS}, got {order!r}.")
     tokens = batch.completion_mask.sum(dim=1).float()
     counts = torch.tensor([[len(r), float(tokens[r].sum()) if r else 0.0] for _, r in chunks]).view(-1, 2)
     counts = sum_over_processes(counts.to(batch.advantages.device)).tolist()
@@ -173,6 +178,42 @@ def mini_batch_plan(
             (adapter, replace(part, sample_weights=part.sample_weights * factor, num_items_in_batch=num_items))
         )
     return plan
+
+
+def _episode_chunks(batch, adapters, mini_batch_size, num_processes, sum_over_processes) -> list[tuple[str, list]]:
+    local = torch.tensor([float(a == name) for name in adapters for a in batch.adapters]).view(len(adapters), -1)
+    totals = sum_over_processes(local.sum(dim=1).to(batch.advantages.device)).tolist()
+    per_process = math.ceil(mini_batch_size / num_processes)
+    chunks: list[tuple[str, list[int]]] = []
+    for adapter, total in zip(adapters, totals):
+        rows = [i for i, a in enumerate(batch.adapters) if a == adapter]
+        steps = math.ceil(total / mini_batch_size)
+        for k in range(steps):
+            end = (k + 1) * per_process if k < steps - 1 else len(rows)
+            chunks.append((adapter, rows[k * per_process : end]))
+    return chunks
+
+
+def _reference_chunks(batch, mini_batch_size, num_processes, gather_object) -> list[tuple[str, list]]:
+    """This process's rows of each of the reference's mini-batches. A sample is known everywhere by its episode and
+    its place among the episode's calls; sorted so, the samples of every process are the batch in the reference's
+    order before balancing (processes hold consecutive episodes, each episode its calls in the order made)."""
+    if gather_object is None and num_processes > 1:
+        raise ValueError("The reference's mini-batches span every process: pass `gather_object`.")
+    episodes = batch.episode_ids.tolist()
+    places = [j for _, calls in itertools.groupby(episodes) for j, _ in enumerate(calls)]
+    prompts, completions = batch.lengths()  # verl's attention mask: prompt and completion tokens
+    local = [((e, j), p + c, a) for e, j, p, c, a in zip(episodes, places, prompts, completions, batch.adapters)]
+    everyone = sorted(local if gather_object is None else gather_object(local))
+    row_of = {key: row for row, (key, _, _) in enumerate(local)}
+    rows_here = [row_of.get(key) for key, _, _ in everyone]
+    steps = reference_mini_batches(
+        [length for _, length, _ in everyone],
+        [adapter for _, _, adapter in everyone],
+        mini_batch_size=mini_batch_size,
+        ranks=num_processes,
+    )
+    return [(adapter, [rows_here[g] for g in positions if rows_here[g] is not None]) for adapter, positions in steps]
 
 
 def _stand_in(batch: TrainingBatch, adapter: str) -> TrainingBatch:

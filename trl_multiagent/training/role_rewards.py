@@ -5,14 +5,16 @@ share in a right outcome. Two built-in variants (``role_rewards``) read the role
 (``Workflow.formats``); "right" is the outcome reward (the trainer's ``reward_funcs``) scored on that call's own text:
 at least 1.
 
-- ``"reference"``, the reference stack's per-role variant (its ``use_final_outcome_reward=False``): an answer
-  (generator, voter, synthesizer) is rewarded when it is right; a verdict (evaluator) when it matches whether the
-  attempt it judged is right, an unreadable verdict 0; a selection (aggregator) when the answer it selected is right;
-  the roles the workflow lists in ``zero_role_reward`` get 0 (Orch-Workers' orchestrator and workers: no gradient);
-  the roles it lists in ``outcome_role_reward`` are graded by the episode's outcome instead of their own call (an
-  answer gets the outcome, a verdict is compared with it, a selection gets it: the reference's code workflows).
-- ``"own_answers"``, this library's variant: the same, except that no role is zeroed (workers by their own answers, a
-  plan by the episode's outcome) and an unreadable verdict reads as Incorrect (as Eval-Opt reads it to go on).
+- ``"reference"``, the reference stack's per-role variant (its ``use_final_outcome_reward=False``), each role graded
+  as the workflow's ``role_reward_policy`` says (``workflows/reward_policy.py``): by its own output, an answer
+  (generator, voter, synthesizer) rewarded when it is right, a verdict (evaluator) when it matches whether the
+  attempt it judged is right (an unreadable verdict 0), a selection (aggregator) when the answer it selected is
+  right; by the episode's outcome (an answer or a selection gets it, a verdict is compared with it: the reference's
+  code workflows); or 0 (Orch-Workers' orchestrator and workers: no gradient). The built-in workflows declare the
+  reference's policies.
+- ``"own_answers"``, this library's variant: every role by its own output, whatever the policy (workers by their own
+  answers, a plan by the episode's outcome), and an unreadable verdict reads as Incorrect (as Eval-Opt reads it to
+  go on).
 - ``"balanced"``: ``"reference"`` with each judge's verdicts class-balanced, so that a judge cannot earn its reward
   by repeating the base rate. Over a verdict role's graded calls in the batch (this process's episodes), n of them,
   n_c judging an attempt whose truth is c (right or wrong), C the number of truths present: a right verdict on an
@@ -21,7 +23,7 @@ at least 1.
   "Correct" always earns 0.5, however rare wrong attempts are, where ``"reference"`` would give it the share of
   right attempts. With one truth present in the batch it is ``"reference"``'s reward.
 
-A plan role that the workflow does not list in ``zero_role_reward`` gets the episode's outcome in both.
+A plan role that the policy does not zero gets the episode's outcome in all three.
 
 Users pass their own as ``role_reward_funcs={"evaluator": fn}``: TRL's reward signature, called once per role with
 that role's calls of the batch: ``fn(prompts, completions, completion_ids, judged, candidates, final_answer,
@@ -36,6 +38,7 @@ from typing import Any
 
 from ..workflows.correctness import grade_calls, solved
 from ..workflows.formats import references
+from ..workflows.reward_policy import OUTCOME, ZERO, RoleRewardPolicy
 
 Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -> outcome reward of each text
 ROLE_REWARD_VARIANTS = ("reference", "own_answers", "balanced")
@@ -49,8 +52,7 @@ def builtin_role_rewards(
     if variant not in ROLE_REWARD_VARIANTS:
         raise ValueError(f"`role_rewards` must be one of {ROLE_REWARD_VARIANTS}, got {variant!r}.")
     formats, reference = workflow.formats, variant in ("reference", "balanced")
-    zero = set(workflow.zero_role_reward) if reference else set()
-    by_outcome = set(workflow.outcome_role_reward) if reference else set()
+    policy = workflow.role_reward_policy if reference else RoleRewardPolicy()
     answers = [
         (e, i) for e, ep in enumerate(episodes) for i, c in enumerate(ep.calls) if _kind(formats, c) == "answer"
     ]
@@ -66,12 +68,12 @@ def builtin_role_rewards(
         grades = grade_calls(formats, episode.calls, right[e], strict_verdicts=reference)
         judged = [ref.judged for ref in references(formats, episode.calls)]
         for i, (call, grade) in enumerate(zip(episode.calls, grades)):
-            kind, fmt = _kind(formats, call), formats.get(call.role)
-            if call.role in zero:
+            kind, fmt, source = _kind(formats, call), formats.get(call.role), policy.source(call.role)
+            if source == ZERO:
                 per_call.append(0.0)
-            elif call.role in by_outcome and kind in ("answer", "selection"):
+            elif source == OUTCOME and kind in ("answer", "selection"):
                 per_call.append(float(solved(outcome[e])))
-            elif call.role in by_outcome and kind == "verdict":
+            elif source == OUTCOME and kind == "verdict":
                 verdict = fmt.parse(call.text)  # None when unreadable: rewarded 0
                 per_call.append(float(verdict == solved(outcome[e])))
                 verdicts.append((e, i, call.role, solved(outcome[e])))

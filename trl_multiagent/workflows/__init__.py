@@ -14,6 +14,7 @@ from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategie
 from .orch_workers import OrchWorkers
 from .prompt_set import PromptSet
 from .prompts import PROMPT_SETS
+from .reward_policy import RoleRewardPolicy
 from .single_agent import SingleAgent
 from .voting import Voting
 
@@ -27,6 +28,7 @@ __all__ = [
     "OrchWorkers",
     "OutputFormat",
     "PromptSet",
+    "RoleRewardPolicy",
     "Selection",
     "SingleAgent",
     "Strategies",

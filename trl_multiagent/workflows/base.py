@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .formats import OutputFormat
+from .reward_policy import RoleRewardPolicy
 
 Messages = list[dict[str, Any]]  # chat messages: [{"role": "user", "content": "..."}]
 
@@ -36,19 +37,21 @@ class Workflow:
     ``formats`` (optional) declares, per role type, what its output is and the rule that reads it
     (``formats.BoxedAnswer()``, ``Verdict()``, ``Selection(n)``, ``Strategies(n)``, ...). The per-role metrics
     (``role/<role>/unparseable``, regrading, verdict and selection accuracy, pass@k) and the evaluators read role
-    outputs through it; a role without a declared format gets the generic style metrics only.
+    outputs through it; a role whose format is a verdict or a selection is a judge for the drift alarms, whatever its
+    name; a role without a declared format gets the generic style metrics only.
 
     ``parallel`` (optional) declares, per role type run as parallel instances, the most instances one episode can
     have (Orch-Workers runs between 1 and ``n_workers`` workers), for setups that must know it before any episode
     runs (one optimizer step per instance).
 
-    ``trajectory_name`` names the trajectory a call belongs to, as the reference stack names them: under
-    ``advantage_groups="calls"`` the calls of one prompt's episodes that share a name form one GRPO group.
-    ``zero_role_reward`` (optional) lists the roles that the reference's per-role reward variant
-    (``role_rewards="reference"``) rewards with 0 (its Orch-Workers: the orchestrator and the workers).
-    ``outcome_role_reward`` (optional) lists the roles that variant grades against the episode's outcome instead of
-    their own call: an answer gets the outcome, a verdict is compared with it (the reference's code workflows test
-    only the final program).
+    ``group_key(role, instance)`` (optional) says which calls are compared with each other under
+    ``advantage_groups="calls"``, where every call is its own GRPO sample: the calls of one prompt's episodes whose
+    keys are equal form one group. Default: the role type, so a role's instances and repeated calls are one group;
+    return e.g. ``f"{role}{instance}"`` to give each parallel instance a group of its own.
+
+    ``role_reward_policy`` (optional, a ``RoleRewardPolicy``) says what the built-in per-role rewards
+    (``role_rewards="reference"`` or ``"balanced"``) reward each role's calls by: its own output read through its
+    format (the default for every role), the episode's outcome, or nothing (see ``reward_policy.py``).
 
     ``tools`` (optional) gives role types Python functions to call (type hints and a Google-style docstring describe
     each to the model): every ``generate`` of such a role runs its tool loop (the model calls tools and sees their
@@ -60,21 +63,21 @@ class Workflow:
     roles: tuple[str, ...] = ()
     formats: Mapping[str, OutputFormat] = {}
     parallel: Mapping[str, int] = {}
-    zero_role_reward: tuple[str, ...] = ()
-    outcome_role_reward: tuple[str, ...] = ()
+    role_reward_policy: RoleRewardPolicy = RoleRewardPolicy()
     tools: Mapping[str, Sequence[Callable[..., object]]] = {}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         raise NotImplementedError
 
-    def trajectory_name(self, role: str, instance: int) -> str:
-        """The trajectory name of a call of ``role`` instance ``instance``. Default: the role type, its instances and
-        repeated calls together (the reference names every Orch-Workers worker ``worker`` and every Eval-Opt attempt
-        ``generator``)."""
+    def group_key(self, role: str, instance: int) -> str:
+        """The GRPO group of a call of ``role`` instance ``instance`` under ``advantage_groups="calls"``, within its
+        prompt's episodes. Default: the role type, its instances and repeated calls together."""
         return role
 
     def config_dict(self) -> dict[str, Any]:
-        """The parameters that rebuild this workflow; saved next to checkpoints and in model cards."""
+        """The parameters that rebuild this workflow: its public attributes, each a constructor parameter of the same
+        name. Saved next to checkpoints (with the class's import path, which ``load_trained_workflow`` calls with
+        them) and in model cards; the trainer checks when it is built that they save as JSON and rebuild it."""
         params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
         return {"workflow": type(self).__name__, **params}
 

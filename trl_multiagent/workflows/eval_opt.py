@@ -8,6 +8,7 @@ from .base import Generate, Messages, problem_text, request_text
 from .built_in import ReadWorkflow
 from .formats import Verdict, answer_format
 from .prompt_set import uses
+from .reward_policy import OUTCOME, RoleRewardPolicy
 
 HISTORIES = ("shared", "fresh")
 
@@ -72,10 +73,11 @@ class EvalOpt(ReadWorkflow):
                     )
 
     @property
-    def outcome_role_reward(self) -> tuple[str, ...]:
-        # The reference's code Eval-Opt tests only the final program: every attempt is rewarded, and every verdict
-        # judged, by that program's result (examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:423-442).
-        return self.roles if self.task == "code" else ()
+    def role_reward_policy(self) -> RoleRewardPolicy:
+        # The reference's: its code Eval-Opt tests only the final program, so every attempt is rewarded, and every
+        # verdict judged, by that program's result (examples/deepcoder/deepcoder_evaluator_optimizer_workflow.py:
+        # 423-442); its math Eval-Opt grades each call on its own.
+        return RoleRewardPolicy(dict.fromkeys(self.roles, OUTCOME) if self.task == "code" else {})
 
     @property
     def formats(self):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .base import Generate, Messages, problem_text, request_text
 from .built_in import ReadWorkflow
 from .formats import Strategies, answer_format
+from .reward_policy import ZERO, RoleRewardPolicy
 
 WORKER_COUNTS = ("per_strategy", "fixed")
 
@@ -39,7 +40,9 @@ class OrchWorkers(ReadWorkflow):
     """
 
     roles = ("orchestrator", "worker", "synthesizer")
-    zero_role_reward = ("orchestrator", "worker")  # the reference's per-role variant: their rewards are 0
+    # The reference's per-role rewards: the orchestrator's and the workers' are 0, the synthesizer's its own answer,
+    # the episode's final answer (rllm/workflows/orchestrator_workers_workflow.py:290-332).
+    role_reward_policy = RoleRewardPolicy({"orchestrator": ZERO, "worker": ZERO})
 
     n_workers: int = 3
     workers: str = "per_strategy"

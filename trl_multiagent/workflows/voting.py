@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .base import Generate, Messages, problem_text, request_text
 from .built_in import ReadWorkflow
 from .formats import Selection, answer_format
+from .reward_policy import OUTCOME, RoleRewardPolicy
 
 
 @dataclass(kw_only=True, eq=False)
@@ -41,10 +42,10 @@ class Voting(ReadWorkflow):
         super().__post_init__()
 
     @property
-    def outcome_role_reward(self) -> tuple[str, ...]:
-        # The reference's code Voting tests only the selected program and gives every role its result
-        # (examples/deepcoder/deepcoder_voting_workflow.py:323-355).
-        return self.roles if self.task == "code" else ()
+    def role_reward_policy(self) -> RoleRewardPolicy:
+        # The reference's: its code Voting tests only the selected program and gives every role its result
+        # (examples/deepcoder/deepcoder_voting_workflow.py:323-355); its math Voting grades each call on its own.
+        return RoleRewardPolicy(dict.fromkeys(self.roles, OUTCOME) if self.task == "code" else {})
 
     @property
     def formats(self):
@@ -54,9 +55,10 @@ class Voting(ReadWorkflow):
     def parallel(self):
         return {"generator": self.n_voters}
 
-    def trajectory_name(self, role: str, instance: int) -> str:
-        # The reference names its math voters generator0, 1, 2 (a GRPO group each); its code Voting names them all
-        # generator (one group of every voter's answers).
+    def group_key(self, role: str, instance: int) -> str:
+        # The reference's grouping: it names its math voters generator0, 1, 2, a GRPO group each
+        # (rllm/workflows/voting_workflow.py:214), and its code voters all generator, one group of every voter's
+        # answers (examples/deepcoder/deepcoder_voting_workflow.py:245).
         return f"{role}{instance}" if role == "generator" and self.task == "math" else role
 
     async def run(self, prompt: Messages, generate: Generate) -> str:

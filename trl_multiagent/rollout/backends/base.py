@@ -29,6 +29,9 @@ class GenerationRequest:
     # JSON schemas of the role's tools (rollout/tool_loop.py), rendered into the prompt by the chat template; None:
     # no tools.
     tools: list[dict] | None = None
+    # The prompt's token ids when the engine had the backend render them already (`max_prompt_length`), so that it
+    # generates from them without rendering again; None: the backend renders `messages`.
+    prompt_ids: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,10 @@ class GenerationBackend(Protocol):
 
     A backend that batches continuously (vLLM's scheduler) also defines ``async agenerate(request) -> result``, which
     the engine's ``rollout_mode="async"`` awaits once per call, from any event loop, and ``drain()``, which returns
-    once every request it was given has finished or been cancelled (the engine calls it after a failed rollout)."""
+    once every request it was given has finished or been cancelled (the engine calls it after a failed rollout).
+
+    ``prompt_ids(request) -> list[int]`` (the built-in backends: ``RendersPrompts``) gives the token ids a request's
+    prompt would be generated from; the engine's ``max_prompt_length`` needs it."""
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         """Answer every request in one batched call, results in request order."""
@@ -83,3 +89,13 @@ def check_generation_kwargs(kwargs: Mapping[str, Any], where: str) -> dict[str, 
 def settings_key(kwargs: Mapping[str, Any]) -> tuple:
     """A hashable key of a request's settings, to batch the requests that share them."""
     return tuple(sorted((k, tuple(v) if isinstance(v, list | tuple) else v) for k, v in kwargs.items()))
+
+
+class RendersPrompts:
+    """``prompt_ids(request)`` of a backend that renders prompts with its ``renderer`` (a ``ChatRenderer``): the ids
+    the engine measured when the request carries them, else the rendering of its messages (and tools)."""
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        if request.prompt_ids is not None:
+            return request.prompt_ids
+        return self.renderer.prompt_ids(request.messages, request.tools)

@@ -17,6 +17,8 @@ import threading
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+from .base import RendersPrompts
+
 if TYPE_CHECKING:
     from .base import GenerationRequest, GenerationResult
 
@@ -104,21 +106,19 @@ class BackgroundLoop:
         return outer
 
 
-class LoopCalls:
+class LoopCalls(RendersPrompts):
     """``agenerate``, ``generate`` and ``drain`` of a backend that answers each request with the coroutine
     ``_complete(request, prompt_ids)`` on its own ``BackgroundLoop`` (``self._loop``): vLLM's ``AsyncLLM``, vLLM
     servers. The backend also holds ``folders`` (``AdapterFolders``: the adapters it serves) and ``renderer``
-    (``ChatRenderer``: the prompts' token ids)."""
+    (``ChatRenderer``: the prompts' token ids, ``RendersPrompts``)."""
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
         self.folders.check_synced([request.adapter])
-        return await self._loop.call(
-            self._complete(request, self.renderer.prompt_ids(request.messages, request.tools))
-        )
+        return await self._loop.call(self._complete(request, self.prompt_ids(request)))
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
+        prompts = [self.prompt_ids(r) for r in requests]
         return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 
     def drain(self, timeout: float = 60.0) -> None:

@@ -33,6 +33,9 @@ class PerBaseBackend:
             )
         return self.backends[request.base]
 
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        return self._backend_of(request).prompt_ids(request)
+
     async def _agenerate(self, request: GenerationRequest) -> GenerationResult:
         return await self._backend_of(request).agenerate(request)
 

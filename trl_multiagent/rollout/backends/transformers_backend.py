@@ -12,7 +12,7 @@ import torch
 
 from ...adapters.routing import BASE_MODEL, AdapterRouter
 from ..chat_rendering import ChatRenderer
-from .base import GenerationRequest, GenerationResult, Provenance, settings_key
+from .base import GenerationRequest, GenerationResult, Provenance, RendersPrompts, settings_key
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def token_bounded_batches(
     return batches
 
 
-class TransformersBackend:
+class TransformersBackend(RendersPrompts):
     """Generates with ``model.generate``; ``unwrapped_model()`` yields the model ready for generation.
 
     The trainer passes TRL's ``unwrap_model_for_generation`` here, so DeepSpeed ZeRO-3 parameters are gathered
@@ -79,7 +79,7 @@ class TransformersBackend:
         return self.renderer.prompt_ids(messages)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        prompts = [self.renderer.prompt_ids(request.messages, request.tools) for request in requests]
+        prompts = [self.prompt_ids(request) for request in requests]
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
         one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
         for i, request in enumerate(requests):

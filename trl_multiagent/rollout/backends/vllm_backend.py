@@ -44,7 +44,7 @@ from typing import Any
 
 from ...adapters.routing import BASE_MODEL
 from ..chat_rendering import ChatRenderer
-from .base import GenerationRequest, GenerationResult, Provenance
+from .base import GenerationRequest, GenerationResult, Provenance, RendersPrompts
 from .event_loop import BackgroundLoop, LoopCalls
 from .transformers_backend import settings_key
 
@@ -162,7 +162,7 @@ def request_result(
     )
 
 
-class VLLMBackend:
+class VLLMBackend(RendersPrompts):
     """A vLLM engine in this process; each request generates through the LoRA of its adapter.
 
     Args:
@@ -242,7 +242,7 @@ class VLLMBackend:
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
+        prompts = [self.prompt_ids(r) for r in requests]
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
