@@ -6,7 +6,9 @@ all-linear, 8 episodes per problem, lr 2e-5, T=0.7):
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/eval_opt_math.py \
         --output_dir runs/eval_opt_math --policy_sharing isolated
 
-Another `--config` replaces that file: a field it leaves out takes the library's default (docs/configuration.md).
+A `--config` file stands in for it: one that names no `base:` starts from the library's defaults
+(docs/configuration.md), one with `base: paper_math` from that file. `--print-config` prints every setting with
+where it came from (library default, which preset file, command line) and exits without training.
 
 CPU, offline, minutes (tiny model, toy arithmetic task):
 
@@ -17,15 +19,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
+from trl import ModelConfig, ScriptArguments, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.model_names import resolve_model_name
+from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import get_task
 from trl_multiagent.workflows.options import WorkflowOptions
 
-# The paper's settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+# The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it
+# names `base: paper_math`).
 PAPER_PRESET = Path(__file__).parent / "configs" / "paper_math.yaml"
 
 
@@ -37,7 +41,7 @@ class WorkflowArguments:
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 

@@ -7,6 +7,10 @@ sampled at 0.7, Qwen3's thinking off, the held-out split, up to 8,192 tokens per
 
     python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
 
+A `--config` file stands in for paper_eval.yaml: one that names no `base:` starts from EvalSettings' defaults (greedy,
+the tokenizer's chat template), one with `base: paper_eval` from that file; `--print-config` prints every setting with
+where it came from and exits without evaluating.
+
 4 episodes per problem (pass@1 = mean over the 4, and pass@4); greedy with --temperature 0:
 
     python recipes/evaluate.py --run_dir runs/voting_math --task math --k 4
@@ -46,8 +50,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import TrlParser
-
 from trl_multiagent.checkpoints import BUILT_IN_WORKFLOWS, read_multiagent_config, workflow_from_config
 from trl_multiagent.evaluation import (
     MODES,
@@ -60,9 +62,11 @@ from trl_multiagent.evaluation import (
     read_results,
 )
 from trl_multiagent.evaluation.attribution import format_attribution, run_attribution
+from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.workflows import Workflow
 
-# The paper's evaluation settings; `--config other.yaml` replaces this file (what it leaves out takes EvalSettings').
+# The paper's evaluation settings; `--config other.yaml` stands in for this file (it starts from EvalSettings'
+# defaults unless it names `base: paper_eval`).
 PAPER_PRESET = Path(__file__).parent / "configs" / "paper_eval.yaml"
 RECIPE_NAMES = {
     "eval_opt": "EvalOpt",
@@ -135,7 +139,7 @@ def resolve_workflow(spec: str | None, task: str) -> Workflow | None:
 
 
 if __name__ == "__main__":
-    parser = TrlParser((EvaluateArguments, EvalSettings))
+    parser = RecipeParser((EvaluateArguments, EvalSettings))
     argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
     args, settings = parser.parse_args_and_config(argv)
     if args.attribution:

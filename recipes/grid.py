@@ -88,6 +88,7 @@ from tqdm.auto import tqdm
 from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
+from trl_multiagent.config import POLICY_SHARINGS
 from trl_multiagent.evaluation import (
     EvalSettings,
     family_table,
@@ -99,6 +100,7 @@ from trl_multiagent.evaluation import (
     role_instability,
 )
 from trl_multiagent.model_names import registered_model_names
+from trl_multiagent.shipped import read_preset
 from trl_multiagent.tasks import TASKS
 from trl_multiagent.tasks.mod_search import ONE_CHECK_TOKENS
 
@@ -159,7 +161,10 @@ class GridArguments:
         default_factory=lambda: ["eval_opt", "voting", "orch_workers"],
         metadata={"help": "Recipe workflow names (recipes/<workflow>_<task>.py)."},
     )
-    policy_sharing: list[str] = field(default_factory=lambda: ["shared", "isolated"], metadata={"help": "Sharings."})
+    policy_sharing: list[str] = field(
+        default_factory=lambda: list(POLICY_SHARINGS),
+        metadata={"help": "The policy sharings to train, a cell each.", "choices": list(POLICY_SHARINGS)},
+    )
     models: list[str] = field(
         default_factory=lambda: ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"], metadata={"help": "Models."}
     )
@@ -429,7 +434,7 @@ def trained_rendering(config: str | None) -> list[str]:
     if config is None:
         return []
     library = MultiAgentGRPOConfig.__dataclass_fields__
-    preset = yaml.safe_load(Path(shipped_path(config)).read_text()) or {}
+    preset = read_preset(shipped_path(config))  # with the presets it builds on
     rendering = preset.get("chat_rendering", library["chat_rendering"].default)
     template_kwargs = preset.get("chat_template_kwargs", library["chat_template_kwargs"].default)
     return ["--chat_rendering", rendering, "--chat_template_kwargs", json.dumps(template_kwargs)]
@@ -484,9 +489,9 @@ def eval_temperature(command: list[str]) -> float:
     if values:
         return float(values[-1])
     configs = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--config"]
-    preset = Path(shipped_path(configs[-1])) if configs else ROOT / "recipes" / "configs" / "paper_eval.yaml"
+    preset = shipped_path(configs[-1]) if configs else str(ROOT / "recipes" / "configs" / "paper_eval.yaml")
     default = EvalSettings.__dataclass_fields__["temperature"].default
-    return float((yaml.safe_load(preset.read_text()) or {}).get("temperature", default))
+    return float(read_preset(preset).get("temperature", default))
 
 
 def attributed(cell: Cell) -> bool:

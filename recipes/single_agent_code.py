@@ -8,7 +8,9 @@ all-linear, 8 episodes per problem, lr 2e-5, T=0.7, 2048-token completions, Deep
     accelerate launch --config_file accelerate_configs/single_gpu.yaml recipes/single_agent_code.py \
         --output_dir runs/single_agent_code --policy_sharing isolated
 
-Another `--config` replaces that file: a field it leaves out takes the library's default (docs/configuration.md).
+A `--config` file stands in for it: one that names no `base:` starts from the library's defaults
+(docs/configuration.md), one with `base: paper_code` from that file. `--print-config` prints every setting with
+where it came from (library default, which preset file, command line) and exits without training.
 
 CPU, offline, minutes (tiny model, toy stdin/stdout problems):
 
@@ -20,15 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
+from trl import ModelConfig, ScriptArguments, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
 from trl_multiagent.model_names import resolve_model_name
+from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import CodeReward, get_task
 from trl_multiagent.workflows.options import WorkflowOptions
 
-# The paper's settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+# The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it
+# names `base: paper_code`).
 PAPER_PRESET = Path(__file__).parent / "configs" / "paper_code.yaml"
 
 
@@ -41,7 +45,7 @@ class RewardArguments:
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, RewardArguments))
+    parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, RewardArguments))
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"))
     script_args, training_args, model_args, options, reward_args = parser.parse_args_and_config(argv)
 

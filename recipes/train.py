@@ -9,8 +9,10 @@ Your workflow (a `trl_multiagent.workflows.Workflow` subclass) and rewards (TRL'
 `--dataset_name` takes `arithmetic` (the offline toy task), `toy_code`, the DAPO-Math or DeepCoder Hub id, a local
 `.json`/`.jsonl` file, or any Hub dataset with a conversational `prompt` column (and the columns your rewards read).
 Without `--reward_funcs` the task's reward is used (`--task math`: math_reward; `code`: CodeReward()).
-Without `--config` the paper's math settings apply (recipes/configs/paper_math.yaml); another `--config` replaces
-them, a field it leaves out taking the library's default (docs/configuration.md).
+Without `--config` the paper's math settings apply (recipes/configs/paper_math.yaml); another `--config` stands in
+for them: one that names no `base:` starts from the library's defaults (docs/configuration.md), one with
+`base: paper_math` (or `base: toy`, ...) from that preset. `--print-config` prints every setting with where it came
+from and exits without training.
 """
 
 import json
@@ -19,16 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import load_dataset
-from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
+from trl import ModelConfig, ScriptArguments, get_peft_config
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
 from trl_multiagent.model_names import resolve_model_name
+from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import TASKS, get_task
 from trl_multiagent.workflows.options import WorkflowOptions
 
-# The paper's math settings; `--config other.yaml` replaces this file (what it leaves out takes the library defaults).
+# The paper's math settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless
+# it names a `base:`).
 PAPER_PRESET = Path(__file__).parent / "configs" / "paper_math.yaml"
 
 
@@ -67,7 +71,7 @@ def train_dataset(script_args: ScriptArguments, seed: int):
 
 
 if __name__ == "__main__":
-    parser = TrlParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 

@@ -31,6 +31,29 @@ TRL's documentation). Each field is a flag of the recipes and of `trl-multiagent
 `--config` YAML file. The defaults here are the library's: the paper presets (`recipes/configs/paper_math.yaml`,
 `paper_code.yaml`, which a recipe reads when it gets no `--config`) and the toy presets (`recipes/configs/toy.yaml`,
 ...) set many of them.
+
+## Presets that build on one another
+
+A preset may name the preset it builds on at its top: `base: paper_math` (a shipped preset's name, or a path relative
+to the file). It starts from that preset's settings, and each key it sets replaces the base's value whole (a mapping
+such as `chat_template_kwargs` too); a base may have a base of its own, and a loop is refused. The toy presets build
+on the paper preset and hold only their differences (`toy_code.yaml` and `toy_two_models.yaml` on `toy.yaml`,
+`cpu_code.yaml` on `cpu.yaml`). A `--config` file that names no base starts from the library defaults below, as
+TRL's `--config` does; flags on the command line win over every file:
+
+```yaml
+# my_toy.yaml: the toy preset, shorter and at a lower learning rate
+base: toy
+max_steps: 20
+learning_rate: 5.0e-4
+```
+
+At start-up a recipe prints one line naming the layers that made its settings, lowest first (`settings: library
+defaults + paper_math.yaml + toy.yaml + my_toy.yaml + command line`). `--print-config` prints every setting with where
+it came from (library default, which preset file, command line; a value the config's own checks derived says so) and
+exits without training: `trl-multiagent train eval_opt --config my_toy.yaml --print-config`.
+
+## Fields
 """
 
 

@@ -1,6 +1,7 @@
 """`trl-multiagent`: train, evaluate, run the paper's grid, serve roles with vLLM, report on a run: from a pip install.
 
     trl-multiagent train eval_opt --config toy --output_dir outputs/toy-eval-opt       # the shipped toy preset
+    trl-multiagent train eval_opt --config toy --max_steps 3 --print-config            # its settings, nothing trained
     trl-multiagent train voting --accelerate_config single_gpu --output_dir runs/voting  # paper settings, one GPU
     trl-multiagent train --workflow my_pkg.flows:DraftCritique --reward_funcs my_pkg.rewards.score --config toy
     trl-multiagent eval --run_dir runs/voting --task math --limit 500
@@ -14,8 +15,11 @@ flag goes to the recipe's TrlParser (`--config x.yaml` and any `MultiAgentGRPOCo
 `trl grpo`. `--config` and `--accelerate_config` take a path or the name of a shipped file (`paper_math`,
 `paper_code`, `toy`, `toy_code`, `toy_two_models`, `cpu`, `cpu_code`; `cpu`, `single_gpu`, `multi_gpu`, `multi_node`,
 `deepspeed_zero2`, `deepspeed_zero3`). Without `--config` a recipe reads its task's paper preset
-(recipes/configs/paper_<task>.yaml); a `--config` replaces it. With `--accelerate_config` the recipe starts under
-`accelerate launch`; without, in one plain process.
+(recipes/configs/paper_<task>.yaml). A `--config` file stands in for it: one that names no `base:` starts from the
+library's defaults, one with `base: paper_math` (or `base: toy`, a path, ...) from that preset, of which it replaces
+what it sets; the flags given win over both. `--print-config` prints every setting with where it came from (library
+default, which preset file, command line) and exits without training. With `--accelerate_config` the recipe starts
+under `accelerate launch`; without, in one plain process.
 """
 
 from __future__ import annotations

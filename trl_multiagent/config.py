@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,8 +12,7 @@ from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
 from .seams.transformers import add_json_dict_fields, refill_deepspeed_config
 from .training.mini_batches import MINI_BATCH_ORDERS
 
-logger = logging.getLogger(__name__)
-
+POLICY_SHARINGS = ("shared", "isolated")
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
 UPDATE_SCHEDULES = ("merged", "mini_batches")
 LR_SCHEDULER_STEPS = ("per_training_step", "per_update")
@@ -21,6 +20,11 @@ ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
 ROLE_REWARDS = (None, "reference", "own_answers", "balanced")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
+
+
+class SettingsWarning(UserWarning):
+    """Settings that run, but likely not as meant; the message says what to change. Warnings of this class are ours,
+    told apart from upstream's: ``warnings.simplefilter("error", SettingsWarning)`` makes them errors."""
 
 
 @add_json_dict_fields(
@@ -52,7 +56,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "`'shared'`: one LoRA adapter trained by every role. `'isolated'`: one adapter per role "
             "*type* (the three voters of Voting share the `generator` adapter). Ignored when `role_to_adapter` is "
             "set.",
-            "choices": ["shared", "isolated"],
+            "choices": list(POLICY_SHARINGS),
         },
     )
     role_to_adapter: dict[str, str] | str | None = field(
@@ -460,7 +464,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 f"`rollout_max_batch_tokens` ({self.rollout_max_batch_tokens}) must exceed max_completion_length "
                 f"({self.max_completion_length}): a generate call holds at least one prompt plus its new tokens."
             )
-        if self.policy_sharing not in ("shared", "isolated"):
+        if self.policy_sharing not in POLICY_SHARINGS:
             raise ValueError(f"`policy_sharing` must be 'shared' or 'isolated', got {self.policy_sharing!r}.")
         if self.role_loss_balance not in ROLE_LOSS_BALANCES:
             raise ValueError(
@@ -495,16 +499,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 raise ValueError(f"`{name}` must be >= 1 or None, got {getattr(self, name)}.")
         batch_prompts = self.generation_batch_size // self.num_generations
         if self.update_schedule == "mini_batches" and (self.mini_batch_prompts or 0) > batch_prompts:
-            logger.warning(
-                "mini_batch_prompts=%d is more than the %d prompts of one generation batch (generation_batch_size %d "
-                "/ num_generations %d): every adapter takes a single optimizer step per training step, so a parallel "
-                "role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most %d, or to "
-                "None (one generation batch, the reference's ratio: 64 prompts in both).",
-                self.mini_batch_prompts,
-                batch_prompts,
-                self.generation_batch_size,
-                self.num_generations,
-                batch_prompts,
+            warnings.warn(
+                f"mini_batch_prompts={self.mini_batch_prompts} is more than the {batch_prompts} prompts of one "
+                f"generation batch (generation_batch_size {self.generation_batch_size} / num_generations "
+                f"{self.num_generations}): every adapter takes a single optimizer step per training step, so a "
+                "parallel role gets none of the reference schedule's extra steps. Set mini_batch_prompts to at most "
+                f"{batch_prompts}, or to None (one generation batch, the reference's ratio: 64 prompts in both).",
+                SettingsWarning,
+                stacklevel=3,  # the line that built the config
             )
         if self.tool_timeout <= 0:
             raise ValueError(f"`tool_timeout` must be > 0 seconds, got {self.tool_timeout}.")
@@ -639,11 +641,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
         for cls in workflow_class.__mro__:
             if cls.__name__ in self.max_prompt_length:
                 return self.max_prompt_length[cls.__name__]
-        logger.warning(
-            "max_prompt_length gives limits for %s, not for %s (nor a class it derives from): its episodes have no "
-            "prompt limit. Add its class name to the mapping to give it one.",
-            sorted(self.max_prompt_length),
-            workflow_class.__name__,
+        warnings.warn(
+            f"max_prompt_length gives limits for {sorted(self.max_prompt_length)}, not for {workflow_class.__name__} "
+            "(nor a class it derives from): its episodes have no prompt limit. Add its class name to the mapping to "
+            "give it one.",
+            SettingsWarning,
+            stacklevel=2,
         )
         return None
 
@@ -653,6 +656,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
             unknown = sorted(set(getattr(self, name) or {}) - set(roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")
+
+
+def config_field(name: str, **metadata: Any) -> Any:
+    """A dataclass field declared as `MultiAgentGRPOConfig`'s ``name`` is (default, help, choices), for another parser
+    dataclass that takes the same setting (the evaluation's settings); ``metadata`` replaces what differs there."""
+    owner = MultiAgentGRPOConfig.__dataclass_fields__[name]
+    return field(default=owner.default, default_factory=owner.default_factory, metadata={**owner.metadata, **metadata})
 
 
 def _prompt_limits(value: Any) -> int | dict[str, int] | None:

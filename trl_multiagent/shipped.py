@@ -1,14 +1,19 @@
 """The files shipped beside the package: the recipes, their presets (``recipes/configs``) and the accelerate configs.
 
 A pip install ships them inside the wheel (``trl_multiagent/recipes``, ``trl_multiagent/accelerate_configs``); a
-checkout has them at its root.
+checkout has them at its root. A preset may build on another: ``base: paper_math`` at its top (a shipped preset's
+name, or a path relative to the file) starts from that preset's settings, and the file's own keys replace the base's,
+each whole (a mapping too); the base may have a base of its own (``preset_layers``).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+BASE = "base"  # the key by which a preset names the preset it builds on
 
 
 def shipped_dir(folder: str) -> Path:
@@ -21,8 +26,9 @@ def shipped_dir(folder: str) -> Path:
 
 
 def shipped_file(value: str, folder: str) -> str:
-    """A path as given when it exists, else the shipped ``folder/value.yaml`` (``toy`` -> recipes/configs/toy.yaml)."""
-    if os.path.exists(value):
+    """A file's path as given when it is one, else the shipped ``folder/value.yaml`` (``toy`` ->
+    recipes/configs/toy.yaml)."""
+    if os.path.isfile(value):
         return value
     shipped = shipped_dir(folder.split("/")[0]).joinpath(*folder.split("/")[1:], f"{Path(value).stem}.yaml")
     if shipped.is_file():
@@ -31,15 +37,62 @@ def shipped_file(value: str, folder: str) -> str:
     raise FileNotFoundError(f"{value!r} is neither a file nor a shipped {folder} file; shipped: {choices}.")
 
 
-def read_preset(value: str) -> dict[str, Any]:
-    """The settings of a preset (a path, or a shipped name: ``toy``, ``paper_math``, ...) as its YAML gives them."""
+@dataclass(frozen=True)
+class PresetLayer:
+    """One file of a preset chain: its path and the settings it sets itself (``base`` left out)."""
+
+    path: Path
+    settings: dict[str, Any]
+
+
+def preset_layers(value: str) -> list[PresetLayer]:
+    """The preset ``value`` (a path, or a shipped name: ``toy``, ``paper_math``, ...) and, through ``base:``, the
+    presets it builds on: the deepest base first, ``value``'s own file last."""
     import yaml
 
-    path = shipped_file(value, "recipes/configs")
-    preset = yaml.safe_load(Path(path).read_text())
-    if not isinstance(preset, dict):
-        raise ValueError(f"{path} must hold a YAML mapping of settings, as recipes/configs/toy.yaml does.")
-    return preset
+    chain: list[PresetLayer] = []
+    path = Path(shipped_file(value, "recipes/configs"))
+    while True:
+        if any(path.resolve() == layer.path.resolve() for layer in chain):
+            loop = " -> ".join(str(layer.path) for layer in chain)
+            raise ValueError(
+                f"The presets build on one another in a loop: {loop} -> {path}. Remove `{BASE}:` from one of them."
+            )
+        settings = yaml.safe_load(path.read_text())
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path} must hold a YAML mapping of settings, as recipes/configs/toy.yaml does.")
+        base = settings.pop(BASE, None)
+        chain.append(PresetLayer(path, settings))
+        if base is None:
+            return chain[::-1]
+        path = _base_file(base, path)
+
+
+def _base_file(base: Any, named_in: Path) -> Path:
+    """``base:`` of ``named_in``: a path relative to that file (or absolute), else a shipped preset's name."""
+    if not isinstance(base, str):
+        raise ValueError(
+            f"{named_in}: `{BASE}:` takes one preset, a path or a shipped name (e.g. `{BASE}: paper_math`), got "
+            f"{base!r}; to build on two presets, let one of them build on the other."
+        )
+    try:
+        return Path(shipped_file(str(named_in.parent / base), "recipes/configs"))
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{named_in}: `{BASE}: {base}`: {error}") from None
+
+
+def merged_settings(layers: list[PresetLayer]) -> dict[str, Any]:
+    """The settings of a preset chain (``preset_layers``): a key a file sets replaces its base's value."""
+    settings: dict[str, Any] = {}
+    for layer in layers:
+        settings.update(layer.settings)
+    return settings
+
+
+def read_preset(value: str) -> dict[str, Any]:
+    """The settings of a preset (a path, or a shipped name: ``toy``, ``paper_math``, ...), those of the presets it
+    builds on included."""
+    return merged_settings(preset_layers(value))
 
 
 def bf16_device_available() -> bool:

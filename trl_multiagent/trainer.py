@@ -30,6 +30,7 @@ from .checkpoints.card import final_metrics, write_model_cards
 from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
+from .model_names import resolve_model_name
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
@@ -98,6 +99,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         environment_factory=None,
         **unsupported,
     ):
+        if isinstance(model, str):  # a registered name ("toy", or one a user registered) stands for its folder
+            model = resolve_model_name(model)
         args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
         check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
         if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
@@ -203,23 +206,12 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def _build_role_tools(self, tools, role_tools) -> dict:
         extra = self.bases.extra
         role_base = self.bases.role_base or {}
-        role_kwargs = self.args.role_generation_kwargs or {}
 
         def tokenizer_for_role(role: str):
             base = role_base.get(role)
             return extra[base].tokenizer if base in extra else self.text_tokenizer
 
-        return build_role_tools(
-            roles=self.workflow.roles,
-            declared=self.workflow.tools,
-            tools=tools,
-            role_tools=role_tools,
-            tokenizer_for_role=tokenizer_for_role,
-            max_iterations=self.args.max_tool_calling_iterations,
-            max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", self.max_completion_length),
-            timeout=self.args.tool_timeout,
-            chat_template_kwargs=self.chat_template_kwargs,
-        )
+        return build_role_tools(self.workflow, self.args, tokenizer_for_role, tools=tools, role_tools=role_tools)
 
     # -------------------------------------------------------------------------------------------- rollout backend
     def backend_context(self) -> BackendContext:

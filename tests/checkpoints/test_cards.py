@@ -67,7 +67,7 @@ def test_run_and_adapter_cards_parse_with_the_metadata(tiny_model_dir, tmp_path)
     assert (result.dataset_name, result.task_type) == ("arithmetic", "text-generation")
     assert card.data.to_dict()["model-index"][0]["name"] == "me/voting-toy"
     for fact in (
-        "`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`",
+        "`Voting(task='math', prompts='paper', parsing='reference', n_voters=3)`",
         "Policy sharing: `isolated`",
         "| `aggregator` | `aggregator/` |",
         'snapshot_download("me/voting-toy")',

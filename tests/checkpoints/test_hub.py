@@ -42,7 +42,7 @@ def test_push_to_hub_folder_rebuilds_the_trained_workflow(tiny_model_dir, tmp_pa
         assert (uploaded / role / "adapter_model.safetensors").is_file()
     card = (uploaded / "README.md").read_text()
     for fact in (
-        "`Voting(n_voters=3, task='math', parsing='reference', prompts='paper')`",
+        "`Voting(task='math', prompts='paper', parsing='reference', n_voters=3)`",
         "Policy sharing: `isolated`",
         "| `aggregator` | `aggregator/` |",
         "workflow/success",

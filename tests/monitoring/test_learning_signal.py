@@ -13,7 +13,6 @@ from tiny import half_right_answers, tiny_trainer
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.monitoring.learning_signal import TOY_WORKFLOW_OPTIONS, LearningSignalCheck
 from trl_multiagent.tasks import get_task
-from trl_multiagent.toy import resolve_model_name
 from trl_multiagent.workflows import Voting
 
 LOGGER = "trl_multiagent.monitoring.learning_signal"
@@ -55,9 +54,9 @@ def test_the_paper_options_on_the_toy_model_warn_once_naming_the_role_its_format
     message = record.getMessage()
     assert "83% of the prompts' GRPO groups had every episode scored alike" in message  # 10 of 12
     assert "role 'aggregator' failed its declared format Selection(n_candidates=3, rule='reference') in 56%" in message
-    assert "this run: parsing='reference', prompts='paper'" in message
+    assert "this run: prompts='paper', parsing='reference'" in message
     assert "recipes/configs/toy.yaml: prompts: guarded, parsing: robust" in message
-    assert "build Voting(parsing='robust', prompts='guarded') or train with --config toy" in message
+    assert "build Voting(prompts='guarded', parsing='robust') or train with --config toy" in message
     assert "generator" not in message.split("Likely fix")[0]
 
 
@@ -105,9 +104,15 @@ def flat_unreadable(requests, rng) -> list[str]:
 @pytest.mark.parametrize(("respond", "alarmed"), [(flat_unreadable, True), (half_right_answers, False)])
 def test_the_trainer_warns_at_its_third_batch_when_it_cannot_learn(tiny_model_dir, tmp_path, caplog, respond, alarmed):
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), respond=respond, max_steps=4, logging_steps=1, save_strategy="no",
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        respond=respond,
+        max_steps=4,
+        logging_steps=1,
+        save_strategy="no",
         policy_sharing="isolated",
-    )  # fmt: skip
+    )
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         trainer.train()
     logs = [h for h in trainer.state.log_history if "role/aggregator/calls" in h]
@@ -123,13 +128,27 @@ def test_the_toy_model_under_the_paper_options_warns_in_a_real_run(tmp_path, cap
     `Voting()` (the paper's prompts and readers) warns at step 3; `Voting` with the toy options does not."""
     task = get_task("math")
     args = MultiAgentGRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=32, num_generations=8,
-        max_completion_length=80, temperature=0.7, learning_rate=1e-3, lr_scheduler_type="constant", max_steps=3,
-        logging_steps=1, save_strategy="no", report_to="none", chat_rendering="tokenizer",
-        chat_template_kwargs={"enable_thinking": False}, seed=0, policy_sharing="isolated", training_summary=False,
-    )  # fmt: skip
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=32,
+        num_generations=8,
+        max_completion_length=80,
+        temperature=0.7,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        max_steps=3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        chat_rendering="tokenizer",
+        chat_template_kwargs={"enable_thinking": False},
+        seed=0,
+        policy_sharing="isolated",
+        training_summary=False,
+    )
     trainer = MultiAgentGRPOTrainer(
-        model=resolve_model_name("toy"),
+        model="toy",  # the shipped toy model, by its registered name
         workflow=Voting(**options),
         reward_funcs=task.make_reward(),
         args=args,

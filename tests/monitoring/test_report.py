@@ -170,7 +170,7 @@ def test_the_report_holds_settings_picture_tables_alarms_evaluations_and_attribu
     (run,) = tables(page, "Run")
     assert [
         "workflow",
-        "EvalOpt(max_iterations=3, task='math', history='fresh', parsing='reference', prompts='guarded')",
+        "EvalOpt(task='math', prompts='guarded', parsing='reference', max_iterations=3, history='fresh')",
     ] in run
     (settings,) = tables(page, "Settings that differ from the defaults")
     assert settings[0] == ["setting", "this run", "default"]

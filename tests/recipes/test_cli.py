@@ -67,6 +67,18 @@ def test_train_a_built_in_workflow_with_the_shipped_toy_preset_then_report_on_it
 
 
 @pytest.mark.slow
+def test_print_config_shows_the_merged_settings_and_trains_nothing(tmp_path):
+    (tmp_path / "mine.yaml").write_text("base: toy\nlearning_rate: 5.0e-4\n")
+    printed = run(["train", "voting", "--config", "mine.yaml", "--max_steps", "3", "--print-config"], tmp_path)
+    lines = printed.stdout.splitlines()
+    assert "# settings: library defaults + paper_math.yaml + toy.yaml + mine.yaml + command line" in lines
+    for line in ("max_steps: 3  # command line", "learning_rate: 0.0005  # mine.yaml", "lora_r: 16  # toy.yaml"):
+        assert line in lines
+    assert "settings: library defaults + paper_math.yaml + toy.yaml + mine.yaml + command line" in printed.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "mine.yaml"]  # no run folder: nothing trained
+
+
+@pytest.mark.slow
 def test_train_a_user_workflow_and_reward_by_name_under_accelerate(tmp_path):
     (tmp_path / "tests_module.py").write_text(USER_MODULE)
     args = ["train", "--workflow", "tests_module:UserWorkflow", "--reward_funcs", "tests_module.reward"]

@@ -212,6 +212,19 @@ def test_flags_given_beside_the_preset_win(capsys, tmp_path):
         grid_module.parse_args(["--preset", "paper"])
 
 
+def test_a_layered_recipe_config_is_evaluated_as_it_trains(capsys, tmp_path):
+    """A --recipe_config that builds on a preset renders its evaluation prompts as the merged settings say: cpu.yaml
+    takes the reference's rendering from paper_math.yaml, which it builds on; a user's file on cpu.yaml too."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: cpu\nmax_steps: 2\n")
+    reference = "--chat_rendering reference_qwen --chat_template_kwargs '{\"enable_thinking\": false}'"
+    for config in ("recipes/configs/cpu.yaml", str(mine)):
+        grid_args = ["--models", "m", "--tasks", "math", "--output_root", str(tmp_path)]
+        launches, evaluations = dry_run(capsys, *grid_args, "--recipe_config", f"math={config}")
+        assert all(f"--config {config} " in line for line in launches)
+        assert evaluations and all(reference in line for line in evaluations)
+
+
 def test_workflow_args_reach_that_workflows_trainings_only(capsys, tmp_path):
     weights = "--role_loss_weights '{\"aggregator\": 0.0}'"
     launches, _ = dry_run(

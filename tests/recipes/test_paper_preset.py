@@ -114,8 +114,9 @@ def test_every_recipe_trains_the_paper_model_and_workflows_by_default():
         assert getattr(workflow, "template", "generator") == "generator", recipe
 
 
-def test_another_config_replaces_the_paper_preset(tmp_path):
-    """A --config file stands in for the paper preset: what it leaves out takes the library default."""
+def test_a_config_that_names_no_base_stands_in_for_the_paper_preset(tmp_path):
+    """A --config file without `base:` stands in for the paper preset: what it leaves out takes the library default,
+    as TRL's --config reads a file."""
     mine = tmp_path / "mine.yaml"
     mine.write_text("model_name_or_path: my/model\nuse_peft: true\nuse_cpu: true\nmax_completion_length: 32\n")
     kwargs = recipe_trainer_kwargs(

@@ -16,6 +16,7 @@ from tiny import CPU_SETTINGS, tiny_config, tiny_lora
 from transformers import AutoTokenizer
 
 from trl_multiagent import MultiAgentGRPOTrainer, OrchWorkers, SingleAgent, Workflow
+from trl_multiagent.evaluation.generation import EpisodeToolSettings
 from trl_multiagent.rollout.engine import RolloutEngine
 from trl_multiagent.rollout.tool_loop import build_role_tools
 from trl_multiagent.tasks.sandbox import sandbox_available
@@ -93,16 +94,8 @@ class AskThenSolve(Workflow):
 def engine_for(
     workflow, backend, tokenizer, *, tools=None, role_tools=None, max_iterations=None, timeout=5.0, budget=10_000
 ):
-    role_tools = build_role_tools(
-        roles=workflow.roles,
-        declared=workflow.tools,
-        tools=tools,
-        role_tools=role_tools,
-        tokenizer_for_role=lambda role: tokenizer,
-        max_iterations=max_iterations,
-        max_tokens_for_role=lambda role: budget,
-        timeout=timeout,
-    )
+    settings = EpisodeToolSettings(budget, max_tool_calling_iterations=max_iterations, tool_timeout=timeout)
+    role_tools = build_role_tools(workflow, settings, lambda role: tokenizer, tools=tools, role_tools=role_tools)
     mode = "async" if hasattr(backend, "agenerate") else "ticks"
     adapters = {role: "shared" for role in workflow.roles}
     return RolloutEngine(workflow, backend, adapters, mode=mode, role_tools=role_tools)

@@ -76,7 +76,7 @@ def test_generated_rows_train_and_hold_out_on_different_seeds(task):
     assert len(train) == GENERATED_TRAIN_SIZE and len(held_out) == 20
     assert {"prompt", spec.ground_truth} <= set(held_out.column_names)
     assert held_out.to_list() == held_out_dataset(20, task).to_list()  # the toy evaluation's rows
-    assert held_out.to_list() != spec.generate(n=20, seed=0).to_list()
+    assert held_out.to_list() != spec.generator(spec.generated)(n=20, seed=0).to_list()
 
 
 def test_the_toy_evaluation_reads_another_generator_of_the_task_by_name():

@@ -3,7 +3,7 @@ step, per-adapter gradient clipping, and memory-bounded micro-batches that leave
 
 from __future__ import annotations
 
-import logging
+import warnings
 
 import pytest
 import torch
@@ -13,6 +13,7 @@ from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.config import SettingsWarning
 from trl_multiagent.training.mini_batches import padded_tokens
 
 
@@ -109,19 +110,17 @@ def test_isolated_voting_generator_steps_follow_the_schedule(tiny_model_dir, tmp
         assert logs["role/generator/policy_ratio"] == 1.0  # one step on log-probs taken at the same weights
 
 
-def test_mini_batches_larger_than_a_generation_batch_are_flagged(tmp_path, caplog):
+def test_mini_batches_larger_than_a_generation_batch_are_flagged(tmp_path):
     """A mini-batch bigger than the step's batch silently turns the reference's schedule into one step per adapter
     (the paper's 64 prompts on a 4-prompt toy batch); the config says so and how to fix it. The toy presets use
     one generation batch, the reference's ratio."""
     settings = dict(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, num_generations=8)
-    with caplog.at_level(logging.WARNING, logger="trl_multiagent.config"):
+    with pytest.warns(SettingsWarning, match="mini_batch_prompts=64 is more than the 4 prompts of one generation"):
         MultiAgentGRPOConfig(**settings, update_schedule="mini_batches", mini_batch_prompts=64)
-    assert "mini_batch_prompts=64 is more than the 4 prompts of one generation batch" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="trl_multiagent.config"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SettingsWarning)
         MultiAgentGRPOConfig(**settings, update_schedule="mini_batches", mini_batch_prompts=4)
         MultiAgentGRPOConfig(**settings, update_schedule="merged", mini_batch_prompts=64)
-    assert "mini_batch_prompts" not in caplog.text
 
     assert preset("paper_math")["mini_batch_prompts"] == 64
     for name in ("toy", "toy_code", "toy_two_models"):  # not the paper preset's 64

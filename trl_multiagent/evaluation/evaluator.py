@@ -22,9 +22,10 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import TrainedWorkflow
+from ..config import ROLLOUT_BACKENDS, config_field
 from ..model_names import resolve_model_name
 from ..monitoring.pass_at_k import pass_at_k
-from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+from ..rollout.chat_rendering import check_chat_rendering
 from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
 from ..tasks import TASKS, get_task
@@ -52,8 +53,9 @@ class EvalSettings:
     )
     limit: int | None = field(default=None, metadata={"help": "Evaluate the first `limit` problems of the split."})
     k: int = field(default=1, metadata={"help": "Episodes per problem; reports pass@1 (mean over k) and pass@k."})
+    # Greedy unless asked, where training samples at TRL's 1.0: a setting of its own.
     temperature: float = field(default=0.0, metadata={"help": "0: greedy (needs k=1); the paper samples at 0.7."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling when temperature > 0."})
+    top_p: float = config_field("top_p")
     max_completion_length: int | None = field(
         default=None,
         metadata={
@@ -65,7 +67,7 @@ class EvalSettings:
         default=False,
         metadata={"help": "Without max_completion_length: evaluate at the training lengths (5120 math, 2048 code)."},
     )
-    seed: int = field(default=42, metadata={"help": "Sampling seed, reset before each checkpoint."})
+    seed: int = config_field("seed", help="Sampling seed, reset before each checkpoint.")
     best_of: int = field(
         default=1,
         metadata={
@@ -89,39 +91,23 @@ class EvalSettings:
             "sample as it judges a first attempt (the judged best-of-n; 2 best_of calls per episode)."
         },
     )
-    rollout_batch_size: int | None = field(default=None, metadata={"help": "Largest batch of one generate call."})
+    rollout_batch_size: int | None = config_field("rollout_batch_size")
     episodes_per_batch: int = field(default=256, metadata={"help": "Episodes run concurrently."})
-    chat_template_kwargs: dict[str, Any] | str | None = field(
-        default=None, metadata={"help": "JSON passed to the chat template, e.g. '{\"enable_thinking\": false}'."}
-    )
-    role_generation_kwargs: dict[str, dict[str, Any]] | str | None = field(
-        default=None, metadata={"help": "JSON: a role's own sampling settings, as the run trained with them."}
-    )
-    chat_rendering: str = field(
-        default="tokenizer",
-        metadata={
-            "help": "'tokenizer': the chat template with chat_template_kwargs; 'reference_qwen': the reference "
-            "stack's Qwen rendering (the paper's evaluation; render as the run was trained).",
-            "choices": list(CHAT_RENDERINGS),
-        },
-    )
-    rollout_backend: str = field(
-        default="transformers",
-        metadata={
-            "help": "'transformers', or 'vllm': one vLLM engine (base model + every role adapter as a LoRA) serves "
-            "every checkpoint's episodes; needs `pip install trl-multiagent[vllm]`.",
-            "choices": ["transformers", "vllm"],
-        },
+    # Render and sample as the run was trained: the training settings of the same names.
+    chat_template_kwargs: dict | str | None = config_field("chat_template_kwargs")
+    role_generation_kwargs: dict[str, dict[str, Any]] | str | None = config_field("role_generation_kwargs")
+    chat_rendering: str = config_field("chat_rendering")
+    rollout_backend: str = config_field(
+        "rollout_backend",
+        help="'transformers', or 'vllm': one vLLM engine (base model + every role adapter as a LoRA) serves every "
+        "checkpoint's episodes; needs `pip install trl-multiagent[vllm]`.",
     )
     vllm_engine_kwargs: dict[str, Any] | str | None = field(
         default=None,
         metadata={"help": 'JSON for vllm.LLM, e.g. \'{"gpu_memory_utilization": 0.9, "max_model_len": 8192}\'.'},
     )
-    max_tool_calling_iterations: int | None = field(
-        default=None,
-        metadata={"help": "Roles with tools: most rounds of tools per call, as in training (None: no cap)."},
-    )
-    tool_timeout: float = field(default=30.0, metadata={"help": "Roles with tools: seconds one tool call may take."})
+    max_tool_calling_iterations: int | None = config_field("max_tool_calling_iterations")
+    tool_timeout: float = config_field("tool_timeout")
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     dtype: str | None = field(default=None, metadata={"help": "e.g. bfloat16; default: the checkpoint's own."})
 
@@ -156,8 +142,8 @@ class EvalSettings:
         check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
         if isinstance(self.vllm_engine_kwargs, str):
             self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
-        if self.rollout_backend not in ("transformers", "vllm"):
-            raise ValueError(f"rollout_backend must be 'transformers' or 'vllm', got {self.rollout_backend!r}.")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            raise ValueError(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
         if self.device is None:
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -402,15 +388,7 @@ def sample_episodes(
     generation_config = make_generation_config(
         trained, settings.max_completion_length, settings.temperature, settings.top_p
     )
-    tools = eval_role_tools(
-        trained,
-        settings.max_completion_length,
-        role_tools=role_tools,
-        role_generation_kwargs=settings.role_generation_kwargs,
-        chat_template_kwargs=settings.chat_template_kwargs,
-        max_tool_calling_iterations=settings.max_tool_calling_iterations,
-        tool_timeout=settings.tool_timeout,
-    )
+    tools = eval_role_tools(trained, settings, role_tools)
     jobs = [(problem, sample) for problem in range(len(rows)) for sample in range(settings.k * settings.best_of)]
     for start in range(0, len(jobs), settings.episodes_per_batch):
         chunk = jobs[start : start + settings.episodes_per_batch]

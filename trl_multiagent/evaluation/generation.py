@@ -11,18 +11,20 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
 from ..checkpoints import TrainedWorkflow
+from ..config import config_field
 from ..rollout.backends.from_config import base_eos_token_ids
 from ..rollout.backends.per_base import PerBaseBackend
 from ..rollout.backends.transformers_backend import TransformersBackend
 from ..rollout.engine import RolloutEngine
 from ..rollout.records import Episode
-from ..rollout.tool_loop import RoleTools, build_role_tools
+from ..rollout.tool_loop import RoleTools, ToolSettings, build_role_tools
 from ..workflows import Messages
 
 
@@ -51,36 +53,31 @@ def make_generation_config(
     )
 
 
+@dataclass(frozen=True)
+class EpisodeToolSettings:
+    """The tool settings of ``run_episodes`` given none: its lengths and rendering, the training config's bounds."""
+
+    max_completion_length: int | None
+    role_generation_kwargs: dict[str, dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    max_tool_calling_iterations: int | None = config_field("max_tool_calling_iterations")
+    tool_timeout: float = config_field("tool_timeout")
+
+
 def eval_role_tools(
     trained: TrainedWorkflow,
-    max_new_tokens: int,
-    *,
+    settings: ToolSettings,
     role_tools: Mapping[str, Sequence[Callable[..., Any]]] | None = None,
-    role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
-    max_tool_calling_iterations: int | None = None,
-    tool_timeout: float = 30.0,
 ) -> dict[str, RoleTools]:
-    """The tools of ``trained``'s roles, as training gives them: the workflow's declared ``tools`` plus ``role_tools``
-    (``{role: [function, ...]}``), each role's tool calls read with its base model's tokenizer; a role's tool loop
-    holds at most its ``max_tokens`` (``role_generation_kwargs``, else ``max_new_tokens``) tokens."""
-    role_kwargs = role_generation_kwargs or {}
+    """The tools of ``trained``'s roles, as training gives them under ``settings`` (``EvalSettings``, whose tool
+    fields are the training config's): the workflow's declared ``tools`` plus ``role_tools`` (``{role: [function,
+    ...]}``), each role's tool calls read with its base model's tokenizer."""
 
     def tokenizer_for_role(role: str):
         base = trained.role_bases.get(role)
         return trained.bases[base].tokenizer if base in trained.bases else trained.tokenizer
 
-    return build_role_tools(
-        roles=trained.workflow.roles,
-        declared=trained.workflow.tools,
-        tools=None,
-        role_tools=role_tools,
-        tokenizer_for_role=tokenizer_for_role,
-        max_iterations=max_tool_calling_iterations,
-        max_tokens_for_role=lambda role: role_kwargs.get(role, {}).get("max_tokens", max_new_tokens),
-        timeout=tool_timeout,
-        chat_template_kwargs=chat_template_kwargs,
-    )
+    return build_role_tools(trained.workflow, settings, tokenizer_for_role, role_tools=role_tools)
 
 
 def run_episodes(
@@ -98,12 +95,8 @@ def run_episodes(
     (``role_generation_kwargs``: a role's own sampling settings, ``chat_rendering``: how prompts are rendered, as in
     training; ``role_tools``: ``eval_role_tools(...)``, by default the tools the workflow declares)."""
     if role_tools is None:
-        role_tools = eval_role_tools(
-            trained,
-            generation_config.max_new_tokens,
-            role_generation_kwargs=role_generation_kwargs,
-            chat_template_kwargs=chat_template_kwargs,
-        )
+        settings = EpisodeToolSettings(generation_config.max_new_tokens, role_generation_kwargs, chat_template_kwargs)
+        role_tools = eval_role_tools(trained, settings)
 
     def backend(model, tokenizer, router, eos, config=generation_config) -> TransformersBackend:
         return TransformersBackend(

@@ -67,7 +67,7 @@ def held_out_dataset(n: int = 300, task: str = "math", dataset: str | None = Non
     spec = get_task(task)
     name = dataset or spec.generated
     if spec.generator(name) is None:
-        known = [spec.generated, *spec.other_generators]
+        known = list(spec.generators)
         raise ValueError(f"{name!r} is not an offline generator of the {task} task; its generators are {known}.")
     return spec.eval_dataset(name, limit=n)
 

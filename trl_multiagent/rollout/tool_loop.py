@@ -24,9 +24,9 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..workflows.base import Messages
+from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationResult
 from .records import ModelCall, ToolConversation
 
@@ -176,31 +176,41 @@ def _tool_message(name: str, output: Any) -> dict[str, Any]:
     return {"role": "tool", "name": name, "content": str(output)}
 
 
+class ToolSettings(Protocol):
+    """What bounds the tool loops of a run: the training config's fields of these names, which the evaluation's
+    settings take from it."""
+
+    max_completion_length: int | None  # a role's tokens, unless its `role_generation_kwargs` set `max_tokens`
+    role_generation_kwargs: Mapping[str, Mapping[str, Any]] | None
+    chat_template_kwargs: Mapping[str, Any] | None  # as the backends render prompts
+    max_tool_calling_iterations: int | None
+    tool_timeout: float
+
+
 def build_role_tools(
-    *,
-    roles: Sequence[str],
-    declared: Mapping[str, Sequence[Callable[..., Any]]],
-    tools: Sequence[Callable[..., Any]] | None,
-    role_tools: Mapping[str, Sequence[Callable[..., Any]]] | None,
+    workflow: Workflow,
+    settings: ToolSettings,
     tokenizer_for_role: Callable[[str], Any],
-    max_iterations: int | None,
-    max_tokens_for_role: Callable[[str], int],
-    timeout: float,
-    chat_template_kwargs: Mapping[str, Any] | None = None,
+    *,
+    tools: Sequence[Callable[..., Any]] | None = None,
+    role_tools: Mapping[str, Sequence[Callable[..., Any]]] | None = None,
 ) -> dict[str, RoleTools]:
-    """Role type -> its ``RoleTools``, for the roles that have any: the workflow's ``declared`` tools, then
-    ``role_tools[role]``, then ``tools`` (given to every role). ``chat_template_kwargs``: as the backends render
-    prompts with."""
+    """Role type -> its ``RoleTools``, for the roles of ``workflow`` that have any: its declared ``tools``, then
+    ``role_tools[role]``, then ``tools`` (given to every role), bounded by ``settings`` as training and evaluation
+    run them; each role's tool calls read with ``tokenizer_for_role(role)``."""
     from .chat_rendering import ChatRenderer
 
+    roles, declared = workflow.roles, workflow.tools
     for where, mapping in (("`role_tools`", role_tools), ("The workflow's `tools`", declared)):
         if mapping is not None and not isinstance(mapping, Mapping):
             raise TypeError(f"{where} must map role types to lists of functions, got {mapping!r}.")
         unknown = sorted(set(mapping or {}) - set(roles))
         if unknown:
             raise ValueError(f"{where} names role(s) {unknown}; the workflow's roles are {list(roles)}.")
+    max_iterations = settings.max_tool_calling_iterations
     if max_iterations is not None and max_iterations < 0:
         raise ValueError(f"`max_tool_calling_iterations` must be >= 0 or None, got {max_iterations}.")
+    role_kwargs = settings.role_generation_kwargs or {}
     built = {}
     for role in roles:
         functions = [*(declared or {}).get(role, ()), *(role_tools or {}).get(role, ()), *(tools or ())]
@@ -210,14 +220,14 @@ def build_role_tools(
         by_name = dict(zip(schemas, functions))
         listed = list(schemas.values())
         tokenizer = tokenizer_for_role(role)
-        renderer = ChatRenderer(tokenizer, chat_template_kwargs=chat_template_kwargs)
+        renderer = ChatRenderer(tokenizer, chat_template_kwargs=settings.chat_template_kwargs)
         built[role] = RoleTools(
             functions=by_name,
             schemas=listed,
             parse=response_parser(tokenizer, listed, f"The tools of role {role!r}"),
             prompt_ids=lambda messages, renderer=renderer, listed=listed: renderer.prompt_ids(messages, listed),
             max_iterations=max_iterations,
-            max_tokens=max_tokens_for_role(role),
-            timeout=timeout,
+            max_tokens=role_kwargs.get(role, {}).get("max_tokens", settings.max_completion_length),
+            timeout=settings.tool_timeout,
         )
     return built

@@ -8,7 +8,7 @@ datasets); ``tests/tasks/test_tasks_registry.py`` checks they cover exactly thes
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from datasets import Dataset
@@ -32,8 +32,9 @@ class Task:
     name: str
     dataset_id: str  # the paper's dataset on the Hub: the default of training and evaluation
     load: Callable[..., Dataset]  # (split, path_or_id, limit) -> TRL rows: a conversational `prompt` + ground truth
-    generated: str  # the name of the offline generator, accepted wherever a dataset name is
-    generate: Callable[..., Dataset]  # (n, seed) -> rows with the same columns
+    # Offline generators of rows with the same columns, graded by the same reward, by name: (n, seed) -> rows. A name
+    # is accepted wherever a dataset name is; the first is the task's own (`generated`).
+    generators: dict[str, Callable[..., Dataset]]
     make_reward: Callable[[], Callable[..., list[float]]]  # the reward the recipes train with (1.0: right)
     ground_truth: str  # the column the reward grades against
     training_length: int  # tokens per model call in training: recipes/configs/paper_<task>.yaml
@@ -42,14 +43,15 @@ class Task:
     # compare both with the reference's files).
     eval_length: int
     answer_checker: Callable[[str, Any], bool] | None = None  # per-role regrading of one output against the truth
-    # More offline families with the same columns, graded by the same reward, by name (n, seed) -> rows.
-    other_generators: dict[str, Callable[..., Dataset]] = field(default_factory=dict)
+
+    @property
+    def generated(self) -> str:
+        """The name of the task's own offline generator: the toy dataset of its CPU presets."""
+        return next(iter(self.generators))
 
     def generator(self, name: str | None) -> Callable[..., Dataset] | None:
-        """The offline generator called ``name`` (``generated`` or one of ``other_generators``), else None."""
-        if name == self.generated:
-            return self.generate
-        return self.other_generators.get(name) if name is not None else None
+        """The offline generator called ``name``, else None."""
+        return self.generators.get(name) if name is not None else None
 
     def train_dataset(self, name: str | None = None, split: str = "train", seed: int = 0) -> Dataset:
         """The training rows of ``name`` (a Hub id, a local .jsonl/.parquet file, or a generator's name;
@@ -72,22 +74,19 @@ TASKS: dict[str, Task] = {
         name="math",
         dataset_id=DAPO_MATH_ID,
         load=load_dapo_math,
-        generated="arithmetic",
-        generate=make_arithmetic_dataset,
+        # mod_search.py: easy to check, hard to answer in one pass, where verification and retries should pay.
+        generators={"arithmetic": make_arithmetic_dataset, "mod_search": make_mod_search_dataset},
         make_reward=lambda: math_reward,
         ground_truth="answer",
         training_length=5120,
         eval_length=8192,
         answer_checker=math_answer_checker,
-        # Easy to check, hard to answer in one pass: where verification and retries should pay (mod_search.py).
-        other_generators={"mod_search": make_mod_search_dataset},
     ),
     "code": Task(
         name="code",
         dataset_id=DEEPCODER_ID,
         load=load_deepcoder,
-        generated="toy_code",
-        generate=make_toy_code_dataset,
+        generators={"toy_code": make_toy_code_dataset},
         make_reward=CodeReward,  # every test must pass
         ground_truth="tests",
         training_length=2048,

@@ -7,13 +7,18 @@ import math
 import torch
 
 
-def importance_sampling_ratio(old_logps, sampling_logps, mask, *, mode: str, clip_min, clip_max) -> torch.Tensor:
-    """`[N, C]` for token modes, `[N, 1]` for sequence modes, computed as TRL computes it for vLLM rollouts.
+def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
+    """The correction of a `TrainingBatch` whose old and sampling log-probs are filled: `[N, C]` for token modes,
+    `[N, 1]` for sequence modes, computed as TRL computes it for vLLM rollouts, with the `vllm_importance_sampling_*`
+    settings of ``args``.
 
     "truncate" clamps to [clip_min, clip_max], "mask" zeroes the ratios outside. A NaN sampling log-prob counts as
     no gap, as in TRL.
     """
-    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
+    mode = args.vllm_importance_sampling_mode
+    clip_min, clip_max = args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max
+    gap = (batch.old_per_token_logps - batch.sampling_per_token_logps) * batch.completion_mask
+    diff = torch.nan_to_num(gap, nan=0.0)
     if mode.startswith("sequence"):
         diff = diff.sum(dim=-1, keepdim=True)
     ratio = torch.exp(diff)
@@ -22,19 +27,6 @@ def importance_sampling_ratio(old_logps, sampling_logps, mask, *, mode: str, cli
     low = clip_min if clip_min is not None else -math.inf
     high = clip_max if clip_max is not None else math.inf
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
-
-
-def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
-    """`importance_sampling_ratio` of a `TrainingBatch` whose old and sampling log-probs are filled, with the
-    `vllm_importance_sampling_*` settings of ``args``."""
-    return importance_sampling_ratio(
-        batch.old_per_token_logps,
-        batch.sampling_per_token_logps,
-        batch.completion_mask,
-        mode=args.vllm_importance_sampling_mode,
-        clip_min=args.vllm_importance_sampling_clip_min,
-        clip_max=args.vllm_importance_sampling_clip_max,
-    )
 
 
 def fold_into_advantages(advantages: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from ..parse_rules import check_rule
-from . import prompts as prompt_sets
-from .base import Generate, Messages, Workflow, problem_text, request_text
+from .base import Generate, Messages, problem_text, request_text
+from .built_in import ReadWorkflow
 from .formats import Verdict, answer_format
-from .prompt_set import PromptSet, uses
+from .prompt_set import uses
 from .reward_policy import OUTCOME, RoleRewardPolicy
 
 HISTORIES = ("shared", "fresh")
 
 
-class EvalOpt(Workflow):
+@dataclass(kw_only=True, eq=False)
+class EvalOpt(ReadWorkflow):
     r"""Evaluator-optimizer loop.
 
     Each iteration is one ``generator`` call followed by exactly one ``evaluator`` call; the loop stops at a
@@ -41,34 +41,28 @@ class EvalOpt(Workflow):
         max_iterations: most generator attempts per episode; the paper uses 3 for math and 2 for code.
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
         history: ``"shared"`` or ``"fresh"``, as above.
-        parsing: how the verdict is read (``parsing.parse_verdict``): ``"reference"``, the first verdict box written
-            exactly ``\boxed{Correct}`` or ``\boxed{Incorrect}``; ``"robust"``, the last, LaTeX wrappers allowed.
+        parsing: how the verdict is read (``parse_rules.parse_verdict``): ``"reference"``, the first verdict box
+            written exactly ``\boxed{Correct}`` or ``\boxed{Incorrect}``; ``"robust"``, the last, LaTeX wrappers
+            allowed.
         prompts: a prompt set: ``"paper"``, ``"guarded"``, a JSON file in the reference's ``prompt.json`` layout, or a
             ``PromptSet`` (see ``prompt_set.py``). Uses ``solve``, ``evaluate`` and ``refine``.
     """
 
     roles = ("generator", "evaluator")
 
-    def __init__(
-        self,
-        max_iterations: int = 3,
-        task: str = "math",
-        history: str = "shared",
-        prompts: str | dict[str, Any] | PromptSet = "paper",
-        parsing: str = "reference",
-    ) -> None:
-        if max_iterations < 1:
+    max_iterations: int = 3
+    history: str = "shared"
+
+    def __post_init__(self) -> None:
+        if self.max_iterations < 1:
             raise ValueError(
-                f"EvalOpt needs max_iterations >= 1 (got {max_iterations}); the paper uses 3 for math, 2 for code."
+                f"EvalOpt needs max_iterations >= 1 (got {self.max_iterations}); the paper uses 3 for math, 2 for "
+                "code."
             )
-        if history not in HISTORIES:
-            raise ValueError(f"EvalOpt history must be one of {HISTORIES}, got {history!r}.")
-        self.max_iterations = max_iterations
-        self.task = prompt_sets.check_task(task)
-        self.history = history
-        self.parsing = check_rule(parsing)
-        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
-        if history == "fresh":
+        if self.history not in HISTORIES:
+            raise ValueError(f"EvalOpt history must be one of {HISTORIES}, got {self.history!r}.")
+        super().__post_init__()
+        if self.history == "fresh":
             for name, variable in (("evaluate", "solution"), ("refine", "feedback")):
                 if not uses(getattr(self._prompts, name), variable):
                     raise ValueError(

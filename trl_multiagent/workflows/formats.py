@@ -46,7 +46,7 @@ class OutputFormat(Protocol):
 
 @dataclass(frozen=True)
 class BoxedAnswer:
-    r"""A math answer: the last ``\boxed{}`` (``parsing.last_boxed``, what ``math_reward`` grades)."""
+    r"""A math answer: the last ``\boxed{}`` (``parse_rules.last_boxed``, what ``math_reward`` grades)."""
 
     kind: ClassVar[str] = "answer"
 
@@ -59,7 +59,8 @@ class BoxedAnswer:
 
 @dataclass(frozen=True)
 class CodeAnswer:
-    """A program: the last python or untagged fenced block (``parsing.last_code_block``, what ``CodeReward`` runs)."""
+    """A program: the last python or untagged fenced block (``parse_rules.last_code_block``, what ``CodeReward``
+    runs)."""
 
     kind: ClassVar[str] = "answer"
 
@@ -72,8 +73,8 @@ class CodeAnswer:
 
 @dataclass(frozen=True)
 class Verdict:
-    r"""``\boxed{Correct}`` / ``\boxed{Incorrect}`` (``parsing.parse_verdict`` under ``rule``, ``"robust"``: the last
-    verdict box, or ``"reference"``: the first); no verdict reads as not satisfied."""
+    r"""``\boxed{Correct}`` / ``\boxed{Incorrect}`` (``parse_rules.parse_verdict`` under ``rule``, ``"robust"``: the
+    last verdict box, or ``"reference"``: the first); no verdict reads as not satisfied."""
 
     rule: str = "robust"
     kind: ClassVar[str] = "verdict"
@@ -90,7 +91,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Selection:
-    r"""The number of the chosen candidate among ``n_candidates``, as ``\boxed{i}`` (``parsing.parse_selection``).
+    r"""The number of the chosen candidate among ``n_candidates``, as ``\boxed{i}`` (``parse_rules.parse_selection``).
 
     ``parse`` gives the 0-based index when a box holds a number in range; ``read`` falls back to the first digit
     (in range), then to candidate 0. ``rule``: which box and digit count (``"robust"``: the last box in range;
@@ -118,9 +119,9 @@ class Strategies:
 
     ``require_all=False`` (Orch-Workers with one worker per strategy): the output follows the format when it has at
     least one ``STRATEGY k:`` header, and ``read`` falls back to a numbered list, the lines, then the whole text
-    (``parsing.read_strategies``). ``require_all=True`` (a fixed worker count): it follows the format only with ``n``
-    headers, and ``read`` returns the parsed headers alone (the workflow fills the rest). ``rule``: the reader
-    (``parsing.read_strategies``; ``"robust"``: order of appearance, markdown stripped, every non-empty line;
+    (``parse_rules.read_strategies``). ``require_all=True`` (a fixed worker count): it follows the format only with
+    ``n`` headers, and ``read`` returns the parsed headers alone (the workflow fills the rest). ``rule``: the reader
+    (``parse_rules.read_strategies``; ``"robust"``: order of appearance, markdown stripped, every non-empty line;
     ``"reference"``: the reference's, ordered by number, as written, lines over 10 characters).
     """
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import dataclass
 
-from ..parse_rules import check_rule
-from . import prompts as prompt_sets
-from .base import Generate, Messages, Workflow, problem_text, request_text
+from .base import Generate, Messages, problem_text, request_text
+from .built_in import ReadWorkflow
 from .formats import Strategies, answer_format
-from .prompt_set import PromptSet
 from .reward_policy import ZERO, RoleRewardPolicy
 
 WORKER_COUNTS = ("per_strategy", "fixed")
 
 
-class OrchWorkers(Workflow):
+@dataclass(kw_only=True, eq=False)
+class OrchWorkers(ReadWorkflow):
     r"""Orchestrator, parallel workers, synthesizer.
 
     One ``orchestrator`` call proposes at most ``n_workers`` different strategies as ``STRATEGY k: ...`` without
@@ -25,7 +24,7 @@ class OrchWorkers(Workflow):
 
     ``workers="per_strategy"`` (the research's): one worker per strategy read, 1 to ``n_workers``, with the reference
     fallbacks when there is no ``STRATEGY k:`` header: a numbered list, then the lines, then the whole text
-    (``parsing.read_strategies``); ``2 + (1 .. n_workers)`` calls per episode. ``workers="fixed"``: always
+    (``parse_rules.read_strategies``); ``2 + (1 .. n_workers)`` calls per episode. ``workers="fixed"``: always
     ``n_workers`` workers; those left without a parsed strategy get the prompt set's ``fallback_strategy``, so
     every episode has the same shape.
 
@@ -35,7 +34,7 @@ class OrchWorkers(Workflow):
         workers: ``"per_strategy"`` or ``"fixed"``, as above.
         prompts: a prompt set (see ``EvalOpt``); uses ``propose``, ``work``, ``synthesize``,
             ``strategy_solution_block``, ``solutions_separator`` and ``fallback_strategy``.
-        parsing: how the plan is read (``parsing.read_strategies``): ``"reference"``, the reference's reader
+        parsing: how the plan is read (``parse_rules.read_strategies``): ``"reference"``, the reference's reader
             (``STRATEGY k:`` headers and numbered items ordered by ``k`` and kept as written, the lines longer than
             10 characters); ``"robust"``, in order of appearance without markdown decoration, every non-empty line.
     """
@@ -45,23 +44,15 @@ class OrchWorkers(Workflow):
     # the episode's final answer (rllm/workflows/orchestrator_workers_workflow.py:290-332).
     role_reward_policy = RoleRewardPolicy({"orchestrator": ZERO, "worker": ZERO})
 
-    def __init__(
-        self,
-        n_workers: int = 3,
-        task: str = "math",
-        workers: str = "per_strategy",
-        prompts: str | dict[str, Any] | PromptSet = "paper",
-        parsing: str = "reference",
-    ) -> None:
-        if n_workers < 1:
-            raise ValueError(f"OrchWorkers needs n_workers >= 1 (got {n_workers}); the paper uses 3.")
-        if workers not in WORKER_COUNTS:
-            raise ValueError(f"OrchWorkers workers must be one of {WORKER_COUNTS}, got {workers!r}.")
-        self.n_workers = n_workers
-        self.task = prompt_sets.check_task(task)
-        self.workers = workers
-        self.parsing = check_rule(parsing)
-        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+    n_workers: int = 3
+    workers: str = "per_strategy"
+
+    def __post_init__(self) -> None:
+        if self.n_workers < 1:
+            raise ValueError(f"OrchWorkers needs n_workers >= 1 (got {self.n_workers}); the paper uses 3.")
+        if self.workers not in WORKER_COUNTS:
+            raise ValueError(f"OrchWorkers workers must be one of {WORKER_COUNTS}, got {self.workers!r}.")
+        super().__post_init__()
 
     @property
     def formats(self):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from . import prompts as prompt_sets
-from .base import Generate, Messages, Workflow, problem_text, request_text
+from .base import Generate, Messages, problem_text, request_text
+from .built_in import BuiltInWorkflow
 from .formats import answer_format
-from .prompt_set import PromptSet
 
 TEMPLATES = ("generator", "raw")
 
 
-class SingleAgent(Workflow):
+@dataclass(kw_only=True, eq=False)
+class SingleAgent(BuiltInWorkflow):
     """One ``generator`` call (instance 0); its output is the answer. The paper's SA-RL baseline.
 
     ``template="generator"`` (the research's): the call is the generator's first request of the multi-agent
@@ -28,14 +28,12 @@ class SingleAgent(Workflow):
 
     roles = ("generator",)
 
-    def __init__(
-        self, task: str = "math", template: str = "generator", prompts: str | dict[str, Any] | PromptSet = "paper"
-    ) -> None:
-        if template not in TEMPLATES:
-            raise ValueError(f"SingleAgent template must be one of {TEMPLATES}, got {template!r}.")
-        self.task = prompt_sets.check_task(task)
-        self.template = template
-        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+    template: str = "generator"
+
+    def __post_init__(self) -> None:
+        if self.template not in TEMPLATES:
+            raise ValueError(f"SingleAgent template must be one of {TEMPLATES}, got {self.template!r}.")
+        super().__post_init__()
 
     @property
     def formats(self):

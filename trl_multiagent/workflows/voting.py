@@ -3,50 +3,43 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import dataclass
 
-from ..parse_rules import check_rule
-from . import prompts as prompt_sets
-from .base import Generate, Messages, Workflow, problem_text, request_text
+from .base import Generate, Messages, problem_text, request_text
+from .built_in import ReadWorkflow
 from .formats import Selection, answer_format
-from .prompt_set import PromptSet
 from .reward_policy import OUTCOME, RoleRewardPolicy
 
 
-class Voting(Workflow):
+@dataclass(kw_only=True, eq=False)
+class Voting(ReadWorkflow):
     r"""Parallel voters, one selecting aggregator.
 
     ``n_voters`` ``generator`` calls run concurrently with instances ``0 .. n_voters - 1`` (one role type, so under
     isolated policies they share one adapter), then one ``aggregator`` call (instance 0) sees all answers, each under
     a numbered header, and picks one with ``\boxed{i}``; ``n_voters + 1`` calls per episode. The final answer is the
-    chosen voter's output, verbatim; see ``parsing.parse_selection`` for the rule and its fallbacks.
+    chosen voter's output, verbatim; see ``parse_rules.parse_selection`` for the rule and its fallbacks.
 
     Args:
         n_voters: number of independent answers; the paper uses 3.
         task: ``"math"`` or ``"code"``; selects the built-in prompts and the answer format.
         prompts: a prompt set (see ``EvalOpt``); uses ``vote``, ``aggregate``, ``solution_block`` and
             ``solutions_separator``.
-        parsing: how the choice is read (``parsing.parse_selection``): ``"reference"``, the first ``\boxed{N}``, else
-            the first digit 1-9, else candidate 1; ``"robust"``, the last box in range, else the first digit in range.
+        parsing: how the choice is read (``parse_rules.parse_selection``): ``"reference"``, the first ``\boxed{N}``,
+            else the first digit 1-9, else candidate 1; ``"robust"``, the last box in range, else the first digit in
+            range.
     """
 
     roles = ("generator", "aggregator")
 
-    def __init__(
-        self,
-        n_voters: int = 3,
-        task: str = "math",
-        prompts: str | dict[str, Any] | PromptSet = "paper",
-        parsing: str = "reference",
-    ) -> None:
-        if n_voters < 2:
+    n_voters: int = 3
+
+    def __post_init__(self) -> None:
+        if self.n_voters < 2:
             raise ValueError(
-                f"Voting needs n_voters >= 2 to have a choice (got {n_voters}); for one answer use SingleAgent()."
+                f"Voting needs n_voters >= 2 to have a choice (got {self.n_voters}); for one answer use SingleAgent()."
             )
-        self.n_voters = n_voters
-        self.task = prompt_sets.check_task(task)
-        self.parsing = check_rule(parsing)
-        self._prompts, self.prompts = prompt_sets.resolve(prompts, task)
+        super().__post_init__()
 
     @property
     def role_reward_policy(self) -> RoleRewardPolicy:

@@ -21,6 +21,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip instal
 from scripted import tool_call  # noqa: E402
 from tiny import tiny_lora  # noqa: E402
 
+from trl_multiagent.evaluation.generation import EpisodeToolSettings  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationResult  # noqa: E402
 from trl_multiagent.rollout.backends.vllm_backend import AsyncVLLMBackend  # noqa: E402
 from trl_multiagent.rollout.engine import RolloutEngine  # noqa: E402
@@ -89,16 +90,8 @@ def test_a_slow_tool_does_not_hold_up_the_other_episodes_vllm_calls(served, monk
         return result
 
     monkeypatch.setattr(backend, "_complete", scripted_first_call)
-    role_tools = build_role_tools(
-        roles=Solve.roles,
-        declared={},
-        tools=[wait_for_the_others],
-        role_tools=None,
-        tokenizer_for_role=lambda role: tokenizer,
-        max_iterations=1,
-        max_tokens_for_role=lambda role: 10_000,
-        timeout=300.0,
-    )
+    settings = EpisodeToolSettings(10_000, max_tool_calling_iterations=1, tool_timeout=300.0)
+    role_tools = build_role_tools(Solve(), settings, lambda role: tokenizer, tools=[wait_for_the_others])
     engine = RolloutEngine(Solve(), backend, {"solver": "solver"}, mode="async", role_tools=role_tools)
     prompts = [[{"role": "user", "content": "slow"}]] + [
         [{"role": "user", "content": f"fast {i}"}] for i in range(FAST)
