@@ -28,13 +28,14 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
+from .checkpoints.resume_command import resume_advice
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam, score_like_trl
 from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .rollout.ahead import RolloutsAhead
-from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
+from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
@@ -225,6 +226,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             process_index=self.accelerator.process_index,
             num_processes=self.accelerator.num_processes,
             weights_step=lambda: self.state.global_step,
+            next_steps=functools.partial(resume_advice, self.args.output_dir),
         )
         return context.on_bases(self.bases, self.adapters.routers)
 
@@ -257,6 +259,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
         episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
         self.record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        self.record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.

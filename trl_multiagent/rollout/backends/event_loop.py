@@ -107,17 +107,21 @@ class BackgroundLoop:
 class LoopCalls:
     """``agenerate``, ``generate`` and ``drain`` of a backend that answers each request with the coroutine
     ``_complete(request, prompt_ids)`` on its own ``BackgroundLoop`` (``self._loop``): vLLM's ``AsyncLLM``, vLLM
-    servers. The backend also holds ``folders`` (``AdapterFolders``: the adapters it serves) and ``renderer``
-    (``ChatRenderer``: the prompts' token ids)."""
+    servers. The backend also holds ``renderer`` (``ChatRenderer``: the prompts' token ids) and ``folders``
+    (``AdapterFolders``: the adapters it serves), or its own ``check_synced``."""
+
+    def check_synced(self, adapters) -> None:
+        """Fail unless every adapter in ``adapters`` was sent to vLLM."""
+        self.folders.check_synced(adapters)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        self.folders.check_synced([request.adapter])
+        self.check_synced([request.adapter])
         return await self._loop.call(
             self._complete(request, self.renderer.prompt_ids(request.messages, request.tools))
         )
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        self.folders.check_synced([r.adapter for r in requests])
+        self.check_synced([r.adapter for r in requests])
         prompts = [self.renderer.prompt_ids(r.messages, r.tools) for r in requests]
         return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 
