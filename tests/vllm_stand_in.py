@@ -5,7 +5,7 @@ Rules taken from vLLM's OpenAI server (``entrypoints/openai/models/serving.py``,
 loading a name already loaded answers 400 "has already been loaded" (unless ``load_inplace``); unloading an unknown
 name answers 404; a completion for an unknown model answers 404 "The model `x` does not exist."; a completion's answer
 names the adapter that served it in ``model`` (``answer_as``: another name, as a server that mixed up its adapters
-would). ``mode`` switches how completions fail:
+would; ``load_error``: a load's 500, as when the engine refuses an adapter). ``mode`` switches how completions fail:
 
     "serve"   answer (one token, id 7)
     "stall"   hold the request until the test ends
@@ -60,6 +60,8 @@ class StandInVLLM(http.server.BaseHTTPRequestHandler):
         server.posts.append((self.path, body))
         if self.path == "/v1/load_lora_adapter":
             name = body["lora_name"]
+            if server.load_error:  # vLLM's answer when the engine refuses the adapter
+                return self._error(500, server.load_error)
             if name in server.adapters and not body.get("load_inplace"):
                 return self._error(400, f"The lora adapter '{name}' has already been loaded. If you want to load "
                                         "the adapter in place, set 'load_inplace' to True.")  # fmt: skip
@@ -94,7 +96,7 @@ def start_stand_in(port: int = 0, mode: str = "serve"):
     server.daemon_threads = True
     server.adapters, server.served, server.posts, server.seen = {}, [], [], Counter()
     server.connections = set()
-    server.mode, server.release, server.answer_as = mode, threading.Event(), None
+    server.mode, server.release, server.answer_as, server.load_error = mode, threading.Event(), None, None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 

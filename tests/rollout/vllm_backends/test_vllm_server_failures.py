@@ -208,6 +208,16 @@ def test_failover_stops_once_no_server_is_left_naming_each(stand_ins, peft_model
     backend.close()
 
 
+def test_an_adapter_the_server_refuses_is_a_setting_to_fix_not_a_lost_server(stand_ins, peft_model, tokenizer):
+    (one, url_one), (_, url_two) = stand_ins(), stand_ins()
+    backend = server_backend([url_one, url_two], tokenizer, failover=True)
+    one.load_error = "LoRA rank 8 is greater than max_lora_rank 4."  # what vLLM answers for a server started too small
+    with pytest.raises(ServerError, match="load_lora_adapter failed \\(500\\).*greater than max_lora_rank") as error:
+        backend.sync_adapters(peft_model)
+    assert not isinstance(error.value, ServerLost) and backend.down == {}  # no failover from a setting
+    backend.close()
+
+
 def test_every_process_sends_the_names_the_main_process_loaded(stand_ins, peft_model, tokenizer):
     server, url = stand_ins()
     main = server_backend(url, tokenizer, step=lambda: 3, run="run1")

@@ -6,7 +6,8 @@ A server that stops serving mid-run (``ServerLost``) has one of five causes, eac
     stalled   no answer within ``vllm_request_timeout``
     engine    HTTP 500 naming vLLM's EngineCore: the engine process died (an out-of-memory kill lands there), and the
               server shuts itself down after answering the requests it held
-    failed    another HTTP 5xx, or 502-504 on every retry
+    failed    another HTTP 5xx to a completion, or 502-504 on every retry (a 500 loading an adapter is vLLM refusing
+              it, e.g. a rank above --max-lora-rank: an error of its own, no lost server)
     restarted HTTP 404 for an adapter this run loaded: the server came back without it
 
 The message names the server and the cause, and (``with_next_steps``) how to restart it and resume the run.
@@ -34,13 +35,13 @@ class ServerLost(ServerError):
     """A server that stopped serving this run; ``url``, ``cause`` (a key of ``CAUSES``) and ``detail`` (what the
     client saw) stay readable for failover."""
 
-    def __init__(self, url: str, cause: str, detail: str, next_steps: str = ""):
+    def __init__(self, url: str, cause: str, detail: str, *, next_steps: str = ""):
         self.url, self.cause, self.detail = url, cause, detail
         message = f"vLLM server {url} {detail}: {CAUSES[cause]}."
         super().__init__(f"{message} {next_steps}" if next_steps else message)
 
     def with_next_steps(self, next_steps: str) -> ServerLost:
-        return ServerLost(self.url, self.cause, self.detail, next_steps)
+        return ServerLost(self.url, self.cause, self.detail, next_steps=next_steps)
 
 
 def engine_died(status: int, text: str) -> bool:

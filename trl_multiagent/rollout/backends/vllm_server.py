@@ -57,8 +57,6 @@ LOAD, UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
 
 API_KEY_VARIABLE = "VLLM_API_KEY"  # what `vllm serve` reads when started without --api-key, and the client sends
 
-__all__ = ["API_KEY_VARIABLE", "ServerError", "ServerLost", "VLLMServerBackend"]
-
 
 class VLLMServerBackend(LoopCalls):
     """Generates through vLLM OpenAI-compatible servers at ``base_urls`` (one URL or several).
@@ -213,10 +211,11 @@ class VLLMServerBackend(LoopCalls):
                     )
                 if status == 404 and body.get("model") in self.served.versions:
                     raise ServerLost(url, "restarted", f"answered {route} with 404 ({text.strip()})")
-                if status >= 500 and (status not in (502, 503, 504) or delay is None):
+                gave_up = status >= 500 and (status not in (502, 503, 504) or delay is None)
+                if gave_up and (engine_died(status, text) or route == "/v1/completions" or delay is None):
                     cause = "engine" if engine_died(status, text) else "failed"
                     raise ServerLost(url, cause, f"answered {route} with HTTP {status} ({text.strip()[:500]})")
-                if status not in (502, 503, 504):
+                if status not in (502, 503, 504):  # also a 500 loading an adapter: a setting (a rank too large...)
                     raise ServerError(f"vLLM server {url}{route} failed ({status}): {text}")
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
