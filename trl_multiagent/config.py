@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -362,15 +363,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "choices": [0, 1],
         },
     )
-    vllm_server_base_urls: list[str] | dict | str | None = field(
+    # `str` second: the command-line parser (HfArgumentParser) reads the flag as text, which `__post_init__` parses.
+    vllm_server_base_urls: dict[str, list[str]] | str | list[str] | None = field(
         default=None,
         metadata={
             "help": "Several `vllm serve` servers (data-parallel copies, e.g. one per node) to balance rollouts "
-            "over, instead of `vllm_server_base_url`; a comma-separated string is accepted on the command line. "
-            "Every server receives every adapter update; an episode's calls stay on the server that took its first "
-            "call (its prefix cache). With roles on several base models (`role_models`), map each base to its "
-            'servers: `{"Qwen/Qwen3-1.7B": ["http://node0:8000"], "Qwen/Qwen3-0.6B": ["http://node0:8001"]}` (a '
-            "JSON string on the command line); each base's adapters go to its own servers.",
+            "over, instead of `vllm_server_base_url`. Every server receives every adapter update; an episode's calls "
+            "stay on the server that took its first call (its prefix cache). With roles on several base models "
+            '(`role_models`), map each base to its servers: `{"Qwen/Qwen3-1.7B": ["http://node0:8000"], '
+            '"Qwen/Qwen3-0.6B": ["http://node0:8001"]}`; each base\'s adapters go to its own servers. On the command '
+            "line: `http://node0:8000,http://node1:8000`, a JSON list, a JSON object, or "
+            "`Qwen/Qwen3-1.7B=http://node0:8000,Qwen/Qwen3-0.6B=http://node0:8001` (a base named twice has two "
+            "servers).",
         },
     )
     vllm_server_max_concurrency: int = field(
@@ -452,9 +456,23 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "each call after tool outputs generates at most what is left, as TRL bounds its tool-calling completion.",
         },
     )
+    vllm_server_failover: bool = field(
+        default=False,
+        metadata={
+            "help": "With several `vllm serve` servers (`vllm_server_base_urls`): when one stops answering (its "
+            "process died, its engine died, it stalled past `vllm_request_timeout`, or it restarted without the "
+            "adapters), send its calls, those in flight and all later ones, to the others and go on training, with "
+            "a warning and the metric `rollout/servers_down`; between steps, each server out of rotation is asked "
+            "for its `/health`, and once it answers it gets the current adapters and takes calls again. Training "
+            "stops when no server is left. `False`: the first failed server stops training, with an error that "
+            "names it, the newest complete checkpoint and the command that resumes from it.",
+        },
+    )
 
     def __post_init__(self):
         asked_batch_size = self._whole_step_batch()  # before TRL derives its sizes from the per-process batch
+        # before transformers reads a JSON object in it, with an error that does not name the field
+        self.vllm_server_base_urls = server_urls_setting(self.vllm_server_base_urls)
         super().__post_init__()
         self._split_step_over_processes(asked_batch_size)
         if self.rollout_max_batch_tokens is not None and self.rollout_max_batch_tokens <= (
@@ -604,13 +622,6 @@ class MultiAgentGRPOConfig(GRPOConfig):
                 "rollout_ahead=1 overlaps the next rollout with training, which needs a rollout engine apart from the "
                 "trained model (rollout_backend='vllm') and update_schedule='merged'."
             )
-        if isinstance(self.vllm_server_base_urls, str):
-            self.vllm_server_base_urls = [url.strip() for url in self.vllm_server_base_urls.split(",") if url.strip()]
-        if isinstance(self.vllm_server_base_urls, dict):  # base model -> its servers (roles on several bases)
-            self.vllm_server_base_urls = {
-                base: [urls] if isinstance(urls, str) else list(urls)
-                for base, urls in self.vllm_server_base_urls.items()
-            }
         if self.vllm_server_base_urls is not None:
             per_base = self.vllm_server_base_urls
             lists = per_base.values() if isinstance(per_base, dict) else [per_base]
@@ -631,6 +642,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             raise ValueError(
                 "`vllm_server_max_concurrency` must be >= 1 and `vllm_request_timeout` > 0, got "
                 f"{self.vllm_server_max_concurrency} and {self.vllm_request_timeout}."
+            )
+        if self.vllm_server_failover and (self.rollout_backend != "vllm" or self.vllm_mode != "server"):
+            raise ValueError(
+                "`vllm_server_failover` moves calls between `vllm serve` servers: set rollout_backend='vllm' and "
+                "vllm_mode='server' with several vllm_server_base_urls, or drop it."
             )
 
     def prompt_limit_for(self, workflow_class: type) -> int | None:
@@ -685,6 +701,35 @@ def _prompt_limits(value: Any) -> int | dict[str, int] | None:
             f"numbers, got {value!r}."
         )
     return dict(value) if isinstance(value, dict) else value
+
+
+def server_urls_setting(value: Any) -> list[str] | dict[str, list[str]] | None:
+    """``vllm_server_base_urls`` as the backend reads it: a list of URLs, or base model -> its URLs. Text (the command
+    line) is a JSON list or object, ``base=url,base=url`` (a base named twice has several servers), or
+    ``url,url``; a mapping's single URL becomes a list of one. Other values are left for the checks that follow."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith(("[", "{")):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"`vllm_server_base_urls` is not valid JSON ({error}): {value!r}.") from error
+        else:
+            items = [item.strip() for item in text.split(",") if item.strip()]
+            if not any("=" in item for item in items):
+                return items
+            value = {}
+            for item in items:
+                base, equals, url = item.partition("=")
+                if not equals or not base.strip() or not url.strip():
+                    raise ValueError(
+                        f"`vllm_server_base_urls` mixes URLs and base=URL pairs at {item!r}: give "
+                        "`base=http://host:port,...` for every server, or URLs only."
+                    )
+                value.setdefault(base.strip(), []).append(url.strip())
+    if isinstance(value, dict):  # base model -> its servers (roles on several bases)
+        return {base: [urls] if isinstance(urls, str) else list(urls) for base, urls in value.items()}
+    return value
 
 
 def _check_role_numbers(name: str, value: Any) -> None:

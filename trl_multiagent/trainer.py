@@ -27,6 +27,7 @@ from .adapters.updates import AdapterUpdates
 from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.card import final_metrics, write_model_cards
+from .checkpoints.resume_command import resume_advice
 from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
@@ -36,7 +37,7 @@ from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .monitoring.learning_signal import LearningSignalCheck
 from .rollout.ahead import RolloutsAhead
-from .rollout.backends.from_config import BackendContext, build_backend, sync_adapters
+from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend, sync_adapters
 from .rollout.engine import RolloutEngine
 from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
@@ -229,6 +230,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             process_index=self.accelerator.process_index,
             num_processes=self.accelerator.num_processes,
             weights_step=lambda: self.state.global_step,
+            next_steps=functools.partial(resume_advice, self.args.output_dir),
         )
         return context.on_bases(self.bases, self.installed_adapters.routers)
 
@@ -263,6 +265,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
         episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
         self.record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        self.record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.

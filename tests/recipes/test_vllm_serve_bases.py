@@ -4,12 +4,9 @@ its own adapters, and the `vllm_server_base_urls` mapping the trainer reads to r
 from __future__ import annotations
 
 import json
-import os
 import shlex
 
-import pytest
-
-from trl_multiagent import MultiAgentGRPOConfig
+from trl_multiagent import MultiAgentGRPOConfig, serve_process
 from trl_multiagent.cli import main, vllm_serve_command
 from trl_multiagent.model_names import resolve_model_name
 from trl_multiagent.rollout.backends.from_config import server_urls
@@ -72,13 +69,12 @@ def test_starting_needs_the_base_to_serve_here(monkeypatch, capsys):
 
     started = {}
 
-    def execvp(file, argv):
-        started.update(argv=argv, allow=os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING"))
-        raise SystemExit(0)
+    def run_server(argv, env):
+        started.update(argv=argv, allow=env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING"))
+        return 3
 
-    monkeypatch.setattr(os, "execvp", execvp)
-    with pytest.raises(SystemExit):
-        main(["vllm-serve", *TWO_BASES, "--base", "toy-judge"])
+    monkeypatch.setattr(serve_process, "run_server", run_server)
+    assert main(["vllm-serve", *TWO_BASES, "--base", "toy-judge"]) == 3  # the server's exit code
     argv = started["argv"]
     assert resolve_model_name("toy-judge") in argv and argv[argv.index("--port") + 1] == "8101"
     assert started["allow"] == "True"

@@ -55,7 +55,7 @@ class FakeVLLM(http.server.BaseHTTPRequestHandler):
             finally:
                 server.running -= 1
             choice = {"index": 0, "token_ids": [7], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "length"}
-            self._reply(200, json.dumps({"choices": [choice]}).encode())
+            self._reply(200, json.dumps({"model": body["model"], "choices": [choice]}).encode())
             server.answered += 1
         else:
             self._reply(200)
@@ -112,8 +112,7 @@ def client(urls, timeout: float = 30.0, **kwargs) -> VLLMServerBackend:
 
 
 def synced(backend: VLLMServerBackend) -> VLLMServerBackend:
-    # what sync_adapters records once the servers loaded the folders
-    backend.folders.paths.update({name: f"/adapters/{name}" for name in backend.folders.ids})
+    backend.follow_sync()  # the names another process loaded the adapters under
     return backend
 
 
@@ -153,7 +152,8 @@ def test_calls_spread_over_servers_and_an_episode_stays_on_one(fakes):
     by_episode = {session[-1]: url for session, url in backend._sessions.items()}
     assert len(by_episode) == 8 and set(by_episode.values()) == {url_one, url_two}
     assert len(one.bodies) == 4 * sum(url == url_one for url in by_episode.values())
-    assert all(body["model"] in ("generator", "evaluator") and body["logprobs"] == 0 for body in one.bodies)
+    names = {backend.served.name_of("generator"), backend.served.name_of("evaluator")}
+    assert all(body["model"] in names and body["logprobs"] == 0 for body in one.bodies)
 
 
 def test_concurrency_is_bounded_per_server(fakes):
@@ -177,7 +177,7 @@ def test_a_stalled_server_fails_the_rollout_naming_it_and_nothing_keeps_running(
     server, url = fakes(stall=True)
     backend = synced(client(url, request_timeout=0.5))
     engine = RolloutEngine(EvalOpt(), backend, {"generator": "generator", "evaluator": "evaluator"}, mode="async")
-    with pytest.raises(EpisodeError, match=f"failed in episode \\d: vLLM server {url}/v1/completions did not answer "
+    with pytest.raises(EpisodeError, match=f"failed in episode \\d: vLLM server {url} did not answer /v1/completions "
                        "within 0.5 s") as error:  # fmt: skip
         engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(4)])
     assert isinstance(error.value.__cause__, ServerError) and "vllm_request_timeout" in str(error.value)

@@ -109,15 +109,19 @@ class BackgroundLoop:
 class LoopCalls(RendersPrompts):
     """``agenerate``, ``generate`` and ``drain`` of a backend that answers each request with the coroutine
     ``_complete(request, prompt_ids)`` on its own ``BackgroundLoop`` (``self._loop``): vLLM's ``AsyncLLM``, vLLM
-    servers. The backend also holds ``folders`` (``AdapterFolders``: the adapters it serves) and ``renderer``
-    (``ChatRenderer``: the prompts' token ids, ``RendersPrompts``)."""
+    servers. The backend also holds ``folders`` (``AdapterFolders``: the adapters it serves), or its own
+    ``check_synced``, and ``renderer`` (``ChatRenderer``: the prompts' token ids, ``RendersPrompts``)."""
+
+    def check_synced(self, adapters) -> None:
+        """Fail unless every adapter in ``adapters`` was sent to vLLM."""
+        self.folders.check_synced(adapters)
 
     async def agenerate(self, request: GenerationRequest) -> GenerationResult:
-        self.folders.check_synced([request.adapter])
+        self.check_synced([request.adapter])
         return await self._loop.call(self._complete(request, self.prompt_ids(request)))
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        self.folders.check_synced([r.adapter for r in requests])
+        self.check_synced([r.adapter for r in requests])
         prompts = [self.prompt_ids(r) for r in requests]
         return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 

@@ -8,7 +8,9 @@ A backend that serves every training process from one place (a ``vllm serve`` se
 
 from __future__ import annotations
 
+import collections
 import copy
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
@@ -39,6 +41,8 @@ class BackendContext:
     num_processes: int
     base: str | None = None  # the name of this base model when roles sit on several
     weights_step: Callable[[], int] | None = None  # the optimizer step of the trained weights now (provenance stamps)
+    # What to do once a failed rollout server is back: where the run resumes from, and the command (the trainer's)
+    next_steps: Callable[[], str] | None = None
     extra: dict[str, BackendContext] = field(default_factory=dict)  # the same for every other base, by name
 
     def on_bases(self, bases, routers: Mapping[str | None, Any]) -> BackendContext:
@@ -148,6 +152,9 @@ def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
             timeout=args.vllm_server_timeout,
             request_timeout=args.vllm_request_timeout,
             max_concurrency=args.vllm_server_max_concurrency,
+            run=run_tag(context.num_processes),
+            failover=args.vllm_server_failover,
+            next_steps=context.next_steps,
             **common,
         )
     lora = context.model.peft_config[context.adapter_names[0]]
@@ -190,11 +197,35 @@ def server_urls(args, base: str | None) -> list[str]:
     return urls or [args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"]
 
 
+def run_tag(num_processes: int) -> str:
+    """A new tag for this trainer's adapter names on its servers (``served_adapters.py``), drawn by the main process
+    and the same in every process."""
+    tag = [uuid.uuid4().hex[:8]]
+    if num_processes > 1:
+        torch.distributed.broadcast_object_list(tag, src=0)  # the training processes' group (gloo or NCCL)
+    return tag[0]
+
+
 def sync_adapters(backend, bases: Mapping[Any, tuple[Any, Sequence[str]]], is_main_process: bool) -> None:
     """Send the trained adapters to ``backend`` (``bases``: base name -> (its PEFT model, its adapters), the trainer's
     own first): from every process to colocated engines (each holds its own copy), from the main process alone to
-    one that serves them all (``shared_across_processes``); a ``PerBaseBackend`` sends each base's to its engine."""
+    one that serves them all (``shared_across_processes``), which the other processes follow (``follow_sync``: the
+    names it loaded them under); a ``PerBaseBackend`` sends each base's to its engine."""
     if isinstance(backend, PerBaseBackend):
         return backend.sync_adapters(bases, is_main_process)
+    model, adapter_names = next(iter(bases.values()))
     if not getattr(backend, "shared_across_processes", False) or is_main_process:
-        backend.sync_adapters(*next(iter(bases.values())))
+        backend.sync_adapters(model, adapter_names)
+    elif hasattr(backend, "follow_sync"):
+        backend.follow_sync(adapter_names)
+
+
+def backend_metrics(backend) -> dict[str, float]:
+    """What the backend reports about its last rollouts (a server backend: servers out of rotation, calls failed
+    over), summed over the backends of a ``PerBaseBackend``; empty for a backend that reports nothing."""
+    backends = backend.backends.values() if isinstance(backend, PerBaseBackend) else [backend]
+    totals: collections.Counter = collections.Counter()
+    for each in backends:
+        if hasattr(each, "rollout_metrics"):
+            totals.update(each.rollout_metrics())
+    return dict(totals)

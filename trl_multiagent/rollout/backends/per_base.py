@@ -66,10 +66,13 @@ class PerBaseBackend:
 
     def sync_adapters(self, bases: Mapping[str, tuple[Any, Sequence[str]]], is_main_process: bool) -> None:
         """Send every base's trained adapters (``bases``: base name -> (its PEFT model, its adapters)) to the
-        backends that serve copies of them (vLLM); transformers backends generate from the trained weights."""
+        backends that serve copies of them (vLLM), or follow the main process's sync of a server (``follow_sync``);
+        transformers backends generate from the trained weights."""
         for base, backend in self.backends.items():
+            model, adapter_names = bases[base]
             if hasattr(backend, "sync_adapters") and (
                 not getattr(backend, "shared_across_processes", False) or is_main_process
             ):
-                model, adapter_names = bases[base]
                 backend.sync_adapters(model, adapter_names)
+            elif hasattr(backend, "follow_sync"):  # a server synced by the main process: take the names it used
+                backend.follow_sync(adapter_names)

@@ -1,0 +1,77 @@
+"""The names under which one trainer's adapter versions are loaded into `vllm serve` servers.
+
+A server outlives trainers: it may still hold adapters that another run loaded, or that this run loaded in an earlier
+life (before a crash and a resume), and two trainers may share it. Under the adapters' own names (``generator``) a
+trainer would meet "already loaded" errors there, or silently replace another run's weights. So every version of an
+adapter is loaded under a name of its own, ``<adapter>@<run>.<n>``: ``run`` is drawn afresh for each trainer (shared
+by its processes), ``n`` counts the versions it loads. A request names the version it wants, and vLLM's answer names
+the adapter that served it (its ``model`` field): a call's provenance is read from the server's own answer, mapped back
+to (adapter, optimizer step) here.
+
+Every process of a run keeps the same names: the main process loads them (``loaded``) and the others follow the same
+sequence (``followed``) without loading anything, so every process can send requests and read the stamps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from ...adapters.routing import BASE_MODEL
+from .base import Provenance
+
+BACKEND = "vllm-server"
+
+
+class ServedAdapters:
+    """``run``: this trainer's tag, the same in every process; ``weights_step()``: the optimizer step of the weights
+    being loaded (the trainer's ``global_step``), None: no clock."""
+
+    def __init__(self, adapter_names: Sequence[str], run: str, weights_step: Callable[[], int] | None = None):
+        if BASE_MODEL in adapter_names:
+            raise ValueError(f"{BASE_MODEL!r} is reserved for the base model and cannot name an adapter.")
+        self.adapter_names = list(adapter_names)
+        self.run = run
+        self.weights_step = weights_step
+        self.current: dict[str, str] = {}  # adapter -> the served name of its newest version
+        self.versions: dict[str, tuple[str, int | None]] = {}  # every served name this run used -> (adapter, step)
+        self._serials = itertools.count()
+
+    def to_sync(self, adapter_names: Sequence[str] | None) -> list[str]:
+        """The adapters a sync loads: the given ones (default: all), plus the zero adapter the first time."""
+        names = list(adapter_names if adapter_names is not None else self.adapter_names)
+        return names if BASE_MODEL in self.current else [*names, BASE_MODEL]
+
+    def next_name(self, adapter: str) -> str:
+        """The name the next version of ``adapter`` is loaded under."""
+        return f"{adapter}@{self.run}.{next(self._serials)}"
+
+    def loaded(self, adapter: str, name: str) -> str | None:
+        """Every server now holds ``name`` for ``adapter``: requests name it from now on. Returns the name it
+        replaces (to unload), if any."""
+        trained = adapter != BASE_MODEL and self.weights_step is not None  # the zero adapter stands for the base
+        self.versions[name] = (adapter, self.weights_step() if trained else None)
+        previous, self.current[adapter] = self.current.get(adapter), name
+        return previous
+
+    def followed(self, adapter_names: Sequence[str] | None) -> None:
+        """Another process loaded the next versions of ``adapter_names``: take the same names."""
+        for adapter in self.to_sync(adapter_names):
+            self.loaded(adapter, self.next_name(adapter))
+
+    def name_of(self, adapter: str) -> str:
+        return self.current[adapter]
+
+    def provenance(self, served: str | None) -> Provenance:
+        """What served a call, from the name the server answered with: an unknown name (another run's, or none)
+        stands as it is, with no version, and fails the adapter check."""
+        adapter, version = self.versions.get(served, (str(served), None))
+        return Provenance(adapter, version, BACKEND)
+
+    def check_synced(self, adapters: Sequence[str]) -> None:
+        missing = sorted(set(adapters) - set(self.current))
+        if missing:
+            unknown = sorted(set(missing) - {*self.adapter_names, BASE_MODEL})
+            if unknown:
+                raise KeyError(f"Adapter(s) {unknown} are not served; the servers serve {sorted(self.adapter_names)}.")
+            raise RuntimeError(f"Adapter(s) {missing} were never sent to vLLM: call `sync_adapters(model)` first.")

@@ -1,0 +1,59 @@
+"""How a `vllm serve` server fails a trainer, and what the error tells the user to do next.
+
+A server that stops serving mid-run (``ServerLost``) has one of five causes, each told by what the client saw:
+
+    died      the connection was refused or dropped on every retry: its process died or was stopped
+    stalled   no answer within ``vllm_request_timeout``
+    engine    HTTP 500 naming vLLM's EngineCore: the engine process died (an out-of-memory kill lands there), and the
+              server shuts itself down after answering the requests it held
+    failed    another HTTP 5xx to a completion, or 502-504 on every retry (a 500 loading an adapter is vLLM refusing
+              it, e.g. a rank above --max-lora-rank: an error of its own, no lost server)
+    restarted HTTP 404 for an adapter this run loaded: the server came back without it
+
+The message names the server and the cause, and (``with_next_steps``) how to restart it and resume the run.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+CAUSES = {
+    "died": "its process died or was stopped",
+    "stalled": "it is stalled or overloaded (or its completions need longer: raise vllm_request_timeout)",
+    "engine": "its engine process (vLLM's EngineCore) died, e.g. killed for lack of memory (see the server's log and "
+    "`dmesg`), and the server shuts down with it",
+    "failed": "the server failed (see its log)",
+    "restarted": "it restarted since this run loaded its adapters, and no longer holds them",
+}
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class ServerLost(ServerError):
+    """A server that stopped serving this run; ``url``, ``cause`` (a key of ``CAUSES``) and ``detail`` (what the
+    client saw) stay readable for failover."""
+
+    def __init__(self, url: str, cause: str, detail: str, *, next_steps: str = ""):
+        self.url, self.cause, self.detail = url, cause, detail
+        message = f"vLLM server {url} {detail}: {CAUSES[cause]}."
+        super().__init__(f"{message} {next_steps}" if next_steps else message)
+
+    def with_next_steps(self, next_steps: str) -> ServerLost:
+        return ServerLost(self.url, self.cause, self.detail, next_steps=next_steps)
+
+
+def engine_died(status: int, text: str) -> bool:
+    """A 500 whose body names vLLM's engine process (``EngineDeadError: EngineCore encountered an issue``)."""
+    return status == 500 and ("EngineCore" in text or "EngineDead" in text)
+
+
+def restart_advice(url: str, cause: str) -> str:
+    """How to get the server back: restart it (a stalled one if it stays stuck)."""
+    port = urlsplit(url).port
+    flags = f" --port {port}" if port else ""
+    command = f"`trl-multiagent vllm-serve --config <your training yaml>{flags}`; `--dry-run` prints the command"
+    if cause == "stalled":
+        return f"Look at its log, and restart it if it stays stuck ({command})"
+    return f"Restart it ({command})"
