@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from trl_multiagent import workflows
+from trl_multiagent.parse_rules import parse_selection, parse_strategies, parse_verdict, read_strategies
 from trl_multiagent.tasks.math import MATH_INSTRUCTION, math_prompt
 from trl_multiagent.workflows import (
     PROMPT_SETS,
@@ -24,11 +25,7 @@ from trl_multiagent.workflows import (
     Workflow,
     last_boxed,
     last_code_block,
-    parse_selection,
-    parse_strategies,
-    parse_verdict,
     problem_text,
-    read_strategies,
 )
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -32,7 +32,7 @@ from datasets import Dataset
 
 from ..parse_rules import last_code_block
 from .math import completion_text
-from .rows import check_split, field, load_rows, take
+from .rows import check_split, field, published_rows, take
 from .sandbox import ProblemTime, SandboxLimits, SandboxPool, TestCase, TestSuite
 
 DEEPCODER_ID = "agentica-org/DeepCoder-Preview-Dataset"
@@ -178,12 +178,8 @@ def load_deepcoder(
     """
     check_split(split)
     layout = read_problem_layout(problem_layout)
-    raw = load_rows(path_or_id, DEEPCODER_ID, DEEPCODER_CONFIG)
-    rows = raw.map(
-        _deepcoder_row,
-        with_indices=True,
-        fn_kwargs={"source": path_or_id, "layout": layout},
-        remove_columns=raw.column_names,
+    rows, _ = published_rows(
+        path_or_id, hub_id=DEEPCODER_ID, hub_config=DEEPCODER_CONFIG, to_row=_deepcoder_row, layout=layout
     )
     rows = rows.select_columns(["prompt", "tests"]).shuffle(seed=SPLIT_SEED)
     n_test = min(TEST_ROWS, max(1, len(rows) // 10))

@@ -22,7 +22,7 @@ from datasets import Dataset
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 from ..parse_rules import last_boxed
-from .rows import check_split, field, load_rows, take
+from .rows import check_split, field, published_rows, take
 
 logger = logging.getLogger(__name__)
 
@@ -82,14 +82,14 @@ def load_dapo_math(
     published, as the paper uses it; ``strip_answer_wrapper=True`` drops DAPO's "Answer:" instructions around it.
     """
     check_split(split)
-    raw = load_rows(path_or_id, DAPO_MATH_ID, DAPO_MATH_CONFIG)
-    rows = raw.map(
-        _dapo_row,
-        with_indices=True,
-        fn_kwargs={"source": path_or_id, "strip_answer_wrapper": strip_answer_wrapper},
-        remove_columns=raw.column_names,
+    rows, columns = published_rows(
+        path_or_id,
+        hub_id=DAPO_MATH_ID,
+        hub_config=DAPO_MATH_CONFIG,
+        to_row=_dapo_row,
+        strip_answer_wrapper=strip_answer_wrapper,
     )
-    if "solution" not in raw.column_names:  # the original release repeats each problem ~100 times
+    if "solution" not in columns:  # the original release repeats each problem ~100 times
         seen: set[str] = set()
         rows = rows.filter(lambda r: not (r["prompt"][0]["content"] in seen or seen.add(r["prompt"][0]["content"])))
     parts = rows.select_columns(["prompt", "answer"]).train_test_split(test_size=TEST_FRACTION, seed=SPLIT_SEED)

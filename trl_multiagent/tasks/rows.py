@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,19 @@ def load_rows(path_or_id: str, hub_id: str, hub_config: str | None) -> Dataset:
             raise FileNotFoundError(f"No dataset file at {path}; give an existing .jsonl/.parquet file or a Hub id.")
         return load_dataset(LOCAL_FORMATS[path.suffix], data_files=str(path), split="train")
     return load_dataset(path_or_id, hub_config if path_or_id == hub_id else None, split="train")
+
+
+def published_rows(
+    path_or_id: str, *, hub_id: str, hub_config: str | None, to_row: Callable[..., dict], **row_kwargs: Any
+) -> tuple[Dataset, list[str]]:
+    """Every row of a published dataset (``load_rows``) made into a TRL row by ``to_row(row, index,
+    source=path_or_id, **row_kwargs)``, and the published columns (a loader tells releases of a dataset apart by
+    them)."""
+    raw = load_rows(path_or_id, hub_id, hub_config)
+    rows = raw.map(
+        to_row, with_indices=True, fn_kwargs={"source": path_or_id, **row_kwargs}, remove_columns=raw.column_names
+    )
+    return rows, raw.column_names
 
 
 def check_split(split: str) -> None:

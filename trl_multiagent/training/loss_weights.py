@@ -83,32 +83,42 @@ def chunk_correction(
     raise ValueError(f"Unsupported loss_type {loss_type!r}.")
 
 
+@dataclass(frozen=True, kw_only=True)
+class LossScale:
+    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors), as the
+    trainer is at that micro-batch."""
+
+    gradient_accumulation_steps: int  # the Trainer's current accumulation steps
+    max_completion_length: int | None
+    num_processes: int
+    steps_per_generation: int
+    training: bool  # the model's mode: evaluation losses are not divided by the accumulation steps
+
+
 def aggregate_like_trl(
     per_token: torch.Tensor,
     mask: torch.Tensor,
     *,
     loss_type: str,
-    gradient_accumulation_steps: int,
-    max_completion_length: int | None,
+    scale: LossScale,
     num_items_in_batch: torch.Tensor | None,
-    num_processes: int,
-    steps_per_generation: int,
-    training: bool,
 ) -> torch.Tensor:
-    """Reduce a `[N, C]` per-token term the way TRL reduces its policy loss for ``loss_type``."""
+    """Reduce a `[N, C]` per-token term the way TRL reduces its policy loss for ``loss_type``, as the trainer is
+    at this micro-batch (``scale``); ``num_items_in_batch``: the completion tokens of the whole generation batch."""
+    training, gradient_accumulation_steps = scale.training, scale.gradient_accumulation_steps
     accumulation = gradient_accumulation_steps if training else 1
     if loss_type in ("grpo", "sapo"):
         return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
     if loss_type == "bnpo":
         return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
     if loss_type == "dr_grpo":
-        return (per_token * mask).sum() / (per_token.size(0) * max_completion_length) / accumulation
+        return (per_token * mask).sum() / (per_token.size(0) * scale.max_completion_length) / accumulation
     if loss_type == "luspo":
         return (per_token * mask).sum(-1).mean() / accumulation
     if loss_type in GLOBAL_TOKEN_LOSSES:
-        normalizer = num_items_in_batch.clamp(min=1.0) / num_processes
+        normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes
         if training:
-            normalizer = normalizer * gradient_accumulation_steps / steps_per_generation
+            normalizer = normalizer * gradient_accumulation_steps / scale.steps_per_generation
         return (per_token * mask).sum() / normalizer
     raise ValueError(f"Unsupported loss_type {loss_type!r}.")
 
@@ -143,18 +153,6 @@ def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:
     if ratio is not None and loss_type != "vespo":
         return replace(batch, advantages=fold_into_advantages(advantages, ratio), importance_sampling_ratio=None)
     return replace(batch, advantages=advantages)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LossScale:
-    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors), as the
-    trainer is at that micro-batch."""
-
-    gradient_accumulation_steps: int  # the Trainer's current accumulation steps
-    max_completion_length: int | None
-    num_processes: int
-    steps_per_generation: int
-    training: bool  # the model's mode: evaluation losses are not divided by the accumulation steps
 
 
 def importance_weights(per_token_logps: torch.Tensor, batch: TrainingBatch, level: str) -> torch.Tensor:
@@ -198,11 +196,7 @@ def per_role_kl_loss(
         per_token_kl * weights,
         batch.completion_mask,
         loss_type=loss_type,
-        gradient_accumulation_steps=scale.gradient_accumulation_steps,
-        max_completion_length=scale.max_completion_length,
+        scale=scale,
         num_items_in_batch=batch.num_items_in_batch,
-        num_processes=scale.num_processes,
-        steps_per_generation=scale.steps_per_generation,
-        training=scale.training,
     )
     return loss, per_token_kl.detach()

@@ -1,13 +1,7 @@
 """Multi-agent workflows: what roles say to each other. Built-ins follow the paper; subclass ``Workflow`` for more."""
 
-from ..parse_rules import (
-    last_boxed,
-    last_code_block,
-    parse_selection,
-    parse_strategies,
-    parse_verdict,
-    read_strategies,
-)
+# The two readers a workflow of one's own usually needs; every rule is in trl_multiagent.parse_rules.
+from ..parse_rules import last_boxed, last_code_block
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .eval_opt import EvalOpt
 from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategies, Verdict
@@ -37,10 +31,6 @@ __all__ = [
     "Workflow",
     "last_boxed",
     "last_code_block",
-    "parse_selection",
-    "parse_strategies",
-    "parse_verdict",
     "problem_text",
-    "read_strategies",
     "request_text",
 ]
