@@ -107,7 +107,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "full size. A "
             "parallel role then takes several steps per training step from its data volume (three voters: three "
             "steps). Needs `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as "
-            "`lr_scheduler_steps` says.",
+            "`lr_scheduler_steps` says. Under either schedule the logged gradient norms are the training step's: "
+            "`grad_norm` is the norm over every adapter's gradient of all the step's updates before clipping (the "
+            "square root of the sum of each update's squared norm), each `adapter/<name>/grad_norm` is over its "
+            "updates the same way, and the step's `grad_norm_share`s add up to 1 (docs/monitoring.md).",
             "choices": list(UPDATE_SCHEDULES),
         },
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from contextlib import nullcontext
 
 import torch
@@ -155,6 +156,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
         self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
         self.gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
+        self.earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
         if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
             self.bases.hold_in(self.model)
         self.adapter_names = self.installed_adapters.adapter_names
@@ -526,11 +528,15 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return loss
 
     def _single_adapter_step(self, adapter: str) -> None:
-        """An optimizer step of one mini-batch: its adapter alone, clipped on its own."""
+        """An optimizer step of one mini-batch: its adapter alone, clipped on its own; its norm before clipping counts
+        in the training step's `grad_norm` (`gradient_norm`)."""
         self._before_optimizer_step()
         self.adapter_optimizer.keep_only(adapter)
         if self.args.max_grad_norm > 0:
-            self.gradient_accounts.clip(self.args.max_grad_norm)
+            norm = self.gradient_accounts.clip(self.args.max_grad_norm)
+        else:
+            norm = self.gradient_accounts.norm()
+        self.earlier_update_norms.append(float(norm))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -610,17 +616,25 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return super().clip_grad_norm(model)
 
     def gradient_norm(self, model, grad_norm=None):
+        """The training step's `grad_norm`, before clipping, over every optimizer update of the step: the last
+        update's norm, with the earlier mini-batch updates' (`update_schedule="mini_batches"`) added in squares. The
+        Trainer calls it once a step, before the last update; the step's gradient metrics are recorded here."""
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             self._before_optimizer_step()
             extra = self.installed_adapters.extra_parameters()
             if extra:
                 grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
-        return super().gradient_norm(model, grad_norm=grad_norm)
+        grad_norm = super().gradient_norm(model, grad_norm=grad_norm)
+        if self.earlier_update_norms:
+            grad_norm = math.sqrt(sum(n**2 for n in self.earlier_update_norms) + float(grad_norm) ** 2)
+            self.earlier_update_norms = []
+        measured = self.gradient_accounts.step_measured()
+        self.record_metrics("train", role_metrics.update_metrics(measured, self.role_adapters))
+        return grad_norm
 
     def _before_optimizer_step(self) -> None:
         self.process_alignment.average_extra_gradients()  # DDP averages the trainer's model's only
-        measured = self.gradient_accounts.before_optimizer_step()
-        self.record_metrics("train", role_metrics.update_metrics(measured, self.role_adapters))
+        self.gradient_accounts.before_optimizer_step()
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):

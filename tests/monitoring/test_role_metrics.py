@@ -9,7 +9,9 @@ from scripted import addition_dataset
 from tiny import random_answers, tiny_trainer
 
 from trl_multiagent import MultiAgentGRPOTrainer, Voting
+from trl_multiagent.adapters.gradient_accounts import GradientNorms
 from trl_multiagent.adapters.routing import adapter_parameters
+from trl_multiagent.monitoring.role_metrics import grad_norm_metrics, update_metrics
 
 ROLLOUT_KEYS = ("calls", "completion_length", "truncated_fraction", "advantage")
 LOSS_KEYS = ("kl", "entropy", "perplexity", "policy_ratio", "chi_square", "clip_fraction")
@@ -74,3 +76,56 @@ def test_role_gradient_contributions_under_shared_policy(tiny_model_dir, tmp_pat
     assert sorted(monitored.model.peft_config) == [
         "shared", "shared__role_aggregator", "shared__role_generator"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
+def test_role_shares_within_a_shared_adapter_add_up_to_one(tiny_model_dir, tmp_path, schedule):
+    """Shared Voting with role shadows: each role's norm is over the step's updates (one merged step, or a mini-batch
+    step per prompt), and its share of the squared total adds up to 1 over the roles of the adapter."""
+    trainer = train_voting(
+        tiny_model_dir, tmp_path, policy_sharing="shared", monitor_role_grad_norms=True, update_schedule=schedule,
+        mini_batch_prompts=1,
+    )  # fmt: skip
+    for h in [h for h in trainer.state.log_history if "loss" in h]:
+        if schedule == "mini_batches":
+            assert h["adapter/shared/optimizer_steps"] > 1
+        squares = {role: h[f"role/{role}/grad_norm"] ** 2 for role in ("generator", "aggregator")}
+        assert all(squares.values())
+        for role, square in squares.items():
+            assert h[f"role/{role}/grad_norm_share"] == pytest.approx(square / sum(squares.values()), rel=1e-6)
+        assert sum(h[f"role/{role}/grad_norm_share"] for role in squares) == pytest.approx(1.0, abs=1e-12)
+        assert h["adapter/shared/grad_norm_share"] == 1.0
+
+
+def test_step_metrics_add_the_updates_up():
+    """Two updates of one step, a mini-batch per adapter: norms over both, shares of the summed squares; coherence
+    values are the means over the updates that damped."""
+    roles = {"writer": "writer", "critic": "critic"}
+    updates = [
+        GradientNorms({"writer": 9.0, "critic": 0.0}, {}, {"writer": (0.5, 0.9)}),
+        GradientNorms({"writer": 16.0, "critic": 75.0}, {}, {"writer": (0.1, 0.7), "critic": (0.2, 0.8)}),
+    ]
+    metrics = update_metrics(updates, roles)
+    assert metrics["adapter/writer/grad_norm"] == metrics["role/writer/grad_norm"] == 5.0
+    assert metrics["adapter/critic/grad_norm"] == pytest.approx(75.0**0.5)
+    assert metrics["adapter/writer/grad_norm_share"] == metrics["role/writer/grad_norm_share"] == 0.25
+    assert metrics["adapter/critic/grad_norm_share"] == metrics["role/critic/grad_norm_share"] == 0.75
+    assert metrics["adapter/writer/coherence_cos"] == pytest.approx(0.3)
+    assert metrics["adapter/writer/coherence_scale"] == pytest.approx(0.8)
+    assert metrics["adapter/critic/coherence_cos"] == 0.2
+    assert update_metrics([], roles) == {}  # nothing measured (DeepSpeed): no metric
+
+
+def test_a_share_of_nothing_or_of_an_unknown_total_is_not_logged():
+    isolated = {"writer": "writer", "critic": "critic"}
+    nothing = grad_norm_metrics({"writer": 0.0, "critic": 0.0}, isolated, {})
+    assert nothing == {
+        f"{kind}/{name}/grad_norm": 0.0 for kind in ("adapter", "role") for name in ("writer", "critic")
+    }
+    # Two roles share an adapter without role shadows: the lone role's norm is known, its share of all roles is not.
+    roles = {"writer": "shared", "editor": "shared", "critic": "critic"}
+    partial = grad_norm_metrics({"shared": 4.0, "critic": 1.0}, roles, {})
+    assert partial["role/critic/grad_norm"] == 1.0 and "role/critic/grad_norm_share" not in partial
+    assert partial["adapter/critic/grad_norm_share"] == 0.2
+    measured = grad_norm_metrics({"shared": 4.0, "critic": 1.0}, roles, {"writer": 1.0, "editor": 2.0})
+    assert [measured[f"role/{r}/grad_norm_share"] for r in ("writer", "editor", "critic")] == [0.25, 0.5, 0.25]

@@ -3,7 +3,9 @@ step, per-adapter gradient clipping, and memory-bounded micro-batches that leave
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import defaultdict
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from tiny import half_right_answers, tiny_trainer
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.config import SettingsWarning
+from trl_multiagent.monitoring.summary import first_last
 from trl_multiagent.training.mini_batches import padded_tokens
 
 
@@ -215,3 +218,95 @@ def test_one_forward_per_adapter_and_one_mixed_forward_train_alike(tiny_model_di
     for adapter in ("generator", "evaluator"):  # both adapters moved
         assert max(u.abs().max().item() for (a, _), u in updates[False].items() if a == adapter) > 1e-6
     assert max((updates[False][k] - updates[True][k]).abs().max().item() for k in updates[True]) < 1e-6
+
+
+def record_updates(trainer) -> dict[int, list[dict[str, float]]]:
+    """Training step -> each of its optimizer updates' squared gradient norm per adapter, read from the gradients the
+    optimizer is about to apply."""
+    updates, create = defaultdict(list), trainer.create_optimizer
+
+    def squares() -> dict[str, float]:
+        params = {a: adapter_parameters(trainer.model, a).values() for a in trainer.adapter_names}
+        return {
+            a: sum(p.grad.double().pow(2).sum().item() for p in ps if p.grad is not None) for a, ps in params.items()
+        }
+
+    def creating(model=None):
+        optimizer = create(model)
+        optimizer.register_step_pre_hook(lambda *_: updates[trainer.state.global_step + 1].append(squares()))
+        return optimizer
+
+    trainer.create_optimizer = creating
+    return updates
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1e6])  # no clipping; clipping that leaves every gradient as it is
+@pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
+def test_gradient_norms_and_shares_are_the_steps(tiny_model_dir, tmp_path, schedule, max_grad_norm):
+    """Isolated Voting, mini-batches of one prompt: the generator takes 6 updates a step, the aggregator 2. Whatever
+    the schedule, `grad_norm` is the norm of every update's gradient of the step, each adapter's norm is over its
+    updates, and its share of the step's squared total adds up to 1 over the adapters."""
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, Voting(), update_schedule=schedule, mini_batch_prompts=1, max_steps=2,
+        max_grad_norm=max_grad_norm,
+    )  # fmt: skip
+    updates = record_updates(trainer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["step"] for h in logs] == [1, 2] and sorted(updates) == [1, 2]
+    for h in logs:
+        seen = updates[h["step"]]
+        if schedule == "mini_batches":
+            assert len(seen) == h["adapter/generator/optimizer_steps"] + h["adapter/aggregator/optimizer_steps"] == 8
+        else:
+            assert len(seen) == 1
+        squares = {a: sum(update[a] for update in seen) for a in ("generator", "aggregator")}
+        total = sum(squares.values())
+        assert total > 0
+        assert h["grad_norm"] == pytest.approx(math.sqrt(total), rel=1e-5)
+        for adapter, square in squares.items():
+            assert h[f"adapter/{adapter}/grad_norm"] == pytest.approx(math.sqrt(square), rel=1e-5)
+            assert h[f"adapter/{adapter}/grad_norm_share"] == pytest.approx(square / total, rel=1e-5)
+            assert h[f"role/{adapter}/grad_norm_share"] == h[f"adapter/{adapter}/grad_norm_share"]
+        shares = [v for k, v in h.items() if k.startswith("adapter/") and k.endswith("/grad_norm_share")]
+        assert len(shares) == 2 and sum(shares) == pytest.approx(1.0, abs=1e-12)
+
+
+def right_answers(requests) -> list[str]:
+    """Every call answers "What is i + 2?" right: every group of episodes scores alike, so no sample has an
+    advantage and no adapter gets a gradient."""
+    return [f"\\boxed{{{int(i) + 2}}}" for i in (_problem(r) for r in requests)]
+
+
+def _problem(request) -> str:
+    messages = request.messages
+    text = messages if isinstance(messages, str) else " ".join(m["content"] for m in messages)
+    return text.split("What is ")[1].split(" + 2")[0]
+
+
+@pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
+def test_a_step_without_gradient_logs_no_share(tiny_model_dir, tmp_path, schedule):
+    """Step 1: every episode right, so no adapter gets a gradient: its norms are 0 and a share of nothing is no value,
+    so none is logged. Step 2 has gradients: its shares add up to 1, and the end-of-run table takes the share from
+    that step alone."""
+    trainer = None
+
+    def right_then_half_right(requests, rng):
+        return right_answers(requests) if trainer.state.global_step == 0 else half_right_answers(requests, rng)
+
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, Voting(), respond=right_then_half_right, update_schedule=schedule,
+        mini_batch_prompts=1, max_steps=2,
+    )  # fmt: skip
+    trainer.train()
+    first, second = [h for h in trainer.state.log_history if "loss" in h]
+    assert first["workflow/success"] == 1.0 and first["grad_norm"] == 0.0
+    for adapter in ("generator", "aggregator"):
+        assert first[f"adapter/{adapter}/grad_norm"] == first[f"role/{adapter}/grad_norm"] == 0.0
+    assert not [key for key in first if key.endswith("grad_norm_share")]
+    shares = [v for k, v in second.items() if k.startswith("adapter/") and k.endswith("/grad_norm_share")]
+    assert second["grad_norm"] > 0 and len(shares) == 2 and sum(shares) == pytest.approx(1.0, abs=1e-12)
+    table = first_last(trainer.state.log_history)
+    (row,) = [row for row in table.role_rows if row[0] == "grad_norm_share"]
+    expected = [second[f"role/{role}/grad_norm_share"] for role in table.roles]
+    assert list(row[1:]) == [f"{value:.4g} -> {value:.4g}" for value in expected]

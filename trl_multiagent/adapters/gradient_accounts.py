@@ -1,10 +1,12 @@
 """``GradientAccounts``: each adapter's gradient once a step's backward passes are done, before the optimizer step.
 
 In order: each role's shadow gradient is measured and merged back into its shared adapter (so the update is the one a
-plain step would apply); each adapter's gradient is measured; coherence damping scales it (``CoherenceDamping``);
-what was measured goes back to the trainer (``GradientNorms``: monitoring turns it into metrics). Clipping per adapter
-(``clip``) comes after. Everything here reads gradients in ``.grad``, which DeepSpeed partitions away: under it only
-the shadows' merge runs.
+plain step would apply); each adapter's gradient is measured; coherence damping scales it (``CoherenceDamping``).
+Clipping per adapter (``clip``) comes after. A training step takes one optimizer update under
+``update_schedule="merged"`` and one per mini-batch under ``"mini_batches"``: what each update measured
+(``GradientNorms``) is kept until the step ends, when the trainer takes them all (``step_measured``) and monitoring
+turns them into the step's metrics. Everything here reads gradients in ``.grad``, which DeepSpeed partitions away:
+under it only the shadows' merge runs.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from .installed import InstalledAdapters
 
 @dataclass(frozen=True)
 class GradientNorms:
-    """What one optimizer step's gradients measured before clipping (``monitoring.role_metrics.update_metrics``
-    turns it into the ``adapter/`` and ``role/`` metrics)."""
+    """What one optimizer update's gradients measured before clipping (``monitoring.role_metrics.update_metrics``
+    turns a training step's updates into the ``adapter/`` and ``role/`` metrics)."""
 
     adapter_squares: dict[str, float]  # adapter -> squared norm of its gradient
     role_squares: dict[str, float]  # role of a shared adapter -> squared norm of its shadow's gradient
@@ -47,6 +49,7 @@ class GradientAccounts:
         self.installed = installed
         self.measure_gradients = measure_gradients
         self.coherence = self._coherence(coherence_lambda or {}, coherence_window)
+        self._measured: list[GradientNorms] = []  # the updates of the training step under way
 
     def _coherence(self, role_lambdas: dict[str, float], window: int) -> CoherenceDamping | None:
         if not role_lambdas:
@@ -60,15 +63,15 @@ class GradientAccounts:
                 raise ValueError(f"Roles sharing adapter {adapter!r} were given different coherence lambdas.")
         return CoherenceDamping(lambdas, dict.fromkeys(lambdas, window))
 
-    def before_optimizer_step(self) -> GradientNorms | None:
-        """Complete each adapter's gradient, measure it, damp it; returns what was measured (None where the gradients
-        are not in ``.grad``)."""
+    def before_optimizer_step(self) -> None:
+        """Complete each adapter's gradient, measure it (kept for ``step_measured``, unless the gradients are not in
+        ``.grad``), damp it."""
         role_squares = {}
         for split in self.installed.role_splits:
             role_squares.update(split.role_squares())
             split.merge()
         if not self.measure_gradients:
-            return None
+            return
         adapter_squares = self._adapter_squares()
         coherence = {}
         if self.coherence is not None:
@@ -76,7 +79,13 @@ class GradientAccounts:
                 grads = [p.grad for p in self.installed.parameters(adapter).values() if p.grad is not None]
                 if grads:
                     coherence[adapter] = self.coherence.apply(adapter, grads)
-        return GradientNorms(adapter_squares, role_squares, coherence)
+        self._measured.append(GradientNorms(adapter_squares, role_squares, coherence))
+
+    def step_measured(self) -> list[GradientNorms]:
+        """What each optimizer update of the training step measured, in order (empty where nothing was measured);
+        the next call starts from the next step's."""
+        measured, self._measured = self._measured, []
+        return measured
 
     def clip(self, max_norm: float) -> torch.Tensor:
         """Clip each adapter's gradient to ``max_norm`` on its own; returns the norm over all of them."""
@@ -86,6 +95,12 @@ class GradientAccounts:
             if params:
                 norms.append(torch.nn.utils.clip_grad_norm_(params, max_norm))
         return torch.stack(norms).norm() if norms else torch.tensor(0.0)
+
+    def norm(self) -> torch.Tensor:
+        """The norm over every adapter's gradient, as ``clip`` returns it, without clipping."""
+        grads = [p.grad for a in self.installed.adapter_names for p in self.installed.parameters(a).values()]
+        grads = [g for g in grads if g is not None]
+        return torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
 
     def _adapter_squares(self) -> dict[str, float]:
         squares = {}

@@ -122,34 +122,59 @@ def grad_norm_metrics(
     """Pre-clipping gradient norm of each adapter and role, and its share of the squared total.
 
     An adapter that serves one role carries exactly that role's contribution; roles sharing an adapter are measured
-    through ``role_squares`` (their shadows' gradients), and their shares are relative to all role contributions.
+    through ``role_squares`` (their shadows' gradients), and their shares are relative to all role contributions, so
+    they are logged only when every trained role's contribution is known. A share of nothing has no value: where
+    every square is 0 (no adapter got a gradient) no share is logged.
     """
     metrics = {}
     total = sum(adapter_squares.values())
     role_squares = dict(role_squares)
     for adapter, square in adapter_squares.items():
         metrics[f"adapter/{adapter}/grad_norm"] = square**0.5
-        metrics[f"adapter/{adapter}/grad_norm_share"] = square / total if total else 0.0
+        if total:
+            metrics[f"adapter/{adapter}/grad_norm_share"] = square / total
         roles = [r for r, a in role_adapters.items() if a == adapter]
         if len(roles) == 1:
             role_squares[roles[0]] = square
     role_total = sum(role_squares.values())
+    every_role = all(role in role_squares for role, adapter in role_adapters.items() if adapter in adapter_squares)
     for role, square in role_squares.items():
         metrics[f"role/{role}/grad_norm"] = square**0.5
-        metrics[f"role/{role}/grad_norm_share"] = square / role_total if role_total else 0.0
+        if role_total and every_role:
+            metrics[f"role/{role}/grad_norm_share"] = square / role_total
     return metrics
 
 
-def update_metrics(measured, role_adapters: dict[str, str]) -> dict[str, float]:
-    """The ``adapter/`` and ``role/`` metrics of one optimizer step from what the adapters measured before it
-    (``GradientAccounts.before_optimizer_step``'s ``GradientNorms``; None: nothing measured, no metric)."""
-    if measured is None:
+def update_metrics(updates: Sequence, role_adapters: dict[str, str]) -> dict[str, float]:
+    """The ``adapter/`` and ``role/`` metrics of one training step from what each of its optimizer updates measured
+    before it (``GradientAccounts.step_measured``: a ``GradientNorms`` per update; none: nothing measured, no metric).
+
+    A step takes one update under ``update_schedule="merged"`` and one per mini-batch under ``"mini_batches"``: the
+    norms are the step's, each adapter's and role's squared norms summed over the updates (so an adapter that took
+    three mini-batch steps counts all three, and the shares of a step add up to 1); the coherence values are their
+    means over the updates that damped the adapter.
+    """
+    if not updates:
         return {}
-    metrics = grad_norm_metrics(measured.adapter_squares, role_adapters, measured.role_squares)
-    for adapter, (cosine, scale) in measured.coherence.items():
-        metrics[f"adapter/{adapter}/coherence_cos"] = cosine
-        metrics[f"adapter/{adapter}/coherence_scale"] = scale
+    metrics = grad_norm_metrics(
+        _summed([u.adapter_squares for u in updates]), role_adapters, _summed([u.role_squares for u in updates])
+    )
+    damped: dict[str, list[tuple[float, float]]] = {}
+    for update in updates:
+        for adapter, values in update.coherence.items():
+            damped.setdefault(adapter, []).append(values)
+    for adapter, values in damped.items():
+        metrics[f"adapter/{adapter}/coherence_cos"] = sum(cosine for cosine, _ in values) / len(values)
+        metrics[f"adapter/{adapter}/coherence_scale"] = sum(scale for _, scale in values) / len(values)
     return metrics
+
+
+def _summed(squares: Sequence[dict[str, float]]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for update in squares:
+        for key, square in update.items():
+            total[key] = total.get(key, 0.0) + square
+    return total
 
 
 def role_reward_sums(roles: Sequence[str], episodes, *, role_rewards, device: torch.device) -> torch.Tensor:
