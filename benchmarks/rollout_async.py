@@ -199,16 +199,26 @@ def main() -> None:
                     param.normal_(0.0, 0.1)
         started = time.perf_counter()
         vllm = AsyncVLLMBackend(
-            model_dir, tokenizer, ROLES, lora_rank=8, sampling=dict(temperature=1.0), eos_token_ids=[],
-            dtype="float32", enforce_eager=True, seed=args.seed, max_num_seqs=max(episodes, 8),
-        )  # fmt: skip
+            model_dir,
+            tokenizer,
+            ROLES,
+            lora_rank=8,
+            sampling=dict(temperature=1.0),
+            eos_token_ids=[],
+            dtype="float32",
+            enforce_eager=True,
+            seed=args.seed,
+            max_num_seqs=max(episodes, 8),
+        )
         vllm.sync_adapters(model)
         start_s = time.perf_counter() - started
         backend = ExactLengths(vllm, plans)
         workflow, routes = Scheduled(plans), {role: role for role in ROLES}
         engines = {mode: RolloutEngine(workflow, backend, routes, mode=mode) for mode in ("ticks", "async")}
-        prompts = [[{"role": "user", "content": f"episode {e} of problem {e // args.episodes_per_problem}"}]
-                   for e in range(episodes)]  # fmt: skip
+        prompts = [
+            [{"role": "user", "content": f"episode {e} of problem {e // args.episodes_per_problem}"}]
+            for e in range(episodes)
+        ]
         engines["async"].run(prompts[:4])  # warm-up
         times: dict[str, list[float]] = {"ticks": [], "async": []}
         for r in range(args.rounds):
@@ -223,34 +233,59 @@ def main() -> None:
 
     cpu_steps = {mode: simulate(plans, max(episodes, 8), mode)[0] for mode in ("ticks", "async")}
     sim_plans = schedules(
-        args, args.sim_problems * args.sim_episodes, args.sim_generator_median, args.sim_evaluator_median,
-        args.sim_cap, args.seed,
-    )  # fmt: skip
+        args,
+        args.sim_problems * args.sim_episodes,
+        args.sim_generator_median,
+        args.sim_evaluator_median,
+        args.sim_cap,
+        args.seed,
+    )
     sim = {mode: simulate(sim_plans, args.max_num_seqs, mode) for mode in ("ticks", "async")}
     uncapped = {mode: simulate(sim_plans, len(sim_plans), mode)[0] for mode in ("ticks", "async")}
     gpu_s = {mode: (steps * args.step_ms + seqs * args.seq_ms) / 1000 for mode, (steps, seqs) in sim.items()}
     calls = sum(map(len, plans))
     rows = [
-        ("CPU run", f"{episodes} episodes, {calls} calls, {tokens} tokens; call lengths median "
-                    f"{args.generator_median}/{args.evaluator_median} (generator/evaluator), sigma {args.sigma}, "
-                    f"cap {args.cap}; engine start + sync {start_s:.1f} s"),
+        (
+            "CPU run",
+            f"{episodes} episodes, {calls} calls, {tokens} tokens; call lengths median "
+            f"{args.generator_median}/{args.evaluator_median} (generator/evaluator), sigma {args.sigma}, "
+            f"cap {args.cap}; engine start + sync {start_s:.1f} s",
+        ),
         ("ticks wall s", " ".join(f"{t:.2f}" for t in times["ticks"]) + f" (median {median(times['ticks']):.2f})"),
         ("async wall s", " ".join(f"{t:.2f}" for t in times["async"]) + f" (median {median(times['async']):.2f})"),
-        ("measured ticks/async", f"{ratio:.3f} (per round: "
-         + " ".join(f"{t / a:.2f}" for t, a in zip(times["ticks"], times["async"])) + ")"),
-        ("simulated, same plans", f"decode steps ticks {cpu_steps['ticks']} / async {cpu_steps['async']} = "
-                                  f"{cpu_steps['ticks'] / cpu_steps['async']:.2f}"),
-        ("paper scale", f"{args.sim_problems} x {args.sim_episodes} episodes, {sum(map(len, sim_plans))} calls; "
-                        f"medians {args.sim_generator_median:g}/{args.sim_evaluator_median:g}, cap {args.sim_cap}, "
-                        f"max_num_seqs {args.max_num_seqs}"),
-        ("simulated GPU steps", f"ticks {sim['ticks'][0]} / async {sim['async'][0]} = "
-                                f"{sim['ticks'][0] / sim['async'][0]:.2f}"),
-        ("... every episode running", f"ticks {uncapped['ticks']} / async {uncapped['async']} = "
-                                      f"{uncapped['ticks'] / uncapped['async']:.2f} (decode steps, no sequence cap)"),
-        ("simulated GPU time", f"ticks {gpu_s['ticks']:.0f} s / async {gpu_s['async']:.0f} s = "
-                               f"{gpu_s['ticks'] / gpu_s['async']:.2f} ({args.step_ms:g} ms/step + "
-                               f"{args.seq_ms:g} ms/sequence)"),
-    ]  # fmt: skip
+        (
+            "measured ticks/async",
+            f"{ratio:.3f} (per round: "
+            + " ".join(f"{t / a:.2f}" for t, a in zip(times["ticks"], times["async"]))
+            + ")",
+        ),
+        (
+            "simulated, same plans",
+            f"decode steps ticks {cpu_steps['ticks']} / async {cpu_steps['async']} = "
+            f"{cpu_steps['ticks'] / cpu_steps['async']:.2f}",
+        ),
+        (
+            "paper scale",
+            f"{args.sim_problems} x {args.sim_episodes} episodes, {sum(map(len, sim_plans))} calls; "
+            f"medians {args.sim_generator_median:g}/{args.sim_evaluator_median:g}, cap {args.sim_cap}, "
+            f"max_num_seqs {args.max_num_seqs}",
+        ),
+        (
+            "simulated GPU steps",
+            f"ticks {sim['ticks'][0]} / async {sim['async'][0]} = {sim['ticks'][0] / sim['async'][0]:.2f}",
+        ),
+        (
+            "... every episode running",
+            f"ticks {uncapped['ticks']} / async {uncapped['async']} = "
+            f"{uncapped['ticks'] / uncapped['async']:.2f} (decode steps, no sequence cap)",
+        ),
+        (
+            "simulated GPU time",
+            f"ticks {gpu_s['ticks']:.0f} s / async {gpu_s['async']:.0f} s = "
+            f"{gpu_s['ticks'] / gpu_s['async']:.2f} ({args.step_ms:g} ms/step + "
+            f"{args.seq_ms:g} ms/sequence)",
+        ),
+    ]
     report("rollout_async", rows, ratio, ">=", TARGET)
 
 

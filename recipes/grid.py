@@ -397,13 +397,29 @@ def group_key(cell: Cell) -> tuple[str, str, int]:
 def train_command(args: GridArguments, cell: Cell) -> list[str]:
     config, dataset = cell.family.recipe_config, cell.family.train_dataset
     return [
-        "accelerate", "launch", "--config_file", args.accelerate_config, f"recipes/{cell.workflow}_{cell.task}.py",
+        "accelerate",
+        "launch",
+        "--config_file",
+        args.accelerate_config,
+        f"recipes/{cell.workflow}_{cell.task}.py",
         *(["--config", config] if config else []),
         *(["--dataset_name", dataset] if dataset else []),
-        "--model_name_or_path", cell.model, "--output_dir", str(cell.run_dir), "--policy_sharing", cell.policy_sharing,
-        "--seed", str(cell.seed), "--max_steps", str(args.max_steps), "--save_steps", str(args.save_steps),
-        *budget(cell.family), *shlex.split(args.recipe_args), *workflow_flags(args).get(cell.workflow, []),
-    ]  # fmt: skip
+        "--model_name_or_path",
+        cell.model,
+        "--output_dir",
+        str(cell.run_dir),
+        "--policy_sharing",
+        cell.policy_sharing,
+        "--seed",
+        str(cell.seed),
+        "--max_steps",
+        str(args.max_steps),
+        "--save_steps",
+        str(args.save_steps),
+        *budget(cell.family),
+        *shlex.split(args.recipe_args),
+        *workflow_flags(args).get(cell.workflow, []),
+    ]
 
 
 def workflow_flags(args: GridArguments) -> dict[str, list[str]]:

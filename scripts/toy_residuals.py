@@ -65,16 +65,24 @@ def draw(rows: list[dict], out: Path) -> Path:
                         continue
                     (row,) = found
                     error = [[row["residual"] - row["residual_low"]], [row["residual_high"] - row["residual"]]]
-                    ax.errorbar(x + offset, row["residual"], yerr=error, fmt=marker, color="C0", markersize=8,
-                                capsize=4)  # fmt: skip
+                    ax.errorbar(
+                        x + offset, row["residual"], yerr=error, fmt=marker, color="C0", markersize=8, capsize=4
+                    )
             for x, steps in enumerate(BUDGETS, start=1):
                 found = [row for row in ours if row["steps"] == steps]
                 if not found:
                     ax.text(x, 1, "not\nmeasured", ha="center", va="bottom", fontsize=11, color="0.5", rotation=90)
                     continue
                 top = max(row["residual_high"] for row in found)  # the record, once above both points
-                ax.annotate(found[0]["record"], (x, top), textcoords="offset points", xytext=(0, 5), ha="center",
-                            fontsize=11, color="0.4")  # fmt: skip
+                ax.annotate(
+                    found[0]["record"],
+                    (x, top),
+                    textcoords="offset points",
+                    xytext=(0, 5),
+                    ha="center",
+                    fontsize=11,
+                    color="0.4",
+                )
             ax.axhline(0, color="0.5", linewidth=1)
             ax.axvline(0.5, color="0.8", linewidth=1)
             ax.set_xticks(range(len(BUDGETS) + 1), ["0", *(str(steps) for steps in BUDGETS)])

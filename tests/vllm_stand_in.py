@@ -63,8 +63,11 @@ class StandInVLLM(http.server.BaseHTTPRequestHandler):
             if server.load_error:  # vLLM's answer when the engine refuses the adapter
                 return self._error(500, server.load_error)
             if name in server.adapters and not body.get("load_inplace"):
-                return self._error(400, f"The lora adapter '{name}' has already been loaded. If you want to load "
-                                        "the adapter in place, set 'load_inplace' to True.")  # fmt: skip
+                return self._error(
+                    400,
+                    f"The lora adapter '{name}' has already been loaded. If you want to load "
+                    "the adapter in place, set 'load_inplace' to True.",
+                )
             server.adapters[name] = body["lora_path"]
             return self._reply(200, f"Success: LoRA adapter '{name}' added successfully.")
         if self.path == "/v1/unload_lora_adapter":

@@ -55,9 +55,16 @@ def test_damping_matches_the_reference_on_a_fixed_sequence():
 
 def voting_trainer(tiny_model_dir, output_dir):
     settings = dict(
-        per_device_train_batch_size=8, max_steps=3, save_steps=2, logging_steps=1, learning_rate=1e-2,
-        policy_sharing="isolated", seed=0, role_coherence_lambda={"generator": 0.3}, role_coherence_window=4,
-    )  # fmt: skip
+        per_device_train_batch_size=8,
+        max_steps=3,
+        save_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        policy_sharing="isolated",
+        seed=0,
+        role_coherence_lambda={"generator": 0.3},
+        role_coherence_window=4,
+    )
     return tiny_trainer(tiny_model_dir, output_dir, dataset=addition_dataset(4), respond=random_answers, **settings)
 
 

@@ -35,9 +35,14 @@ def length_parity_reward(completions, **kwargs) -> list[float]:
 
 def two_model_trainer(tiny_model_dir, tiny_judge_dir, output_dir, **overrides):
     settings = dict(
-        max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0, policy_sharing="isolated",
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=5e-2,
+        save_strategy="no",
+        seed=0,
+        policy_sharing="isolated",
         role_models={"evaluator": tiny_judge_dir},
-    )  # fmt: skip
+    )
     settings.update(overrides)
     return tiny_trainer(
         tiny_model_dir, output_dir, EvalOpt(max_iterations=2), reward_funcs=length_parity_reward, **settings
@@ -121,10 +126,17 @@ def test_two_bases_train_and_only_the_advantaged_base_moves(tiny_model_dir, tiny
 def test_shared_policy_gets_one_adapter_per_base(tiny_model_dir, tiny_judge_dir, tmp_path):
     judging = {"orchestrator": tiny_judge_dir, "synthesizer": tiny_judge_dir}
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, OrchWorkers(), max_steps=1, logging_steps=1, save_strategy="no",
-        policy_sharing="shared", role_models=judging, monitor_role_grad_norms=True,
+        tiny_model_dir,
+        tmp_path,
+        OrchWorkers(),
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        policy_sharing="shared",
+        role_models=judging,
+        monitor_role_grad_norms=True,
         reward_funcs=length_parity_reward,
-    )  # fmt: skip
+    )
     judge = trainer.bases.extra[tiny_judge_dir]
     shared = f"shared-{tiny_judge_dir.rstrip('/').split('/')[-1]}"
     assert trainer.role_adapters == {"orchestrator": shared, "worker": "shared", "synthesizer": shared}
@@ -139,9 +151,13 @@ def test_shared_policy_gets_one_adapter_per_base(tiny_model_dir, tiny_judge_dir,
 def test_an_adapter_cannot_span_two_bases(tiny_model_dir, tiny_judge_dir, tmp_path):
     with pytest.raises(ValueError, match="serves roles on different base models"):
         tiny_trainer(
-            tiny_model_dir, tmp_path, EvalOpt(), save_strategy="no",
-            role_to_adapter={"generator": "both", "evaluator": "both"}, role_models={"evaluator": tiny_judge_dir},
-        )  # fmt: skip
+            tiny_model_dir,
+            tmp_path,
+            EvalOpt(),
+            save_strategy="no",
+            role_to_adapter={"generator": "both", "evaluator": "both"},
+            role_models={"evaluator": tiny_judge_dir},
+        )
     placed, bases = adapters_on_bases({"a": "x", "b": "y"}, {"a": "m", "b": "j"}, "m", explicit=True)
     assert placed == {"a": "x", "b": "y"} and bases == {"x": "m", "y": "j"}
 
@@ -155,9 +171,14 @@ def test_unknown_role_in_role_models_is_named(tiny_model_dir, tmp_path):
 
 def test_role_model_naming_the_main_model_stays_on_it(tiny_model_dir, tmp_path):
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(), dataset=addition_dataset(4), save_strategy="no",
-        policy_sharing="shared", role_models={"evaluator": tiny_model_dir},
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(),
+        dataset=addition_dataset(4),
+        save_strategy="no",
+        policy_sharing="shared",
+        role_models={"evaluator": tiny_model_dir},
+    )
     assert trainer.bases.extra == {}
     assert trainer.role_adapters == {"generator": "shared", "evaluator": "shared"}
 
@@ -258,9 +279,19 @@ def test_two_processes_keep_every_base_in_step(tiny_model_dir, tiny_judge_dir, t
     on both bases (the trainer's averaged by DDP, the judge's here); under mini_batches the judge's mini-batches hold
     none of the trainer's base's samples, so every rank adds the zero-weight stand-in that keeps DDP in step."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
-        str(TESTS / "workers" / "ddp_role_models_worker.py"), tiny_model_dir, tiny_judge_dir, str(tmp_path), schedule,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29531",
+        str(TESTS / "workers" / "ddp_role_models_worker.py"),
+        tiny_model_dir,
+        tiny_judge_dir,
+        str(tmp_path),
+        schedule,
+    ]
     run_offline(command, timeout=300)  # a DDP hang times out
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["world_size"] == 2 for r in ranks)
@@ -277,11 +308,29 @@ def test_two_processes_keep_every_base_in_step(tiny_model_dir, tiny_judge_dir, t
 def test_two_model_toy_preset_runs_at_minimum_size(tiny_model_dir, tiny_judge_dir, tmp_path):
     """recipes/configs/toy_two_models.yaml through the Eval-Opt recipe, its models swapped for the tiny ones."""
     command = [
-        sys.executable, "recipes/eval_opt_math.py", "--config", "recipes/configs/toy_two_models.yaml",
-        "--model_name_or_path", tiny_model_dir, "--role_models", json.dumps({"evaluator": tiny_judge_dir}),
-        "--output_dir", str(tmp_path), "--max_steps", "1", "--save_steps", "1", "--per_device_train_batch_size", "8",
-        "--num_generations", "4", "--max_completion_length", "8", "--disable_tqdm", "true",
-    ]  # fmt: skip
+        sys.executable,
+        "recipes/eval_opt_math.py",
+        "--config",
+        "recipes/configs/toy_two_models.yaml",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--role_models",
+        json.dumps({"evaluator": tiny_judge_dir}),
+        "--output_dir",
+        str(tmp_path),
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_generations",
+        "4",
+        "--max_completion_length",
+        "8",
+        "--disable_tqdm",
+        "true",
+    ]
     run_offline(command, cwd=ROOT)
     config = json.loads((tmp_path / "multiagent_config.json").read_text())
     assert config["role_models"] == {"evaluator": tiny_judge_dir} and config["policy_sharing"] == "isolated"

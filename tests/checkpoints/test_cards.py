@@ -45,7 +45,7 @@ def test_run_and_adapter_cards_parse_with_the_metadata(tiny_model_dir, tmp_path)
             save_steps=1,
             policy_sharing="isolated",
             training_summary=False,
-        ),  # fmt: skip
+        ),
         train_dataset=addition_dataset(),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
     )

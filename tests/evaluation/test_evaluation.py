@@ -39,20 +39,35 @@ def test_pass_at_k_hand_computed():
 
 def row(step, accuracy, workflow="Voting", sharing="isolated", mode="trained", **extra):
     return dict(
-        step=step, accuracy=accuracy, workflow=workflow, policy_sharing=sharing, mode=mode, model="m", dataset="d",
-        k=1, trained_workflow=None if mode == "base" else "SingleAgent" if mode == "transfer" else workflow, **extra,
-    )  # fmt: skip
+        step=step,
+        accuracy=accuracy,
+        workflow=workflow,
+        policy_sharing=sharing,
+        mode=mode,
+        model="m",
+        dataset="d",
+        k=1,
+        trained_workflow=None if mode == "base" else "SingleAgent" if mode == "transfer" else workflow,
+        **extra,
+    )
 
 
 def test_paper_table_from_eval_results(tmp_path):
     rows = [
         row(0, 0.20, sharing=None, mode="base"),
-        row(5, 0.30), row(10, 0.50), row(15, 0.40), row(20, 0.35),  # peak 50 at 10, final 35: drop 15
-        row(5, 0.40, sharing="shared"), row(10, 0.40, sharing="shared"),  # flat: the earliest step is the peak
-        row(5, 0.35, mode="transfer"), row(10, 0.45, mode="transfer"),  # SA-RL in Voting: peak 45
-        row(5, 0.42, workflow="SingleAgent"), row(10, 0.38, workflow="SingleAgent"),
-        row(5, 0.10, workflow="EvalOpt"), row(10, 0.60, workflow="EvalOpt"),  # no transfer row: vs SA-RL alone
-    ]  # fmt: skip
+        row(5, 0.30),
+        row(10, 0.50),
+        row(15, 0.40),
+        row(20, 0.35),  # peak 50 at 10, final 35: drop 15
+        row(5, 0.40, sharing="shared"),
+        row(10, 0.40, sharing="shared"),  # flat: the earliest step is the peak
+        row(5, 0.35, mode="transfer"),
+        row(10, 0.45, mode="transfer"),  # SA-RL in Voting: peak 45
+        row(5, 0.42, workflow="SingleAgent"),
+        row(10, 0.38, workflow="SingleAgent"),
+        row(5, 0.10, workflow="EvalOpt"),
+        row(10, 0.60, workflow="EvalOpt"),  # no transfer row: vs SA-RL alone
+    ]
     (tmp_path / "eval_results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     table = {(e["workflow"], e["policy_sharing"], e["mode"]): e for e in paper_table(read_results(tmp_path))}
 
@@ -123,8 +138,12 @@ def test_evaluating_a_run_twice_appends_nothing(voting_run):
     assert [r["step"] for r in first] == [1, 2]
     for r in first:
         assert (r["mode"], r["workflow"], r["policy_sharing"], r["k"], r["dataset"]) == (
-            "trained", "Voting", "isolated", 2, "arithmetic"
-        )  # fmt: skip
+            "trained",
+            "Voting",
+            "isolated",
+            2,
+            "arithmetic",
+        )
         assert 0.0 <= r["accuracy"] <= r["pass_at_k"] <= 1.0
     lines = (voting_run / "eval_results.jsonl").read_text()
     assert evaluate(voting_run, "trained", settings) == []
@@ -168,10 +187,25 @@ def test_transfer_and_generator_alone(tiny_model_dir, voting_run, tmp_path):
 @pytest.mark.slow
 def test_base_mode_through_the_script(tiny_model_dir, tmp_path):
     command = [
-        sys.executable, "recipes/evaluate.py", "--mode", "base", "--workflow", "eval_opt", "--base_model",
-        tiny_model_dir, "--output_dir", str(tmp_path), "--dataset_name", "arithmetic", "--limit", "2",
-        "--max_completion_length", "6", "--device", "cpu",
-    ]  # fmt: skip
+        sys.executable,
+        "recipes/evaluate.py",
+        "--mode",
+        "base",
+        "--workflow",
+        "eval_opt",
+        "--base_model",
+        tiny_model_dir,
+        "--output_dir",
+        str(tmp_path),
+        "--dataset_name",
+        "arithmetic",
+        "--limit",
+        "2",
+        "--max_completion_length",
+        "6",
+        "--device",
+        "cpu",
+    ]
     result = run_offline(command, cwd=ROOT)
     (base,) = read_results(tmp_path)
     assert (base["mode"], base["step"], base["workflow"], base["policy_sharing"]) == ("base", 0, "EvalOpt", None)

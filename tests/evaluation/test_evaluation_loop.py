@@ -28,13 +28,24 @@ def judge_or_answer(requests, rng):
 
 def eval_trainer(model_dir, tmp_path, **overrides):
     settings = dict(
-        per_device_eval_batch_size=4, num_generations_eval=2, max_steps=2, logging_steps=1, learning_rate=1e-2,
-        save_strategy="no", seed=0, policy_sharing="isolated",
-    )  # fmt: skip
+        per_device_eval_batch_size=4,
+        num_generations_eval=2,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        seed=0,
+        policy_sharing="isolated",
+    )
     return tiny_trainer(
-        model_dir, tmp_path / "out", EvalOpt(max_iterations=2), dataset=addition_dataset(4),
-        eval_dataset=addition_dataset(6), respond=judge_or_answer, **{**settings, **overrides},
-    )  # fmt: skip
+        model_dir,
+        tmp_path / "out",
+        EvalOpt(max_iterations=2),
+        dataset=addition_dataset(4),
+        eval_dataset=addition_dataset(6),
+        respond=judge_or_answer,
+        **{**settings, **overrides},
+    )
 
 
 def test_training_with_eval_strategy_steps_logs_eval_metrics_per_role(tiny_model_dir, tmp_path):
@@ -66,10 +77,12 @@ EVAL_KEYS = [
     "eval_workflow/calls_per_episode",
     "eval_workflow/verdict_correct_rate",
     "eval_workflow/iterations",
-    *(f"eval_role/{role}/{metric}" for role in ("generator", "evaluator") for metric in (
-        "calls", "completion_length", "entropy", "perplexity", "policy_ratio", "unparseable"
-    )),
-]  # fmt: skip
+    *(
+        f"eval_role/{role}/{metric}"
+        for role in ("generator", "evaluator")
+        for metric in ("calls", "completion_length", "entropy", "perplexity", "policy_ratio", "unparseable")
+    ),
+]
 
 
 def test_evaluate_runs_episodes_on_the_eval_dataset_without_training(tiny_model_dir, tmp_path):
@@ -88,8 +101,13 @@ def test_every_evaluation_form_trl_supports(tiny_model_dir, tmp_path):
     """`eval_on_start`, a dict of eval datasets (each logged under its own prefix) and an iterable eval dataset."""
     rows = addition_dataset(4)
     trainer = eval_trainer(
-        tiny_model_dir, tmp_path, eval_strategy="steps", eval_steps=1, eval_on_start=True, max_steps=1,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        eval_strategy="steps",
+        eval_steps=1,
+        eval_on_start=True,
+        max_steps=1,
+    )
     trainer.train()
     evals = [h for h in trainer.state.log_history if "eval_loss" in h]
     assert [h["step"] for h in evals] == [0, 1]  # before the first step, then after it

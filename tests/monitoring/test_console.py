@@ -46,7 +46,7 @@ def test_a_training_run_prints_one_line_per_step_and_still_logs_every_metric(tin
             save_strategy="no",
             disable_tqdm=False,
             training_summary=False,
-        ),  # fmt: skip
+        ),
         train_dataset=addition_dataset(),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0),
         answer_checker=math_answer_checker,

@@ -114,9 +114,16 @@ def test_training_a_user_workflow_raises_the_judge_alarm_on_its_critic(tiny_mode
         return texts
 
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, DraftCritic(), respond=respond, max_steps=4, logging_steps=1,
-        save_strategy="no", policy_sharing="isolated", answer_checker=lambda text, answer: str(answer) in text,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        DraftCritic(),
+        respond=respond,
+        max_steps=4,
+        logging_steps=1,
+        save_strategy="no",
+        policy_sharing="isolated",
+        answer_checker=lambda text, answer: str(answer) in text,
+    )
     with caplog.at_level(logging.WARNING, logger="trl_multiagent.monitoring.drift"):
         trainer.train()
     logs = [h for h in trainer.state.log_history if "role/critic/calls" in h]

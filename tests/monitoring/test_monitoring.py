@@ -201,12 +201,26 @@ def test_orch_workers_metrics():
 def test_orch_workers_metrics_with_a_variable_worker_count():
     episodes = [
         # Two strategies, two workers (4 right, 5 wrong); one strategy, one worker (4 right); no header (fallback).
-        Episode(0, [call("orchestrator", "STRATEGY 1: a\nSTRATEGY 2: b"), call("worker", r"\boxed{4}"),
-                    call("worker", r"\boxed{5}", instance=1), call("synthesizer", r"\boxed{4}")]),
+        Episode(
+            0,
+            [
+                call("orchestrator", "STRATEGY 1: a\nSTRATEGY 2: b"),
+                call("worker", r"\boxed{4}"),
+                call("worker", r"\boxed{5}", instance=1),
+                call("synthesizer", r"\boxed{4}"),
+            ],
+        ),
         Episode(1, [call("orchestrator", "STRATEGY 1: a"), call("worker", r"\boxed{4}"), call("synthesizer", "4")]),
-        Episode(2, [call("orchestrator", "1. guess\n2. check"), call("worker", r"\boxed{3}"),
-                    call("worker", r"\boxed{3}", instance=1), call("synthesizer", r"\boxed{3}")]),
-    ]  # fmt: skip
+        Episode(
+            2,
+            [
+                call("orchestrator", "1. guess\n2. check"),
+                call("worker", r"\boxed{3}"),
+                call("worker", r"\boxed{3}", instance=1),
+                call("synthesizer", r"\boxed{3}"),
+            ],
+        ),
+    ]
     m = workflow_metrics(OrchWorkers(), episodes, [1.0, 0.0, 0.0], contains_checker, ["4"] * 3)
     assert m["role/orchestrator/unparseable"] == pytest.approx(1 / 3)  # the numbered list is a fallback
     assert m["workflow/plan_size"] == pytest.approx(5 / 3)  # 2, 1, 2 strategies read
@@ -572,8 +586,10 @@ def test_a_judge_past_a_signature_from_its_start_is_not_drift_but_real_drift_sti
     captured = {**logs[11], "role/evaluator/code_block_fraction": 0.9, "role/evaluator/words_median": 5 * start}
     callback = RoleDriftCallback(formats=EVAL_OPT_FORMATS)
     replay(callback, [*logs[:11], captured])
-    assert {(a.step, a.role, a.kind) for a in callback.alarms} == {(12, "evaluator", "judge_code"),
-                                                                  (12, "evaluator", "length_drift")}  # fmt: skip
+    assert {(a.step, a.role, a.kind) for a in callback.alarms} == {
+        (12, "evaluator", "judge_code"),
+        (12, "evaluator", "length_drift"),
+    }
 
 
 def test_no_alarm_before_a_role_has_its_starting_window():

@@ -14,9 +14,15 @@ from tiny import random_answers, tiny_trainer
 
 def voting_run(tiny_model_dir, tmp_path, respond=random_answers, answer_checker=None, **overrides):
     settings = dict(
-        per_device_train_batch_size=8, max_completion_length=16, max_steps=2, logging_steps=1, learning_rate=1e-2,
-        save_strategy="no", policy_sharing="isolated", seed=0,
-    )  # fmt: skip
+        per_device_train_batch_size=8,
+        max_completion_length=16,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        policy_sharing="isolated",
+        seed=0,
+    )
     settings.update(overrides)
     trainer = tiny_trainer(
         tiny_model_dir,

@@ -73,9 +73,7 @@ def test_role_gradient_contributions_under_shared_policy(tiny_model_dir, tmp_pat
         shares = h["role/generator/grad_norm_share"] + h["role/aggregator/grad_norm_share"]
         assert abs(shares - 1.0) < 1e-6 and h["role/generator/grad_norm"] > 0 and h["role/aggregator/grad_norm"] > 0
     assert all("role/generator/grad_norm" not in h for h in plain.state.log_history)
-    assert sorted(monitored.model.peft_config) == [
-        "shared", "shared__role_aggregator", "shared__role_generator"
-    ]  # fmt: skip
+    assert sorted(monitored.model.peft_config) == ["shared", "shared__role_aggregator", "shared__role_generator"]
 
 
 @pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
@@ -83,9 +81,13 @@ def test_role_shares_within_a_shared_adapter_add_up_to_one(tiny_model_dir, tmp_p
     """Shared Voting with role shadows: each role's norm is over the step's updates (one merged step, or a mini-batch
     step per prompt), and its share of the squared total adds up to 1 over the roles of the adapter."""
     trainer = train_voting(
-        tiny_model_dir, tmp_path, policy_sharing="shared", monitor_role_grad_norms=True, update_schedule=schedule,
+        tiny_model_dir,
+        tmp_path,
+        policy_sharing="shared",
+        monitor_role_grad_norms=True,
+        update_schedule=schedule,
         mini_batch_prompts=1,
-    )  # fmt: skip
+    )
     for h in [h for h in trainer.state.log_history if "loss" in h]:
         if schedule == "mini_batches":
             assert h["adapter/shared/optimizer_steps"] > 1

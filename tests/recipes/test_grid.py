@@ -19,10 +19,27 @@ def grid(*args: str, timeout: int = 120) -> str:
 @pytest.mark.slow
 def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
     out = grid(
-        "--dry-run", "--models", "org/m1", "org/m2", "--tasks", "math", "code", "--workflows", "eval_opt", "voting",
-        "--seed", "7", "--max_steps", "30", "--save_steps", "10", "--output_root", str(tmp_path),
-        "--recipe_config", "math=recipes/configs/cpu.yaml",
-    )  # fmt: skip
+        "--dry-run",
+        "--models",
+        "org/m1",
+        "org/m2",
+        "--tasks",
+        "math",
+        "code",
+        "--workflows",
+        "eval_opt",
+        "voting",
+        "--seed",
+        "7",
+        "--max_steps",
+        "30",
+        "--save_steps",
+        "10",
+        "--output_root",
+        str(tmp_path),
+        "--recipe_config",
+        "math=recipes/configs/cpu.yaml",
+    )
     lines = out.splitlines()
     launches = [line for line in lines if line.startswith("accelerate launch ")]
     assert len(launches) == 2 * 2 * (2 * 2 + 1)  # models x tasks x (workflows x sharings + SA-RL)
@@ -47,10 +64,19 @@ def test_dry_run_prints_one_launch_per_cell_plus_controls(tmp_path):
 def test_report_from_existing_runs(tmp_path):
     run = tmp_path / "m" / "math" / "voting-isolated"
     rows = [
-        {"step": s, "accuracy": a, "workflow": "Voting", "policy_sharing": "isolated", "mode": "trained",
-         "model": "org/m", "dataset": "arithmetic", "k": 1, "trained_workflow": "Voting"}
+        {
+            "step": s,
+            "accuracy": a,
+            "workflow": "Voting",
+            "policy_sharing": "isolated",
+            "mode": "trained",
+            "model": "org/m",
+            "dataset": "arithmetic",
+            "k": 1,
+            "trained_workflow": "Voting",
+        }
         for s, a in ((2, 0.25), (4, 0.75), (6, 0.5))
-    ]  # fmt: skip
+    ]
     (run / "checkpoint-6").mkdir(parents=True)
     (run / "eval_results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     history = [
@@ -60,9 +86,18 @@ def test_report_from_existing_runs(tmp_path):
     (run / "checkpoint-6" / "trainer_state.json").write_text(json.dumps({"global_step": 6, "log_history": history}))
 
     out = grid(
-        "--report_only", "--models", "org/m", "--tasks", "math", "--workflows", "voting",
-        "--policy_sharing", "isolated", "--output_root", str(tmp_path),
-    )  # fmt: skip
+        "--report_only",
+        "--models",
+        "org/m",
+        "--tasks",
+        "math",
+        "--workflows",
+        "voting",
+        "--policy_sharing",
+        "isolated",
+        "--output_root",
+        str(tmp_path),
+    )
     expected = "| org/m | arithmetic | Voting | isolated | trained | 75.0 (4) | 50.0 (6) | 25.0 | - | - |"
     assert expected in out and expected in (tmp_path / "table.md").read_text()
     instability = json.loads((tmp_path / "instability.json").read_text())
@@ -78,12 +113,32 @@ def test_report_from_existing_runs(tmp_path):
 @pytest.mark.slow
 def test_tiny_grid_end_to_end(tiny_model_dir, tmp_path):
     out = grid(
-        "--models", tiny_model_dir, "--tasks", "math", "--workflows", "voting", "--policy_sharing", "shared",
-        "--accelerate_config", "accelerate_configs/cpu.yaml", "--recipe_config", "math=recipes/configs/cpu.yaml",
-        "--max_steps", "2", "--save_steps", "1", "--output_root", str(tmp_path),
-        "--recipe_args", "--max_completion_length 6", "--eval_dataset", "math=arithmetic",
-        "--eval_args", "--limit 2 --max_completion_length 6", timeout=1200,
-    )  # fmt: skip
+        "--models",
+        tiny_model_dir,
+        "--tasks",
+        "math",
+        "--workflows",
+        "voting",
+        "--policy_sharing",
+        "shared",
+        "--accelerate_config",
+        "accelerate_configs/cpu.yaml",
+        "--recipe_config",
+        "math=recipes/configs/cpu.yaml",
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--output_root",
+        str(tmp_path),
+        "--recipe_args",
+        "--max_completion_length 6",
+        "--eval_dataset",
+        "math=arithmetic",
+        "--eval_args",
+        "--limit 2 --max_completion_length 6",
+        timeout=1200,
+    )
     table = (tmp_path / "table.md").read_text()
     for cell in ("| Voting | shared | trained |", "| Voting | - | base |", "| Voting | isolated | transfer |"):
         assert cell in table, out[-3000:]
@@ -93,10 +148,25 @@ def test_tiny_grid_end_to_end(tiny_model_dir, tmp_path):
 @pytest.mark.slow
 def test_toy_grid_covers_math_and_code_with_their_presets(tmp_path):
     out = grid(
-        "--dry-run", "--models", "toy", "--tasks", "math", "code", "--output_root", str(tmp_path),
-        "--recipe_config", "math=recipes/configs/toy.yaml", "code=recipes/configs/toy_code.yaml",
-        "--eval_dataset", "math=arithmetic", "code=toy_code", "--max_steps", "30", "--save_steps", "10",
-    )  # fmt: skip
+        "--dry-run",
+        "--models",
+        "toy",
+        "--tasks",
+        "math",
+        "code",
+        "--output_root",
+        str(tmp_path),
+        "--recipe_config",
+        "math=recipes/configs/toy.yaml",
+        "code=recipes/configs/toy_code.yaml",
+        "--eval_dataset",
+        "math=arithmetic",
+        "code=toy_code",
+        "--max_steps",
+        "30",
+        "--save_steps",
+        "10",
+    )
     launches = [line for line in out.splitlines() if line.startswith("accelerate launch ")]
     code = [line for line in launches if "_code.py" in line]
     assert len(code) == len(launches) // 2 == 3 * 2 + 1
@@ -228,9 +298,20 @@ def test_a_layered_recipe_config_is_evaluated_as_it_trains(capsys, tmp_path):
 def test_workflow_args_reach_that_workflows_trainings_only(capsys, tmp_path):
     weights = "--role_loss_weights '{\"aggregator\": 0.0}'"
     launches, _ = dry_run(
-        capsys, "--preset", "toy", "--families", "arithmetic", "--workflows", "voting", "--output_root", str(tmp_path),
-        "--recipe_args", "--logging_steps 2", "--workflow_args", f"voting={weights}",
-    )  # fmt: skip
+        capsys,
+        "--preset",
+        "toy",
+        "--families",
+        "arithmetic",
+        "--workflows",
+        "voting",
+        "--output_root",
+        str(tmp_path),
+        "--recipe_args",
+        "--logging_steps 2",
+        "--workflow_args",
+        f"voting={weights}",
+    )
     voting = [line for line in launches if "recipes/voting_math.py" in line]
     single = [line for line in launches if "recipes/single_agent_math.py" in line]
     assert len(voting) == 2 and len(single) == 1
@@ -252,9 +333,9 @@ def test_without_seeds_and_families_the_grid_is_as_before(tmp_path):
         ["--models", "org/m", "--tasks", "math", "--workflows", "voting", "--output_root", str(tmp_path)]
     )
     cells = grid_module.grid_cells(args)
-    assert [cell.run_dir for cell in cells] == [tmp_path / "m" / "math" / name for name in (
-        "single_agent", "voting-shared", "voting-isolated"
-    )]  # fmt: skip
+    assert [cell.run_dir for cell in cells] == [
+        tmp_path / "m" / "math" / name for name in ("single_agent", "voting-shared", "voting-isolated")
+    ]
     command = grid_module.train_command(args, cells[0])
     assert "--dataset_name" not in command and "--config" not in command  # the recipe's paper preset decides
     with pytest.raises(ValueError, match="neither a task"):
@@ -273,9 +354,15 @@ def test_mod_search_runs_on_a_model_of_its_own(capsys, tmp_path):
     missing.mkdir()
     (missing / "config.json").write_text("{}")
     launches, evaluations = dry_run(
-        capsys, "--preset", "toy", "--families", "arithmetic", f"mod_search:model={missing}", "--output_root",
+        capsys,
+        "--preset",
+        "toy",
+        "--families",
+        "arithmetic",
+        f"mod_search:model={missing}",
+        "--output_root",
         str(tmp_path / "runs"),
-    )  # fmt: skip
+    )
     search = [line for line in launches if "/mod_search/" in line]
     assert len(search) == len(launches) - 7 == 7  # arithmetic stays on --models (toy)
     assert all(f"--dataset_name mod_search --model_name_or_path {missing} " in line for line in search)
@@ -308,17 +395,40 @@ def test_report_with_seeds_writes_a_table_per_seed_and_the_family_table(capsys, 
     common = dict(model="toy", dataset="arithmetic", k=1, temperature=0.0, top_p=1.0, num_problems=2)
 
     def result(mode, workflow, sharing, seed, solved, step=30):
-        return {**common, "mode": mode, "workflow": workflow, "policy_sharing": sharing, "seed": seed, "step": step,
-                "accuracy": sum(solved) / 2, "problem_solved": solved, "trained_workflow": workflow}  # fmt: skip
+        return {
+            **common,
+            "mode": mode,
+            "workflow": workflow,
+            "policy_sharing": sharing,
+            "seed": seed,
+            "step": step,
+            "accuracy": sum(solved) / 2,
+            "problem_solved": solved,
+            "trained_workflow": workflow,
+        }
 
     for seed, sa, voting in ((1, [0, 1], [1, 1]), (2, [0, 0], [1, 0])):
         folder = tmp_path / "toy" / "arithmetic" / f"seed-{seed}"
         write_rows(folder / "single_agent", [result("trained", "SingleAgent", "isolated", seed, sa)])
         write_rows(folder / "voting-isolated", [result("trained", "Voting", "isolated", seed, voting)])
     args = grid_module.parse_args(
-        ["--preset", "toy", "--families", "arithmetic", "--workflows", "voting", "--policy_sharing", "isolated",
-         "--seeds", "1", "2", "--output_root", str(tmp_path), "--report_only"]
-    )  # fmt: skip
+        [
+            "--preset",
+            "toy",
+            "--families",
+            "arithmetic",
+            "--workflows",
+            "voting",
+            "--policy_sharing",
+            "isolated",
+            "--seeds",
+            "1",
+            "2",
+            "--output_root",
+            str(tmp_path),
+            "--report_only",
+        ]
+    )
     assert grid_module.main(args) == 0
     out = capsys.readouterr().out
     families = (tmp_path / "families.md").read_text()
@@ -335,10 +445,28 @@ def test_report_with_seeds_writes_a_table_per_seed_and_the_family_table(capsys, 
 @pytest.mark.slow
 def test_toy_preset_end_to_end_one_family_two_cells(tmp_path):
     out = grid(
-        "--preset", "toy", "--families", "arithmetic", "--workflows", "eval_opt", "--policy_sharing", "isolated",
-        "--seeds", "7", "--max_steps", "1", "--save_steps", "1", "--eval_samplings", "--temperature 0",
-        "--eval_args", "--limit 4 --max_completion_length 80", "--output_root", str(tmp_path), timeout=900,
-    )  # fmt: skip
+        "--preset",
+        "toy",
+        "--families",
+        "arithmetic",
+        "--workflows",
+        "eval_opt",
+        "--policy_sharing",
+        "isolated",
+        "--seeds",
+        "7",
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--eval_samplings",
+        "--temperature 0",
+        "--eval_args",
+        "--limit 4 --max_completion_length 80",
+        "--output_root",
+        str(tmp_path),
+        timeout=900,
+    )
     folder = tmp_path / "toy" / "arithmetic" / "seed-7"
     (row,) = [r for r in read_results(folder / "eval_opt-isolated") if r["mode"] == "trained"]  # beside base's
     assert (row["step"], row["seed"], row["temperature"], len(row["problem_solved"])) == (1, 7, 0.0, 4)
@@ -365,9 +493,20 @@ def test_report_adds_the_cost_matched_line_from_the_best_of_rows(capsys, tmp_pat
     sa_rl = result("SingleAgent", [4, 0])
     write_rows(folder / "single_agent", [sa_rl, result("SingleAgent", [4, 2], best_of=3, select="majority")])
     args = grid_module.parse_args(
-        ["--preset", "toy", "--families", "arithmetic", "--workflows", "eval_opt", "--policy_sharing", "isolated",
-         "--output_root", str(tmp_path), "--report_only"]
-    )  # fmt: skip
+        [
+            "--preset",
+            "toy",
+            "--families",
+            "arithmetic",
+            "--workflows",
+            "eval_opt",
+            "--policy_sharing",
+            "isolated",
+            "--output_root",
+            str(tmp_path),
+            "--report_only",
+        ]
+    )
     assert grid_module.main(args) == 0
     families = (tmp_path / "families.md").read_text()
     assert "| SA-RL best-of-3 (majority) | - | 30 | 75.0 | +25.0 [" in families

@@ -20,10 +20,21 @@ def run(command: list[str], tmp_path) -> None:
 
 def small_run(recipe: str, tiny_model_dir, output_dir, *extra) -> list[str]:
     return [
-        f"recipes/{recipe}.py", "--config", "recipes/configs/cpu.yaml", "--model_name_or_path", tiny_model_dir,
-        "--output_dir", str(output_dir), "--max_steps", "2", "--save_steps", "2", "--max_completion_length", "8",
+        f"recipes/{recipe}.py",
+        "--config",
+        "recipes/configs/cpu.yaml",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--max_completion_length",
+        "8",
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("recipe", ["voting_math", "orch_workers_math", "single_agent_math"])

@@ -16,11 +16,26 @@ pytestmark = [needs_sandbox, pytest.mark.slow]  # each test runs a recipe in a s
 
 def run(recipe: str, tiny_model_dir: str, output_dir: Path, *extra: str) -> str:
     command = [
-        sys.executable, f"recipes/{recipe}.py", "--config", "recipes/configs/cpu_code.yaml",
-        "--model_name_or_path", tiny_model_dir, "--output_dir", str(output_dir), "--max_steps", "1",
-        "--save_steps", "1", "--max_completion_length", "8", "--per_device_train_batch_size", "4",
-        "--num_generations", "2", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        f"recipes/{recipe}.py",
+        "--config",
+        "recipes/configs/cpu_code.yaml",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--max_completion_length",
+        "8",
+        "--per_device_train_batch_size",
+        "4",
+        "--num_generations",
+        "2",
+        *extra,
+    ]
     result = run_offline(command, cwd=ROOT)
     return result.stdout + result.stderr
 

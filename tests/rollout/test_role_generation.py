@@ -43,8 +43,12 @@ def test_engine_puts_each_roles_settings_on_its_calls(tiny_model_dir):
 )
 def test_bad_role_generation_kwargs_fail_early(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        RolloutEngine(EvalOpt(), backend=None, adapter_for_role={"generator": "g", "evaluator": "e"},
-                      role_generation_kwargs=kwargs)  # fmt: skip
+        RolloutEngine(
+            EvalOpt(),
+            backend=None,
+            adapter_for_role={"generator": "g", "evaluator": "e"},
+            role_generation_kwargs=kwargs,
+        )
 
 
 def test_config_accepts_role_generation_kwargs_as_json(tmp_path):

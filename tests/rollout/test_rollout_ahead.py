@@ -47,9 +47,18 @@ def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
 
     backend = SyncRecording(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, rollout_backend="vllm", rollout_ahead=1,
-        max_steps=3, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        backend=backend,
+        rollout_backend="vllm",
+        rollout_ahead=1,
+        max_steps=3,
+        logging_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        seed=0,
+    )
     backend.trainer = trainer
     events, started = [], {k: threading.Event() for k in range(3)}
     trainer.add_callback(StepEnds(events, started, max_steps=3))
@@ -108,8 +117,20 @@ def test_rollout_ahead_needs_the_sampling_correction(tiny_model_dir, tmp_path):
     # The paper preset turns the correction off (the reference has none); the error says how to turn it back on.
     paper = preset("paper_math")["vllm_importance_sampling_correction"]
     with pytest.raises(ValueError, match="add --vllm_importance_sampling_correction true, or set rollout_ahead=0"):
-        tiny_trainer(tiny_model_dir, tmp_path, respond=half_right_answers, rollout_backend="vllm", rollout_ahead=1,
-                     vllm_importance_sampling_correction=paper)  # fmt: skip
+        tiny_trainer(
+            tiny_model_dir,
+            tmp_path,
+            respond=half_right_answers,
+            rollout_backend="vllm",
+            rollout_ahead=1,
+            vllm_importance_sampling_correction=paper,
+        )
     with pytest.raises(ValueError, match="num_iterations=1"):
-        tiny_trainer(tiny_model_dir, tmp_path, respond=half_right_answers, rollout_backend="vllm", rollout_ahead=1,
-                     num_iterations=2)  # fmt: skip
+        tiny_trainer(
+            tiny_model_dir,
+            tmp_path,
+            respond=half_right_answers,
+            rollout_backend="vllm",
+            rollout_ahead=1,
+            num_iterations=2,
+        )

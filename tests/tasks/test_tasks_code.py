@@ -57,10 +57,12 @@ def test_taco_encoding():
     taco = {"fn_name": "total", "inputs": [[[1, 2]], [[5]]], "outputs": [[3], [5]]}
     suite = suite_from_deepcoder(json.dumps(taco), "taco")
     assert suite == suite_from_deepcoder(
-        [{"type": "function_call", "fn_name": "total", "input": [[1, 2]], "output": [3]},
-         {"type": "function_call", "fn_name": "total", "input": [[5]], "output": [5]}],
+        [
+            {"type": "function_call", "fn_name": "total", "input": [[1, 2]], "output": [3]},
+            {"type": "function_call", "fn_name": "total", "input": [[5]], "output": [5]},
+        ],
         "pi",
-    )  # fmt: skip
+    )
 
 
 def test_loader_returns_trl_rows_split_like_the_paper():

@@ -81,10 +81,23 @@ def test_toy_preset_trains_and_roles_still_parse(tmp_path):
     """A few steps of the toy preset, as a user launches it; then the trained roles still follow their formats."""
     output_dir = tmp_path / "run"
     command = [
-        sys.executable, "recipes/eval_opt_math.py", "--config", "recipes/configs/toy.yaml",
-        "--policy_sharing", "isolated", "--output_dir", str(output_dir), "--max_steps", "3", "--save_steps", "3",
-        "--per_device_train_batch_size", "8", "--num_generations", "4",
-    ]  # fmt: skip
+        sys.executable,
+        "recipes/eval_opt_math.py",
+        "--config",
+        "recipes/configs/toy.yaml",
+        "--policy_sharing",
+        "isolated",
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "3",
+        "--save_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "8",
+        "--num_generations",
+        "4",
+    ]
     result = run_offline(command, cwd=ROOT)
 
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
@@ -117,10 +130,21 @@ def test_toy_code_preset_trains_with_the_sandbox_in_the_loop(tmp_path):
     """Two steps of the toy code preset as a user launches it: programs graded in the sandbox, some of them pass."""
     output_dir = tmp_path / "run"
     command = [
-        sys.executable, "recipes/eval_opt_code.py", "--config", "recipes/configs/toy_code.yaml",
-        "--output_dir", str(output_dir), "--max_steps", "2", "--save_steps", "2",
-        "--per_device_train_batch_size", "16", "--num_generations", "4",
-    ]  # fmt: skip
+        sys.executable,
+        "recipes/eval_opt_code.py",
+        "--config",
+        "recipes/configs/toy_code.yaml",
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+    ]
     run_offline(command, cwd=ROOT)
     saved = json.loads((output_dir / "multiagent_config.json").read_text())
     assert saved["workflow"] == {

@@ -30,8 +30,13 @@ def episode(build, workflow, problem: ModSearchProblem, seed: int, **teacher) ->
 def test_search_transcripts_cover_every_math_role_and_follow_its_format(build):
     records = build.transcripts(0, seed=1, n_search_problems=30)
     assert {role for role, _, _ in records} == {
-        "generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer",
-    }  # fmt: skip
+        "generator",
+        "evaluator",
+        "aggregator",
+        "orchestrator",
+        "worker",
+        "synthesizer",
+    }
     assert all("leaves remainder" in messages[0]["content"] for _, messages, _ in records)
     workflow_of = {role: workflow for workflow in (b() for b in WORKFLOWS.values()) for role in workflow.roles}
     assert [(role, t) for role, _, t in records if not follows_format(workflow_of[role], role, t)] == []

@@ -14,8 +14,13 @@ from trl_multiagent.tasks.arithmetic import make_arithmetic_problem
 def test_every_transcript_target_follows_its_role_format(build):
     records = build.transcripts(200, seed=1)
     assert {role for role, _, _ in records} == {
-        "generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer",
-    }  # fmt: skip
+        "generator",
+        "evaluator",
+        "aggregator",
+        "orchestrator",
+        "worker",
+        "synthesizer",
+    }
     workflow_of = {role: workflow for workflow in (build() for build in WORKFLOWS.values()) for role in workflow.roles}
     broken = [(role, target) for role, _, target in records if not follows_format(workflow_of[role], role, target)]
     assert broken == []
@@ -62,8 +67,13 @@ def test_judges_check_candidates_and_pick_right_above_chance(build):
 def test_every_code_transcript_target_follows_its_role_format(build):
     records = build.transcripts(0, seed=1, n_code_problems=150)
     assert {role for role, _, _ in records} == {
-        "generator", "evaluator", "aggregator", "orchestrator", "worker", "synthesizer",
-    }  # fmt: skip
+        "generator",
+        "evaluator",
+        "aggregator",
+        "orchestrator",
+        "worker",
+        "synthesizer",
+    }
     workflow_of = {role: w for w in (make("code") for make in WORKFLOWS.values()) for role in w.roles}
     broken = [(role, target) for role, _, target in records if not follows_format(workflow_of[role], role, target)]
     assert broken == []

@@ -105,13 +105,16 @@ def test_calls_grouping_is_the_references_on_the_eval_opt_worked_example():
 def test_math_voters_are_a_group_each_and_code_voters_one_group(task):
     # 2 prompts x 4 episodes of 3 voters and an aggregator, with per-role rewards: voter 0 is always right, voter 1
     # right in even episodes, voter 2 never; the aggregator as the outcome.
-    episodes = [Episode(i, [call("generator", 0), call("generator", 1), call("generator", 2), call("aggregator")])
-                for i in range(8)]  # fmt: skip
+    episodes = [
+        Episode(i, [call("generator", 0), call("generator", 1), call("generator", 2), call("aggregator")])
+        for i in range(8)
+    ]
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5])
     role_rewards = [[1.0, float(i % 2 == 0), 0.0, float(rewards[i])] for i in range(8)]
     for weight in (0.0, 1.0):  # outcome rewards, then the per-role ones
-        got = advantages(episodes, Voting(task=task), rewards, 4, "calls", role_rewards=role_rewards,
-                         role_reward_weight=weight)  # fmt: skip
+        got = advantages(
+            episodes, Voting(task=task), rewards, 4, "calls", role_rewards=role_rewards, role_reward_weight=weight
+        )
         scores = outcome_per_call(episodes, rewards) if weight == 0 else [r for rs in role_rewards for r in rs]
         assert got == pytest.approx(reference_advantages(episodes, 4, f"voting_{task}", scores), abs=1e-9)
     voter0 = got[0::4]
@@ -139,8 +142,10 @@ def test_orch_workers_workers_form_one_group_per_prompt():
 
 def test_a_group_of_one_keeps_its_raw_score():
     # One episode per prompt (num_generations=1): each role's call is alone in its group.
-    episodes = [Episode(0, [call("generator", k) for k in range(3)] + [call("aggregator")]),
-                Episode(1, [call("generator", k) for k in range(3)] + [call("aggregator")])]  # fmt: skip
+    episodes = [
+        Episode(0, [call("generator", k) for k in range(3)] + [call("aggregator")]),
+        Episode(1, [call("generator", k) for k in range(3)] + [call("aggregator")]),
+    ]
     rewards = torch.tensor([1.0, 0.0])
     got = advantages(episodes, Voting(), rewards, 1, "calls")
     assert got == pytest.approx(reference_advantages(episodes, 1, "voting_math", outcome_per_call(episodes, rewards)))

@@ -28,8 +28,18 @@ def extensions_dir(tmp_path_factory) -> str:
 def test_zero_single_process_trains_every_adapter(tiny_model_dir, tmp_path, extensions_dir, stage, sharing):
     launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
     env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
-    command = [launcher, "--num_gpus", "1", "--master_port", "29531", str(TESTS / "workers" / "deepspeed_worker.py"),
-               tiny_model_dir, str(tmp_path), str(TESTS / "fixtures" / f"zero{stage}.json"), sharing]  # fmt: skip
+    command = [
+        launcher,
+        "--num_gpus",
+        "1",
+        "--master_port",
+        "29531",
+        str(TESTS / "workers" / "deepspeed_worker.py"),
+        tiny_model_dir,
+        str(tmp_path),
+        str(TESTS / "fixtures" / f"zero{stage}.json"),
+        sharing,
+    ]
     run_offline(command, cwd=tmp_path, env=env, timeout=900)
     outcome = json.loads((tmp_path / "result.json").read_text())
     assert outcome["engine"] == "DeepSpeedEngine" and outcome["zero_stage"] == stage

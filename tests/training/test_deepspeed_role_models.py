@@ -75,9 +75,19 @@ def test_zero_trains_both_bases_as_without_deepspeed(
 ):
     launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
     env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
-    command = [launcher, "--num_gpus", "1", "--master_port", "29533",
-               str(TESTS / "workers" / "deepspeed_role_models_worker.py"), tiny_model_dir, tiny_judge_dir,
-               str(tmp_path), zero_config(stage, tmp_path), checkpointing]  # fmt: skip
+    command = [
+        launcher,
+        "--num_gpus",
+        "1",
+        "--master_port",
+        "29533",
+        str(TESTS / "workers" / "deepspeed_role_models_worker.py"),
+        tiny_model_dir,
+        tiny_judge_dir,
+        str(tmp_path),
+        zero_config(stage, tmp_path),
+        checkpointing,
+    ]
     run_offline(command, cwd=tmp_path, env=env, timeout=900)
     outcome = json.loads((tmp_path / "rank0.json").read_text())
     assert outcome["engine"] == "DeepSpeedEngine" and outcome["zero_stage"] == stage
@@ -111,8 +121,17 @@ def test_zero_trains_both_bases_as_without_deepspeed(
 
 
 def two_processes(worker_args: list[str], folder, env: dict | None = None, port: str = "29534") -> list[dict]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port,
-               str(TESTS / "workers" / "deepspeed_role_models_worker.py"), *worker_args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        port,
+        str(TESTS / "workers" / "deepspeed_role_models_worker.py"),
+        *worker_args,
+    ]
     run_offline(command, cwd=folder, env=env, timeout=900)  # a rank waiting on the other times out
     return [json.loads((folder / f"rank{r}.json").read_text()) for r in range(2)]
 

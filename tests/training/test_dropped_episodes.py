@@ -55,10 +55,20 @@ def test_a_dropped_episode_leaves_its_calls_and_its_groups(tiny_model_dir, tmp_p
     limit = max(len(ChatRenderer(tokenizer).prompt_ids(c.messages)) for c in calls) + 10  # every short one fits
 
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, workflow, dataset=rows, respond=answers(True), num_generations=8,
-        per_device_train_batch_size=16, advantage_groups=groups, max_prompt_length=limit, max_steps=1,
-        policy_sharing="isolated", save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        workflow,
+        dataset=rows,
+        respond=answers(True),
+        num_generations=8,
+        per_device_train_batch_size=16,
+        advantage_groups=groups,
+        max_prompt_length=limit,
+        max_steps=1,
+        policy_sharing="isolated",
+        save_strategy="no",
+        seed=0,
+    )
     (batch,), episodes = train_recording(trainer)
     dropped = [e for e in episodes if e.dropped]
     kept = [e for e in episodes if not e.dropped]

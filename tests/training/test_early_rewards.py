@@ -55,10 +55,19 @@ def test_each_episode_is_scored_as_it_ends_and_the_step_reads_those_scores(tiny_
     scored = RecordedBoxedReward(events)
     backend = ScriptedBackend(AutoTokenizer.from_pretrained(tiny_model_dir), judged_by_parity)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend,
-        reward_funcs=[scored, boxed_answer_reward], dataset=addition_dataset(2), num_generations=2,
-        policy_sharing="isolated", max_steps=1, save_strategy="no", log_completions=True, seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        backend=backend,
+        reward_funcs=[scored, boxed_answer_reward],
+        dataset=addition_dataset(2),
+        num_generations=2,
+        policy_sharing="isolated",
+        max_steps=1,
+        save_strategy="no",
+        log_completions=True,
+        seed=0,
+    )
     assert isinstance(trainer.reward_funcs[0], EpisodeScored) and trainer.reward_funcs[1] is boxed_answer_reward
     generate = backend.generate
 

@@ -95,11 +95,23 @@ def test_trainer_steps_the_scheduler_per_adapter_update(tiny_model_dir, tmp_path
     again)."""
     lr = 1e-2
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), respond=half_right_answers, policy_sharing="isolated", seed=0,
-        max_steps=3, learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=2, lr_scheduler_steps=mode,
-        update_schedule=schedule, mini_batch_prompts=1, per_device_train_batch_size=8, save_strategy="no",
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        respond=half_right_answers,
+        policy_sharing="isolated",
+        seed=0,
+        max_steps=3,
+        learning_rate=lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=2,
+        lr_scheduler_steps=mode,
+        update_schedule=schedule,
+        mini_batch_prompts=1,
+        per_device_train_batch_size=8,
+        save_strategy="no",
         logging_steps=1,
-    )  # fmt: skip
+    )
     seen = lr_per_optimizer_step(trainer)
     k = 2 if mode == "per_update" else 1
     assert trainer.lr_scheduler.last_epoch == 3 * k

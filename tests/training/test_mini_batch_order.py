@@ -60,9 +60,16 @@ def steps_of(plan) -> list[tuple[str, list[int]]]:
 def plan_one_process(order: str, mini_batch_size: int):
     batch = fixed_batch(list(range(16)))
     return mini_batch_plan(
-        batch, ["generator", "aggregator"], mini_batch_size=mini_batch_size, num_processes=1,
-        sum_over_processes=lambda t: t, loss_type="grpo", accumulation_steps=1, order=order, gather_object=list,
-    )  # fmt: skip
+        batch,
+        ["generator", "aggregator"],
+        mini_batch_size=mini_batch_size,
+        num_processes=1,
+        sum_over_processes=lambda t: t,
+        loss_type="grpo",
+        accumulation_steps=1,
+        order=order,
+        gather_object=list,
+    )
 
 
 def test_one_process_takes_verls_mini_batches_on_a_fixed_batch():
@@ -79,9 +86,11 @@ def test_one_process_takes_verls_mini_batches_on_a_fixed_batch():
     # Episode order, adapters in role order: other mini-batches (the switch changes the update).
     episodes = steps_of(plan_one_process("episodes", 4))
     assert episodes == [
-        ("generator", [0, 1, 2, 4]), ("generator", [5, 6, 8, 9]), ("generator", [10, 12, 13, 14]),
+        ("generator", [0, 1, 2, 4]),
+        ("generator", [5, 6, 8, 9]),
+        ("generator", [10, 12, 13, 14]),
         ("aggregator", [3, 7, 11, 15]),
-    ]  # fmt: skip
+    ]
 
 
 class FakeProcesses:
@@ -152,10 +161,20 @@ def test_trainer_cuts_the_reference_mini_batches_of_its_batch(tiny_model_dir, tm
         return [f"\\boxed{{{rng.randint(2, 5)}}}" + " so" * rng.randint(0, 6) for _ in requests]
 
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), dataset=addition_dataset(8), respond=varied,
-        update_schedule="mini_batches", mini_batch_prompts=1, mini_batch_order="reference",
-        per_device_train_batch_size=8, max_steps=1, policy_sharing="isolated", save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        dataset=addition_dataset(8),
+        respond=varied,
+        update_schedule="mini_batches",
+        mini_batch_prompts=1,
+        mini_batch_order="reference",
+        per_device_train_batch_size=8,
+        max_steps=1,
+        policy_sharing="isolated",
+        save_strategy="no",
+        seed=0,
+    )
     trainer.train()
     ((batch, chunks),) = recorded
     prompts, completions = batch.lengths()

@@ -19,11 +19,21 @@ def tiny_moe_dir(tiny_model_dir, tmp_path_factory) -> str:
     dense = AutoConfig.from_pretrained(tiny_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     config = Qwen3MoeConfig(
-        vocab_size=dense.vocab_size, hidden_size=64, intermediate_size=64, moe_intermediate_size=32,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=4,
-        num_experts_per_tok=2, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
-    )  # fmt: skip
+        vocab_size=dense.vocab_size,
+        hidden_size=64,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     folder = str(tmp_path_factory.mktemp("tiny-qwen3-moe"))
     Qwen3MoeForCausalLM(config).save_pretrained(folder)
@@ -34,9 +44,18 @@ def tiny_moe_dir(tiny_model_dir, tmp_path_factory) -> str:
 @pytest.mark.parametrize("schedule", ["merged", "mini_batches"])
 def test_isolated_voting_trains_every_role_adapter_on_a_moe_model(tiny_moe_dir, tmp_path, schedule):
     trainer = tiny_trainer(
-        tiny_moe_dir, tmp_path, Voting(), respond=random_answers, policy_sharing="isolated", max_steps=2,
-        logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0, update_schedule=schedule,
-    )  # fmt: skip
+        tiny_moe_dir,
+        tmp_path,
+        Voting(),
+        respond=random_answers,
+        policy_sharing="isolated",
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=5e-2,
+        save_strategy="no",
+        seed=0,
+        update_schedule=schedule,
+    )
     assert not trainer.router.mixes_adapters  # LoRA on expert/router weights (PEFT's ParamWrapper)
     experts = [n for n in adapter_parameters(trainer.model, "generator") if "experts" in n]
     assert experts  # the experts carry LoRA weights of every adapter
@@ -52,8 +71,14 @@ def test_isolated_voting_trains_every_role_adapter_on_a_moe_model(tiny_moe_dir, 
 def test_moe_model_generates_mixed_adapter_batches_by_adapter(tiny_moe_dir, tmp_path):
     """Generation on the MoE model itself: a tick holding voter and aggregator calls runs one batch per adapter."""
     trainer = tiny_trainer(
-        tiny_moe_dir, tmp_path, Voting(), policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no",
-    )  # fmt: skip
+        tiny_moe_dir,
+        tmp_path,
+        Voting(),
+        policy_sharing="isolated",
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+    )
     episodes = trainer.engine.run([[{"role": "user", "content": "What is 1 + 2?"}]] * 2)
     assert [len(e.calls) for e in episodes] == [4, 4]
     assert {c.adapter for e in episodes for c in e.calls} == {"generator", "aggregator"}

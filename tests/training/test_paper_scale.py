@@ -137,9 +137,17 @@ def test_a_paper_step_is_the_same_on_one_and_two_processes(tiny_model_dir, tmp_p
     prompt, 2 micro-steps): one step trains the same episodes and each adapter takes the same optimizer steps."""
     one = one_step(tiny_model_dir, str(tmp_path / "1"), rank=0)
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29529",
-        str(TESTS / "workers" / "step_size_worker.py"), tiny_model_dir, str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29529",
+        str(TESTS / "workers" / "step_size_worker.py"),
+        tiny_model_dir,
+        str(tmp_path),
+    ]
     run_offline(command)
     two = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert one["per_device_train_batch_size"] == 4 and [r["per_device_train_batch_size"] for r in two] == [2, 2]

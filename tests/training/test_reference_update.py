@@ -91,11 +91,23 @@ def test_short_last_mini_batch_is_divided_by_the_full_size_as_verl_does(tiny_mod
     With a token budget our forwards are cut differently from the reference's (one sample each): the same update."""
     lr = 0.5
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, SingleAgent(), dataset=addition_dataset(12), respond=half_right_answers,
+        tiny_model_dir,
+        tmp_path,
+        SingleAgent(),
+        dataset=addition_dataset(12),
+        respond=half_right_answers,
         **{**PAPER_UPDATE, "mini_batch_prompts": 2, "max_tokens_per_micro_batch": token_budget},
-        per_device_train_batch_size=12, num_generations=4, max_steps=1, learning_rate=lr, optim="sgd",
-        lr_scheduler_type="constant", max_grad_norm=0.0, policy_sharing="shared", save_strategy="no", seed=0,
-    )  # fmt: skip
+        per_device_train_batch_size=12,
+        num_generations=4,
+        max_steps=1,
+        learning_rate=lr,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        policy_sharing="shared",
+        save_strategy="no",
+        seed=0,
+    )
     batches = record_batches(trainer)
     forwards = []
     compute = trainer.compute_loss
@@ -133,11 +145,23 @@ def test_isolated_adapters_take_one_clipped_update_call_each(tiny_model_dir, tmp
     aggregator's (0.15) is not. Every forward holds one adapter's samples."""
     lr, max_norm = 0.5, PAPER["max_grad_norm"]
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), dataset=addition_dataset(8), respond=half_right_answers,
-        **PAPER_UPDATE, mini_batch_prompts=2, per_device_train_batch_size=8, max_steps=1, learning_rate=lr,
-        optim="sgd", lr_scheduler_type="constant", max_grad_norm=max_norm, policy_sharing="isolated",
-        save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        dataset=addition_dataset(8),
+        respond=half_right_answers,
+        **PAPER_UPDATE,
+        mini_batch_prompts=2,
+        per_device_train_batch_size=8,
+        max_steps=1,
+        learning_rate=lr,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        max_grad_norm=max_norm,
+        policy_sharing="isolated",
+        save_strategy="no",
+        seed=0,
+    )
     batches = record_batches(trainer)
     adapters_per_forward, micro_batches = [], trainer._micro_batches
 
@@ -206,9 +230,14 @@ def test_policy_loss_is_verls_seq_mean_token_mean_with_dual_clip(tiny_model_dir,
     it (the library default) the two agree until a negative-advantage token's ratio passes 3; then ours is larger
     by |A| (r - 3) / (tokens x sequences) for that token and keeps a gradient verl does not have."""
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, SingleAgent(), respond=half_right_answers, **{**PAPER_UPDATE, "delta": delta},
-        policy_sharing="shared", gradient_accumulation_steps=1,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        SingleAgent(),
+        respond=half_right_answers,
+        **{**PAPER_UPDATE, "delta": delta},
+        policy_sharing="shared",
+        gradient_accumulation_steps=1,
+    )
     ratios = RATIOS.clone()
     if dual_clip_binds:
         ratios[2, 1] = 4.0  # A = -1.5 < 0, ratio past c = 3 (sequence 2 has 2 tokens; 4 sequences)

@@ -27,9 +27,14 @@ def test_per_role_balance_gives_each_role_type_an_equal_share():
 
 def voting_run(tiny_model_dir, tmp_path, before_train=None, **overrides):
     settings = dict(
-        per_device_train_batch_size=8, max_steps=3, logging_steps=1, learning_rate=5e-2, save_strategy="no",
-        policy_sharing="isolated", seed=0,
-    )  # fmt: skip
+        per_device_train_batch_size=8,
+        max_steps=3,
+        logging_steps=1,
+        learning_rate=5e-2,
+        save_strategy="no",
+        policy_sharing="isolated",
+        seed=0,
+    )
     settings.update(overrides)
     trainer = tiny_trainer(tiny_model_dir, tmp_path, dataset=addition_dataset(4), respond=random_answers, **settings)
     trainer.initial_weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}

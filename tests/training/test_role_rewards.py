@@ -28,24 +28,43 @@ SCORE = outcome_scorer([boxed_answer_reward], [1.0])
 
 
 def test_evaluator_is_rewarded_when_its_verdict_matches_the_attempt_it_judged():
-    episode = Episode(0, [
-        call("generator", "\\boxed{5}"), call("evaluator", "\\boxed{Correct}"),    # wrong attempt praised: 0
-        call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Incorrect}"),  # right attempt rejected: 0
-        call("generator", "\\boxed{4}"), call("evaluator", "\\boxed{Correct}"),    # right attempt praised: 1
-    ], "\\boxed{4}")  # fmt: skip
+    episode = Episode(
+        0,
+        [
+            call("generator", "\\boxed{5}"),
+            call("evaluator", "\\boxed{Correct}"),  # wrong attempt praised: 0
+            call("generator", "\\boxed{4}"),
+            call("evaluator", "\\boxed{Incorrect}"),  # right attempt rejected: 0
+            call("generator", "\\boxed{4}"),
+            call("evaluator", "\\boxed{Correct}"),  # right attempt praised: 1
+        ],
+        "\\boxed{4}",
+    )
     rewards = builtin_role_rewards("reference", EvalOpt(), [episode], ROWS, [1.0], SCORE)
     assert rewards == [[0.0, 0.0, 1.0, 0.0, 1.0, 1.0]]  # generator: its own answer; evaluator: its verdict
 
 
 def test_aggregator_is_rewarded_for_the_answer_it_picked_and_a_plan_for_the_outcome():
-    voting = Episode(0, [
-        call("generator", "\\boxed{5}", 0), call("generator", "\\boxed{4}", 1), call("generator", "\\boxed{3}", 2),
-        call("aggregator", "\\boxed{2}"),
-    ], "\\boxed{4}")  # fmt: skip
+    voting = Episode(
+        0,
+        [
+            call("generator", "\\boxed{5}", 0),
+            call("generator", "\\boxed{4}", 1),
+            call("generator", "\\boxed{3}", 2),
+            call("aggregator", "\\boxed{2}"),
+        ],
+        "\\boxed{4}",
+    )
     assert builtin_role_rewards("reference", Voting(), [voting], ROWS, [1.0], SCORE) == [[0.0, 1.0, 0.0, 1.0]]
-    orch = Episode(0, [
-        call("orchestrator", "STRATEGY 1: add"), call("worker", "\\boxed{4}", 0), call("synthesizer", "\\boxed{5}"),
-    ], "\\boxed{5}")  # fmt: skip
+    orch = Episode(
+        0,
+        [
+            call("orchestrator", "STRATEGY 1: add"),
+            call("worker", "\\boxed{4}", 0),
+            call("synthesizer", "\\boxed{5}"),
+        ],
+        "\\boxed{5}",
+    )
     assert builtin_role_rewards("own_answers", OrchWorkers(), [orch], ROWS, [0.0], SCORE) == [[0.0, 1.0, 0.0]]
 
 
@@ -91,9 +110,17 @@ def scripted_eval_opt(requests, rng):
 
 def test_evaluator_advantages_are_its_verdict_rewards_normalised_per_prompt(tiny_model_dir, tmp_path):
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=scripted_eval_opt,
-        policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", role_rewards="reference",
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        dataset=addition_dataset(4),
+        respond=scripted_eval_opt,
+        policy_sharing="isolated",
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        role_rewards="reference",
+    )
     batches, episodes = train_recording(trainer)
     batch = batches[0]
     right, every_verdict = {}, []  # verdict reward by hand: Correct iff the attempt just before it is right
@@ -186,10 +213,18 @@ def test_trainer_advantages_under_the_paper_groups_are_the_references(tiny_model
     # reference's use_final_outcome_reward=True) or the reference's per-role ones: every call's advantage is verl's
     # over the reference's uids.
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=3), dataset=addition_dataset(4), respond=scripted_roles,
-        policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=3),
+        dataset=addition_dataset(4),
+        respond=scripted_roles,
+        policy_sharing="isolated",
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        advantage_groups="calls",
         role_rewards=role_rewards,
-    )  # fmt: skip
+    )
     batches, episodes = train_recording(trainer)
     answers = [re.search(r"What is (\d+)", e.calls[0].messages[-1]["content"]).group(1) for e in episodes]
     answers = [str(int(a) + 2) for a in answers]
@@ -226,10 +261,18 @@ def test_a_role_reward_func_scores_that_roles_calls_and_sets_their_advantages(ti
     normalised per prompt, while the generator, without a function, keeps the outcome reward."""
     judge = StrictJudgeReward()
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=scripted_eval_opt,
-        policy_sharing="isolated", max_steps=1, logging_steps=1, save_strategy="no", advantage_groups="calls",
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        dataset=addition_dataset(4),
+        respond=scripted_eval_opt,
+        policy_sharing="isolated",
+        max_steps=1,
+        logging_steps=1,
+        save_strategy="no",
+        advantage_groups="calls",
         role_reward_funcs={"evaluator": judge},
-    )  # fmt: skip
+    )
     batches, episodes = train_recording(trainer)
 
     answers = [

@@ -38,10 +38,18 @@ class ReportsSamplingLogprobs(ScriptedBackend):
 def test_no_importance_sampling_ratio_under_the_paper_preset(tiny_model_dir, tmp_path, correction):
     backend = ReportsSamplingLogprobs(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), backend=backend, rollout_backend="vllm",
-        vllm_importance_sampling_correction=correction, update_schedule=PAPER["update_schedule"],
-        max_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        backend=backend,
+        rollout_backend="vllm",
+        vllm_importance_sampling_correction=correction,
+        update_schedule=PAPER["update_schedule"],
+        max_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        seed=0,
+    )
     batches, _ = train_recording(trainer)
     (batch,) = batches
     assert batch.sampling_per_token_logps is not None  # the rollout's log-probs are there either way

@@ -119,9 +119,16 @@ def helper_trainer(tiny_model_dir, tmp_path, **overrides):
         with_indices=True,
     )  # noqa: E501
     return trainer_for(
-        tiny_model_dir, tmp_path, SometimesHelped(), dataset=dataset, respond=alternating_yes_no,
-        reward_funcs=hard_is_constant_reward, max_steps=1, per_device_train_batch_size=8, **overrides,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        SometimesHelped(),
+        dataset=dataset,
+        respond=alternating_yes_no,
+        reward_funcs=hard_is_constant_reward,
+        max_steps=1,
+        per_device_train_batch_size=8,
+        **overrides,
+    )
 
 
 def test_isolated_step_moves_only_roles_with_nonzero_advantage(tiny_model_dir, tmp_path):
@@ -166,9 +173,15 @@ def verdict_by_problem(requests, rng):
 
 def test_uneven_sample_counts_are_all_trained(tiny_model_dir, tmp_path):
     trainer = trainer_for(
-        tiny_model_dir, tmp_path, EvalOpt(max_iterations=2), dataset=addition_dataset(4), respond=verdict_by_problem,
-        per_device_train_batch_size=3, num_generations=3, gradient_accumulation_steps=4,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        dataset=addition_dataset(4),
+        respond=verdict_by_problem,
+        per_device_train_batch_size=3,
+        num_generations=3,
+        gradient_accumulation_steps=4,
+    )
     episodes = record_episodes(trainer)
     trainer.train()
     logs = train_logs(trainer)

@@ -28,9 +28,16 @@ def always_incorrect(requests, rng):
 
 def make_trainer(model_dir, tmp_path, workflow, respond=half_right_answers, **overrides):
     settings = dict(
-        per_device_train_batch_size=8, max_steps=1, logging_steps=1, learning_rate=5e-2, save_strategy="no",
-        policy_sharing="isolated", seed=0, max_grad_norm=0.0, optim="sgd",
-    )  # fmt: skip
+        per_device_train_batch_size=8,
+        max_steps=1,
+        logging_steps=1,
+        learning_rate=5e-2,
+        save_strategy="no",
+        policy_sharing="isolated",
+        seed=0,
+        max_grad_norm=0.0,
+        optim="sgd",
+    )
     dataset = addition_dataset(8)
     return tiny_trainer(model_dir, tmp_path, workflow, dataset=dataset, respond=respond, **{**settings, **overrides})
 
@@ -60,9 +67,15 @@ def test_two_mini_batches_equal_two_hand_written_sgd_steps(tiny_model_dir, tmp_p
     the first produced, each on the clipped GRPO loss against the log-probs recorded before the first."""
     lr = 0.5
     trainer = make_trainer(
-        tiny_model_dir, tmp_path, SingleAgent(), policy_sharing="shared", learning_rate=lr,
-        update_schedule="mini_batches", mini_batch_prompts=1, lr_scheduler_type="constant",
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        SingleAgent(),
+        policy_sharing="shared",
+        learning_rate=lr,
+        update_schedule="mini_batches",
+        mini_batch_prompts=1,
+        lr_scheduler_type="constant",
+    )
     batches = record_batches(trainer)
     before = snapshot(trainer.model, "shared")
     trainer.train()
@@ -172,10 +185,15 @@ def test_token_budget_bounds_every_forward_and_leaves_the_update_unchanged(tiny_
         for bound in (None, budget):
             workflow = EvalOpt(max_iterations=iterations, history="fresh", prompts="guarded")
             trainer = make_trainer(
-                tiny_model_dir, tmp_path / f"{iterations}-{bound}", workflow, respond=always_incorrect,
-                update_schedule=schedule, max_tokens_per_micro_batch=bound, per_device_train_batch_size=8,
+                tiny_model_dir,
+                tmp_path / f"{iterations}-{bound}",
+                workflow,
+                respond=always_incorrect,
+                update_schedule=schedule,
+                max_tokens_per_micro_batch=bound,
+                per_device_train_batch_size=8,
                 gradient_accumulation_steps=1,
-            )  # fmt: skip
+            )
             sizes = largest_micro_batch(trainer)
             before = {a: snapshot(trainer.model, a) for a in ("generator", "evaluator")}
             trainer.train()
@@ -199,9 +217,13 @@ def test_one_forward_per_adapter_and_one_mixed_forward_train_alike(tiny_model_di
     updates, adapters_per_forward = {}, {}
     for mixed in (False, True):
         trainer = make_trainer(
-            tiny_model_dir, tmp_path / str(mixed), EvalOpt(max_iterations=2), respond=always_incorrect,
-            mix_adapters_in_forward=mixed, gradient_accumulation_steps=1,
-        )  # fmt: skip
+            tiny_model_dir,
+            tmp_path / str(mixed),
+            EvalOpt(max_iterations=2),
+            respond=always_incorrect,
+            mix_adapters_in_forward=mixed,
+            gradient_accumulation_steps=1,
+        )
         seen, micro_batches = [], trainer._micro_batches
 
         def recording(batch, micro_batches=micro_batches, seen=seen):
@@ -247,9 +269,14 @@ def test_gradient_norms_and_shares_are_the_steps(tiny_model_dir, tmp_path, sched
     the schedule, `grad_norm` is the norm of every update's gradient of the step, each adapter's norm is over its
     updates, and its share of the step's squared total adds up to 1 over the adapters."""
     trainer = make_trainer(
-        tiny_model_dir, tmp_path, Voting(), update_schedule=schedule, mini_batch_prompts=1, max_steps=2,
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        update_schedule=schedule,
+        mini_batch_prompts=1,
+        max_steps=2,
         max_grad_norm=max_grad_norm,
-    )  # fmt: skip
+    )
     updates = record_updates(trainer)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -295,9 +322,14 @@ def test_a_step_without_gradient_logs_no_share(tiny_model_dir, tmp_path, schedul
         return right_answers(requests) if trainer.state.global_step == 0 else half_right_answers(requests, rng)
 
     trainer = make_trainer(
-        tiny_model_dir, tmp_path, Voting(), respond=right_then_half_right, update_schedule=schedule,
-        mini_batch_prompts=1, max_steps=2,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        respond=right_then_half_right,
+        update_schedule=schedule,
+        mini_batch_prompts=1,
+        max_steps=2,
+    )
     trainer.train()
     first, second = [h for h in trainer.state.log_history if "loss" in h]
     assert first["workflow/success"] == 1.0 and first["grad_norm"] == 0.0

@@ -66,10 +66,17 @@ def test_a_users_group_key_decides_which_calls_are_compared():
 
     def advantages(workflow) -> list[float]:
         return call_advantages(
-            episodes, first_episode=0, episode_advantages=group_advantages(rewards, 2), rewards=rewards,
-            group_key=workflow.group_key, num_generations=2, scale_rewards="group", groups="calls",
-            gather_object=lambda x: x, role_rewards=role_rewards,
-        )  # fmt: skip
+            episodes,
+            first_episode=0,
+            episode_advantages=group_advantages(rewards, 2),
+            rewards=rewards,
+            group_key=workflow.group_key,
+            num_generations=2,
+            scale_rewards="group",
+            groups="calls",
+            gather_object=lambda x: x,
+            role_rewards=role_rewards,
+        )
 
     together = 0.5 / (torch.tensor([1.0, 0.0, 1.0, 0.0]).std().item() + 1e-6)  # one group of the 4 drafts
     assert advantages(DraftCritic()) == pytest.approx([together, -together, together, -together])

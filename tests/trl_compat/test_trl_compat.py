@@ -46,9 +46,14 @@ def test_reward_model_with_its_own_tokenizer(tiny_model_dir, tmp_path):
     reward_tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     reward_tokenizer.save_pretrained(reward_dir)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path / "run", SingleAgent(), respond=half_right_answers,
-        reward_funcs=[str(reward_dir)], reward_processing_classes=[reward_tokenizer], **TWO_STEPS,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "run",
+        SingleAgent(),
+        respond=half_right_answers,
+        reward_funcs=[str(reward_dir)],
+        reward_processing_classes=[reward_tokenizer],
+        **TWO_STEPS,
+    )
     assert trainer.reward_processing_classes[0] is reward_tokenizer
     before = snapshot(trainer)
     trainer.train()
@@ -77,10 +82,14 @@ def test_normalize_then_sum_trains(tiny_model_dir, tmp_path):
         return [float(len(c[0]["content"])) for c in completions]
 
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), respond=half_right_answers,
-        reward_funcs=[boxed_answer_reward, length_reward], multi_objective_aggregation="normalize_then_sum",
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        respond=half_right_answers,
+        reward_funcs=[boxed_answer_reward, length_reward],
+        multi_objective_aggregation="normalize_then_sum",
         **TWO_STEPS,
-    )  # fmt: skip
+    )
     before = snapshot(trainer)
     trainer.train()
     assert lora_moved(trainer, before)
@@ -213,9 +222,14 @@ def test_beam_search_generation_routes_every_beam_to_its_adapter(tiny_model_dir,
     """`generation_kwargs={"num_beams": 2}`: generate runs two rows per prompt; a mixed batch of voter and aggregator
     calls still routes each row to its role's adapter (the tiny model generates)."""
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), policy_sharing="isolated", generation_kwargs={"num_beams": 2},
-        rollout_batch_size=None, **TWO_STEPS,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        policy_sharing="isolated",
+        generation_kwargs={"num_beams": 2},
+        rollout_batch_size=None,
+        **TWO_STEPS,
+    )
     trainer.train()
     assert trainer.state.global_step == 2
 
@@ -228,9 +242,14 @@ def test_reward_functions_log_through_trl_hooks_and_std_is_logged(tiny_model_dir
         return rewards
 
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path, Voting(), respond=half_right_answers, reward_funcs=reporting_reward,
-        log_completions=True, **TWO_STEPS,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        Voting(),
+        respond=half_right_answers,
+        reward_funcs=reporting_reward,
+        log_completions=True,
+        **TWO_STEPS,
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     for h in logs:

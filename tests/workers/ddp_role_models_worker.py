@@ -18,10 +18,20 @@ torch.set_num_threads(1)
 model_dir, judge_dir, out_dir, schedule = sys.argv[1:5]
 rank = int(os.environ["RANK"])
 trainer = tiny_trainer(
-    model_dir, os.path.join(out_dir, "run"), EvalOpt(max_iterations=2), dataset=addition_dataset(8),
-    reward_funcs=length_parity_reward, role_models={"evaluator": judge_dir}, policy_sharing="isolated",
-    update_schedule=schedule, max_steps=2, logging_steps=1, learning_rate=5e-2, save_strategy="no", seed=0,
-)  # fmt: skip
+    model_dir,
+    os.path.join(out_dir, "run"),
+    EvalOpt(max_iterations=2),
+    dataset=addition_dataset(8),
+    reward_funcs=length_parity_reward,
+    role_models={"evaluator": judge_dir},
+    policy_sharing="isolated",
+    update_schedule=schedule,
+    max_steps=2,
+    logging_steps=1,
+    learning_rate=5e-2,
+    save_strategy="no",
+    seed=0,
+)
 completions, score = [], trainer.generate_and_score
 
 

@@ -14,8 +14,17 @@ torch.set_num_threads(1)
 model_dir, out_dir, url = sys.argv[1], sys.argv[2], sys.argv[3]
 rank = int(os.environ["RANK"])
 server = dict(rollout_backend="vllm", vllm_mode="server", vllm_server_base_urls=url, vllm_server_timeout=60)
-trainer = tiny_trainer(model_dir, os.path.join(out_dir, "run"), EvalOpt(max_iterations=1), policy_sharing="isolated",
-                       max_steps=2, logging_steps=1, save_strategy="no", seed=0, **server)  # fmt: skip
+trainer = tiny_trainer(
+    model_dir,
+    os.path.join(out_dir, "run"),
+    EvalOpt(max_iterations=1),
+    policy_sharing="isolated",
+    max_steps=2,
+    logging_steps=1,
+    save_strategy="no",
+    seed=0,
+    **server,
+)
 stamps, run = [], trainer.engine.run
 
 

@@ -33,9 +33,13 @@ settings = dict(
     max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", policy_sharing="isolated", seed=0
 )
 trainer = tiny_trainer(
-    model_dir, os.path.join(out_dir, "run"), dataset=addition_dataset(4), respond=random_answers,
-    respond_seed=100 + rank, **settings,
-)  # fmt: skip
+    model_dir,
+    os.path.join(out_dir, "run"),
+    dataset=addition_dataset(4),
+    respond=random_answers,
+    respond_seed=100 + rank,
+    **settings,
+)
 score = trainer.generate_and_score
 
 

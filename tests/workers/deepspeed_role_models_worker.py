@@ -20,9 +20,16 @@ torch.set_num_threads(1)
 args = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]
 model_dir, judge_dir, output_dir, ds_config, checkpointing, *resume = args  # resume: a checkpoint to resume from
 settings = dict(
-    max_steps=2, save_steps=1, logging_steps=1, learning_rate=5e-2, policy_sharing="isolated", seed=0, beta=0.1,
-    role_models={"evaluator": judge_dir}, gradient_checkpointing=checkpointing == "checkpointing",
-)  # fmt: skip
+    max_steps=2,
+    save_steps=1,
+    logging_steps=1,
+    learning_rate=5e-2,
+    policy_sharing="isolated",
+    seed=0,
+    beta=0.1,
+    role_models={"evaluator": judge_dir},
+    gradient_checkpointing=checkpointing == "checkpointing",
+)
 if ds_config != "none":
     settings["deepspeed"] = ds_config
 trainer = tiny_trainer(model_dir, output_dir, EvalOpt(max_iterations=2), reward_funcs=length_parity_reward, **settings)

@@ -16,20 +16,35 @@ from trl_multiagent import MultiAgentGRPOConfig, Voting
 # with its mini-batch order (verl's, balanced over the processes); the per-process batch is left at its field default,
 # for prompts_per_step to derive.
 SETTINGS = dict(
-    prompts_per_step=4, mini_batch_prompts=2, num_generations=2, gradient_accumulation_steps=2,
-    update_schedule="mini_batches", mini_batch_order="reference", clip_grad_norm_per_adapter=True,
+    prompts_per_step=4,
+    mini_batch_prompts=2,
+    num_generations=2,
+    gradient_accumulation_steps=2,
+    update_schedule="mini_batches",
+    mini_batch_order="reference",
+    clip_grad_norm_per_adapter=True,
     advantage_groups="roles",
     per_device_train_batch_size=MultiAgentGRPOConfig.__dataclass_fields__["per_device_train_batch_size"].default,
-    max_steps=1, logging_steps=1, learning_rate=1e-2, save_strategy="no", policy_sharing="isolated", seed=0,
-)  # fmt: skip
+    max_steps=1,
+    logging_steps=1,
+    learning_rate=1e-2,
+    save_strategy="no",
+    policy_sharing="isolated",
+    seed=0,
+)
 
 
 def one_step(model_dir: str, out_dir: str, rank: int) -> dict:
     """Train one step; what this process saw."""
     trainer = tiny_trainer(
-        model_dir, os.path.join(out_dir, "run"), Voting(), dataset=addition_dataset(8), respond=random_answers,
-        respond_seed=100 + rank, **SETTINGS,
-    )  # fmt: skip
+        model_dir,
+        os.path.join(out_dir, "run"),
+        Voting(),
+        dataset=addition_dataset(8),
+        respond=random_answers,
+        respond_seed=100 + rank,
+        **SETTINGS,
+    )
     episodes, score = set(), trainer.generate_and_score
 
     def recording_score(inputs):

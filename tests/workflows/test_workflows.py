@@ -258,8 +258,13 @@ def test_eval_opt_fresh_history_messages():
     )
     run(EvalOpt(history="fresh", prompts="guarded"), fake)
     assert [roles_of(messages) for _, _, messages in fake.calls] == [
-        ["user"], ["user"], ["user", "assistant", "user"], ["user"], ["user", "assistant", "user"], ["user"]
-    ]  # fmt: skip
+        ["user"],
+        ["user"],
+        ["user", "assistant", "user"],
+        ["user"],
+        ["user", "assistant", "user"],
+        ["user"],
+    ]
     generator_calls = [messages for role, _, messages in fake.calls if role == "generator"]
     first, second, third = generator_calls
     assert len(first) == 1 and "What is 2 + 3?" in first[0]["content"] and "\\boxed{}" in first[0]["content"]
@@ -460,9 +465,12 @@ def test_judges_get_the_problem_without_the_solvers_instruction(prompts):
     scripts = {
         "eval_opt": {"generator": ["a \\boxed{4}", "b \\boxed{5}"], "evaluator": ["\\boxed{Incorrect}", "ok"]},
         "voting": {"generator": lambda i, _: "\\boxed{5}", "aggregator": ["\\boxed{1}"]},
-        "orch_workers": {"orchestrator": ["STRATEGY 1: add"], "worker": lambda i, _: "\\boxed{5}",
-                         "synthesizer": ["\\boxed{5}"]},
-    }  # fmt: skip
+        "orch_workers": {
+            "orchestrator": ["STRATEGY 1: add"],
+            "worker": lambda i, _: "\\boxed{5}",
+            "synthesizer": ["\\boxed{5}"],
+        },
+    }
     workflows_ = {
         "eval_opt": EvalOpt(max_iterations=2, prompts=prompts, history="fresh" if prompts == "guarded" else "shared"),
         "voting": Voting(prompts=prompts),
@@ -613,13 +621,19 @@ FUNCTION_PROBLEM = [
 @pytest.mark.parametrize(
     ("build", "script"),
     [
-        (lambda p: EvalOpt(max_iterations=2, task="code", prompts=p, history="fresh" if p == "guarded" else "shared"),
-         {"generator": ["a", "b"], "evaluator": ["\\boxed{Incorrect}"] * 2}),
+        (
+            lambda p: EvalOpt(
+                max_iterations=2, task="code", prompts=p, history="fresh" if p == "guarded" else "shared"
+            ),
+            {"generator": ["a", "b"], "evaluator": ["\\boxed{Incorrect}"] * 2},
+        ),
         (lambda p: Voting(task="code", prompts=p), {"generator": lambda i, _: "a", "aggregator": ["\\boxed{1}"]}),
-        (lambda p: OrchWorkers(task="code", prompts=p), {"orchestrator": ["STRATEGY 1: loop"],
-                                                          "worker": lambda i, _: "a", "synthesizer": ["a"]}),
+        (
+            lambda p: OrchWorkers(task="code", prompts=p),
+            {"orchestrator": ["STRATEGY 1: loop"], "worker": lambda i, _: "a", "synthesizer": ["a"]},
+        ),
     ],
-)  # fmt: skip
+)
 def test_code_prompts_defer_to_the_form_the_problem_asks_for(build, script, prompts):
     """DeepCoder function-call rows ask for a function: no role may be told to write a stdin/stdout program."""
     fake = FakeGenerate(script)

@@ -100,8 +100,10 @@ def check_workflow_config(workflow: Workflow) -> None:
             "code): a checkpoint of this run records it, and load_trained_workflow(path) elsewhere cannot rebuild "
             "it. Define it in an importable module (my_package/flows.py) to load it by path, or pass "
             "workflow=%s(...) to load_trained_workflow.",
-            cls.__name__, config[IMPORT_PATH], cls.__name__,
-        )  # fmt: skip
+            cls.__name__,
+            config[IMPORT_PATH],
+            cls.__name__,
+        )
 
 
 def _importable(path: str) -> Any:

@@ -292,8 +292,14 @@ class RoleDriftCallback(TrainerCallback):
                 logger.info(
                     "Role %r starts past the %s threshold (%s = %.4g in its first %d logs > %.4g): its starting "
                     "behaviour, so %s is not watched for it (length_drift still is).",
-                    role, kind, measured, start, t.baseline_steps, limit, kind,
-                )  # fmt: skip
+                    role,
+                    kind,
+                    measured,
+                    start,
+                    t.baseline_steps,
+                    limit,
+                    kind,
+                )
                 return
             above(kind, metric, threshold, reported)
 

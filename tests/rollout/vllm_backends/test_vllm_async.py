@@ -36,8 +36,12 @@ from trl_multiagent.rollout.backends.vllm_server import VLLMServerBackend  # noq
 from trl_multiagent.rollout.engine import EpisodeError, RolloutEngine  # noqa: E402
 from trl_multiagent.workflows import Workflow  # noqa: E402
 
-WORKFLOWS = {"single_agent": SingleAgent, "voting": Voting, "eval_opt": lambda: EvalOpt(max_iterations=2),
-             "orch_workers": OrchWorkers}  # fmt: skip
+WORKFLOWS = {
+    "single_agent": SingleAgent,
+    "voting": Voting,
+    "eval_opt": lambda: EvalOpt(max_iterations=2),
+    "orch_workers": OrchWorkers,
+}
 ADAPTERS = sorted({SHARED_ADAPTER} | {role for make in WORKFLOWS.values() for role in make().roles})
 
 
@@ -45,9 +49,16 @@ ADAPTERS = sorted({SHARED_ADAPTER} | {role for make in WORKFLOWS.values() for ro
 def engine(tiny_model_dir, served):
     model, _, tokenizer = served
     backend = AsyncVLLMBackend(
-        tiny_model_dir, tokenizer, ADAPTERS, lora_rank=LORA.r, sampling=dict(max_tokens=8, temperature=TEMPERATURE),
-        eos_token_ids=[tokenizer.eos_token_id], dtype="float32", enforce_eager=True, seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tokenizer,
+        ADAPTERS,
+        lora_rank=LORA.r,
+        sampling=dict(max_tokens=8, temperature=TEMPERATURE),
+        eos_token_ids=[tokenizer.eos_token_id],
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+    )
     yield backend
     backend.close()
 
@@ -132,9 +143,16 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
     settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
     settings.update(max_completion_length=8, temperature=TEMPERATURE)  # what the shared engine samples with
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path / "out", WORKFLOWS[name](), policy_sharing=sharing, rollout_backend="vllm",
-        rollout_mode="async", reward_funcs=length_reward, backend=engine, **settings,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "out",
+        WORKFLOWS[name](),
+        policy_sharing=sharing,
+        rollout_backend="vllm",
+        rollout_mode="async",
+        reward_funcs=length_reward,
+        backend=engine,
+        **settings,
+    )
     batches, score = [], trainer.generate_and_score
 
     def recording_score(inputs):
@@ -165,9 +183,17 @@ def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_mod
     settings = dict(max_steps=3, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
     settings.update(max_completion_length=8, temperature=TEMPERATURE)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing="isolated", rollout_backend="vllm",
-        rollout_mode="async", rollout_ahead=1, reward_funcs=length_reward, backend=engine, **settings,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "out",
+        EvalOpt(max_iterations=2),
+        policy_sharing="isolated",
+        rollout_backend="vllm",
+        rollout_mode="async",
+        rollout_ahead=1,
+        reward_funcs=length_reward,
+        backend=engine,
+        **settings,
+    )
     batches, score = [], trainer.generate_and_score
 
     def recording_score(inputs):
@@ -214,8 +240,9 @@ def test_two_servers_share_the_rollouts_and_both_serve_every_update(tiny_model_d
     try:
         try:  # waits for both servers' /health
             sampling = dict(max_tokens=8, temperature=TEMPERATURE)
-            backend = VLLMServerBackend([url for _, url in servers], tokenizer, ADAPTERS, sampling,
-                                        [tokenizer.eos_token_id], timeout=300)  # fmt: skip
+            backend = VLLMServerBackend(
+                [url for _, url in servers], tokenizer, ADAPTERS, sampling, [tokenizer.eos_token_id], timeout=300
+            )
         except RuntimeError:
             pytest.fail("\n".join((tmp_path / f"server{i}.log").read_text()[-2000:] for i in range(2)))
         backend.sync_adapters(model)

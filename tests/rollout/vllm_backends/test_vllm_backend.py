@@ -275,9 +275,14 @@ def length_reward(completions, **kwargs) -> list[float]:
 def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
     settings = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing=sharing, rollout_backend="vllm",
-        reward_funcs=length_reward, **settings,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "out",
+        EvalOpt(max_iterations=2),
+        policy_sharing=sharing,
+        rollout_backend="vllm",
+        reward_funcs=length_reward,
+        **settings,
+    )
     backend = trainer.rollout_backend
     assert isinstance(backend, VLLMBackend)
     synced_at, batches = [], []

@@ -31,10 +31,20 @@ def length_reward(completions, **kwargs) -> list[float]:
 
 def test_two_bases_train_through_one_vllm_engine_each(tiny_model_dir, tiny_judge_dir, tmp_path):
     trainer = tiny_trainer(
-        tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing="isolated",
-        role_models={"evaluator": tiny_judge_dir}, rollout_backend="vllm", vllm_gpu_memory_utilization=0.3,
-        reward_funcs=length_reward, max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "out",
+        EvalOpt(max_iterations=2),
+        policy_sharing="isolated",
+        role_models={"evaluator": tiny_judge_dir},
+        rollout_backend="vllm",
+        vllm_gpu_memory_utilization=0.3,
+        reward_funcs=length_reward,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-2,
+        save_strategy="no",
+        seed=0,
+    )
     backend = trainer.rollout_backend
     assert isinstance(backend, PerBaseBackend)
     main, judge = trainer.bases.main, tiny_judge_dir

@@ -108,9 +108,15 @@ def test_one_printed_server_per_base_serves_the_training_run(tiny_model_dir, tin
         run = dict(max_steps=2, logging_steps=1, learning_rate=1e-2, save_strategy="no", seed=0)
         vllm = dict(rollout_backend="vllm", vllm_mode="server", vllm_server_base_urls=urls, vllm_server_timeout=300)
         trainer = tiny_trainer(
-            tiny_model_dir, tmp_path / "out", EvalOpt(max_iterations=2), policy_sharing="isolated",
-            role_models={"evaluator": tiny_judge_dir}, reward_funcs=length_reward, **vllm, **run,
-        )  # fmt: skip
+            tiny_model_dir,
+            tmp_path / "out",
+            EvalOpt(max_iterations=2),
+            policy_sharing="isolated",
+            role_models={"evaluator": tiny_judge_dir},
+            reward_funcs=length_reward,
+            **vllm,
+            **run,
+        )
         assert isinstance(trainer.rollout_backend, PerBaseBackend)
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():  # random, different adapters: serving the base model alone would show

@@ -142,8 +142,9 @@ def test_no_server_fails_naming_the_url_and_the_serve_command():
 def test_calls_spread_over_servers_and_an_episode_stays_on_one(fakes):
     (one, url_one), (two, url_two) = fakes(delay=0.05), fakes(delay=0.05)
     backend = synced(client([url_one, url_two]))
-    engine = RolloutEngine(EvalOpt(max_iterations=2), backend, {"generator": "generator", "evaluator": "evaluator"},
-                           mode="async")  # fmt: skip
+    engine = RolloutEngine(
+        EvalOpt(max_iterations=2), backend, {"generator": "generator", "evaluator": "evaluator"}, mode="async"
+    )
     episodes = engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(8)])
     calls = sum(len(e.calls) for e in episodes)
     assert calls == 8 * 4  # generator, evaluator (unparseable verdict: continue), generator, evaluator
@@ -177,8 +178,9 @@ def test_a_stalled_server_fails_the_rollout_naming_it_and_nothing_keeps_running(
     server, url = fakes(stall=True)
     backend = synced(client(url, request_timeout=0.5))
     engine = RolloutEngine(EvalOpt(), backend, {"generator": "generator", "evaluator": "evaluator"}, mode="async")
-    with pytest.raises(EpisodeError, match=f"failed in episode \\d: vLLM server {url} did not answer /v1/completions "
-                       "within 0.5 s") as error:  # fmt: skip
+    with pytest.raises(
+        EpisodeError, match=f"failed in episode \\d: vLLM server {url} did not answer /v1/completions within 0.5 s"
+    ) as error:
         engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(4)])
     assert isinstance(error.value.__cause__, ServerError) and "vllm_request_timeout" in str(error.value)
     assert server.answered == 0  # it failed on its own timeout while the server still held every request
@@ -222,8 +224,12 @@ def test_server_and_mode_settings_are_checked(tmp_path, overrides, message):
 def test_several_urls_parse_from_the_command_line(tmp_path):
     from tiny import tiny_config
 
-    config = tiny_config(tmp_path, rollout_backend="vllm", vllm_mode="server",
-                         vllm_server_base_urls="http://node0:8000, http://node1:8000")  # fmt: skip
+    config = tiny_config(
+        tmp_path,
+        rollout_backend="vllm",
+        vllm_mode="server",
+        vllm_server_base_urls="http://node0:8000, http://node1:8000",
+    )
     assert config.vllm_server_base_urls == ["http://node0:8000", "http://node1:8000"]
 
 

@@ -72,8 +72,11 @@ def test_runs_train_on_a_server_that_holds_a_killed_runs_adapters(servers, tiny_
     killed = tmp_path / "killed"
     folders_before = set(Path("/dev/shm").glob("trl_multiagent_vllm_*"))
     victim = launch_worker("vllm_server_worker.py", tiny_model_dir, str(killed), url, log=f"{killed}.log")
-    wait_for(lambda: (killed / "checkpoint-2" / "trainer_state.json").is_file() or victim.poll() is not None,
-             "the run to save its step-2 checkpoint", limit=900)  # fmt: skip
+    wait_for(
+        lambda: (killed / "checkpoint-2" / "trainer_state.json").is_file() or victim.poll() is not None,
+        "the run to save its step-2 checkpoint",
+        limit=900,
+    )
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL, open(f"{killed}.log").read()[-3000:]
     for folder in set(Path("/dev/shm").glob("trl_multiagent_vllm_*")) - folders_before:
@@ -110,8 +113,15 @@ def test_failover_carries_on_without_a_killed_server_and_takes_it_back_restarted
     servers, tiny_model_dir, tmp_path, caplog
 ):
     urls = servers.up(0, 1)
-    trainer = server_trainer(tiny_model_dir, tmp_path / "run", urls, max_steps=3, save_strategy="no",
-                             vllm_server_failover=True, rollout_mode="async")  # fmt: skip
+    trainer = server_trainer(
+        tiny_model_dir,
+        tmp_path / "run",
+        urls,
+        max_steps=3,
+        save_strategy="no",
+        vllm_server_failover=True,
+        rollout_mode="async",
+    )
     randomize_adapters(trainer, seed=2)
     backend, run = trainer.rollout_backend, trainer.engine.run
     answered, send = [], backend._send  # per step: the calls each server answered
@@ -180,8 +190,14 @@ def test_a_server_whose_engine_dies_stops_the_rollout_saying_so_and_leaves_nothi
     model.add_adapter(ROLES[1], tiny_lora())
     (tmp_path / "checkpoint-1").mkdir()  # no complete checkpoint: the advice is to start again
     sampling = {"max_tokens": 256, "ignore_eos": True, "temperature": 1.0}  # long enough to die under
-    backend = VLLMServerBackend(url, tokenizer, ROLES, sampling, [tokenizer.eos_token_id],
-                                next_steps=functools.partial(resume_advice, str(tmp_path)))  # fmt: skip
+    backend = VLLMServerBackend(
+        url,
+        tokenizer,
+        ROLES,
+        sampling,
+        [tokenizer.eos_token_id],
+        next_steps=functools.partial(resume_advice, str(tmp_path)),
+    )
     backend.sync_adapters(model)
     tree = descendants(servers.processes[0].pid)
     files = shared_memory_of(tree)

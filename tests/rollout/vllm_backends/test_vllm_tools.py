@@ -46,9 +46,16 @@ def served(tool_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tool_model_dir), tiny_lora(), adapter_name="solver")
     backend = AsyncVLLMBackend(
-        tool_model_dir, tokenizer, ["solver"], lora_rank=4, sampling=dict(max_tokens=8, temperature=1.0),
-        eos_token_ids=[tokenizer.eos_token_id], dtype="float32", enforce_eager=True, seed=0,
-    )  # fmt: skip
+        tool_model_dir,
+        tokenizer,
+        ["solver"],
+        lora_rank=4,
+        sampling=dict(max_tokens=8, temperature=1.0),
+        eos_token_ids=[tokenizer.eos_token_id],
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+    )
     backend.sync_adapters(model)
     yield backend, tokenizer
     backend.close()

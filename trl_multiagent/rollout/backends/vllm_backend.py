@@ -305,8 +305,9 @@ class AsyncVLLMBackend(LoopCalls, VLLMBackend):
         lora = LoRARequest(name, self.folders.ids[name], self.folders.paths[name])
         stamp = self.folders.provenance(name, "vllm-async")
         final = None
-        stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex,
-                                      lora_request=lora)  # fmt: skip
+        stream = self.engine.generate(
+            TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex, lora_request=lora
+        )
         async for output in stream:  # one output, at the end (the default output_kind is FINAL_ONLY)
             final = output
         result = self._result(prompt, final.outputs[0])
