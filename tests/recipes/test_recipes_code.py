@@ -56,12 +56,20 @@ def saved_workflow(output_dir: Path) -> dict:
     [
         (
             "voting_code",
-            {"workflow": "Voting", "n_voters": 3, "task": "code", "parsing": "reference", "prompts": "paper"},
+            {
+                "workflow": "Voting",
+                "import_path": "trl_multiagent.workflows.voting:Voting",
+                "n_voters": 3,
+                "task": "code",
+                "parsing": "reference",
+                "prompts": "paper",
+            },
         ),
         (
             "orch_workers_code",
             {
                 "workflow": "OrchWorkers",
+                "import_path": "trl_multiagent.workflows.orch_workers:OrchWorkers",
                 "n_workers": 3,
                 "task": "code",
                 "workers": "per_strategy",
@@ -71,7 +79,13 @@ def saved_workflow(output_dir: Path) -> dict:
         ),
         (
             "single_agent_code",
-            {"workflow": "SingleAgent", "task": "code", "template": "generator", "prompts": "paper"},
+            {
+                "workflow": "SingleAgent",
+                "import_path": "trl_multiagent.workflows.single_agent:SingleAgent",
+                "task": "code",
+                "template": "generator",
+                "prompts": "paper",
+            },
         ),
     ],
 )
@@ -86,6 +100,7 @@ def test_eval_opt_code_recipe_reads_a_deepcoder_file(tiny_model_dir, tmp_path):
     run("eval_opt_code", tiny_model_dir, tmp_path, *extra)
     assert saved_workflow(tmp_path) == {
         "workflow": "EvalOpt",
+        "import_path": "trl_multiagent.workflows.eval_opt:EvalOpt",
         "max_iterations": 2,
         "task": "code",
         "history": "shared",
