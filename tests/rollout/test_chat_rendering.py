@@ -215,6 +215,16 @@ def test_completions_reach_the_workflow_as_the_references_content(tokenizer, com
     assert ChatRenderer(tokenizer).completion_text(ids) == decoded  # the library default: the text as decoded
 
 
+@pytest.mark.parametrize("rendering", ["tokenizer", "reference_qwen"])
+def test_completions_decoded_together_read_as_one_at_a_time(tokenizer, rendering):
+    texts = ["\n\n3 + 4 = 7, so \\boxed{7}  \n", "<think>\nadd them\n</think>\n\n\\boxed{7}\n", "", "plain answer"]
+    completions = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for text in texts]
+    completions.append([])  # a call that generated nothing
+    renderer = ChatRenderer(tokenizer, rendering)
+    assert renderer.completion_texts(completions) == [renderer.completion_text(ids) for ids in completions]
+    assert renderer.completion_texts([]) == []
+
+
 def test_the_backend_hands_the_workflow_the_references_content(base):
     backend = reference_backend(base, max_new_tokens=12)
     (result,) = backend.generate([GenerationRequest("__base__", QUESTION)])

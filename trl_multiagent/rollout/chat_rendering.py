@@ -131,7 +131,15 @@ class ChatRenderer:
         the text after the ``</think>`` when there is exactly one, else the whole text, stripped of surrounding
         whitespace (so an answer starting with newlines reaches the next role's prompt without them).
         """
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return self._content(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+    def completion_texts(self, completions: Sequence[list[int]]) -> list[str]:
+        """``completion_text`` of each completion, decoded in one tokenizer call."""
+        if not completions:
+            return []
+        return [self._content(text) for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
+
+    def _content(self, text: str) -> str:
         if self.chat_rendering == "tokenizer":
             return text
         if text.count(_THINK_END) == 1:

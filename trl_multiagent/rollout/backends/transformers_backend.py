@@ -167,21 +167,23 @@ class TransformersBackend(RendersPrompts):
             output = model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
             )
-        results = []
-        for prompt, row in zip(prompts, output[:, width:].tolist()):
-            end = next((i + 1 for i, token in enumerate(row) if token in self.eos_token_ids), None)
+        generated = output[:, width:]
+        # Each row's length up to its first EOS (0: none), found on the tensor rather than token by token in Python.
+        eos = torch.tensor(sorted(self.eos_token_ids), dtype=generated.dtype, device=generated.device)
+        at_eos = torch.isin(generated, eos)
+        ends = at_eos.any(dim=1) * (at_eos.int().argmax(dim=1) + 1) if generated.size(1) else at_eos.sum(dim=1)
+        completions, truncated = [], []
+        for row, first_eos in zip(generated.tolist(), ends.tolist()):
+            end = first_eos or None
             stop = self._stop_end(row[:end] if end else row, stops) if stops else None
             end = stop or end
-            completion = row if end is None else row[:end]
-            results.append(
-                GenerationResult(
-                    prompt_ids=prompt,
-                    completion_ids=completion,
-                    text=self.renderer.completion_text(completion),
-                    truncated=end is None,
-                )
-            )
-        return results
+            completions.append(row if end is None else row[:end])
+            truncated.append(end is None)
+        texts = self.renderer.completion_texts(completions)
+        return [
+            GenerationResult(prompt_ids=prompt, completion_ids=completion, text=text, truncated=cut)
+            for prompt, completion, text, cut in zip(prompts, completions, texts, truncated)
+        ]
 
     def _stop_end(self, row: list[int], stops: list[str]) -> int | None:
         """The length of the shortest prefix of ``row`` whose text contains a stop string, or ``None``.
