@@ -41,6 +41,7 @@ from transformers import AutoTokenizer, PrinterCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
+from trl_multiagent.monitoring.console import RoleConsoleCallback
 
 TARGET = 1.10
 
@@ -99,7 +100,10 @@ def build_trainers(args, model_dir: str, output_dir: str) -> dict:
         # computes the same loss; the difference in step time is the cost of routing.
         trainers["routing off"].router.set = lambda names: None
     for trainer in trainers.values():
-        trainer.remove_callback(PrinterCallback)  # printing every step's logs would time the terminal
+        # Printing every step's logs would time the terminal: plain TRL's printer (disable_tqdm=True), and ours, which
+        # replaces it with one line per step (monitoring/console.py).
+        trainer.remove_callback(PrinterCallback)
+        trainer.remove_callback(RoleConsoleCallback)
     return trainers
 
 

@@ -361,11 +361,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         generate_every = self.args.steps_per_generation * self.num_iterations
         correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
         mini_batches = self.args.update_schedule == "mini_batches"
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            if self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches:
-                batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
-            if self.args.monitor_kl_to_base or any(self.role_beta.values()):  # alike on every process
-                batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
+        old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches
+        reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
+        if old or reference:  # switching checkpointing off and on walks every module twice: only for a forward
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                if old:
+                    batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
+                if reference:
+                    batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
 
@@ -444,7 +447,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-step of TRL's loop: its samples in memory-bounded forwards; under
         `update_schedule="mini_batches"`, the last micro-step of a generation runs every mini-batch step."""
-        model.train()  # as the Trainer's step does, before the rollout reads the mode (after an evaluation too)
+        # As the Trainer's step does, before the rollout reads the mode: after an evaluation (which may have switched
+        # the inner model only, under a wrapper). Its step sets it again before each part's forward, so a model
+        # already training skips this walk over every module (~1 ms a step on a tiny model).
+        if not (model.training and self.model.training):
+            model.train()
         if self.args.update_schedule == "mini_batches":
             return self._mini_batch_update(model, inputs, num_items_in_batch)
         step = self.micro_step

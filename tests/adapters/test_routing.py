@@ -120,6 +120,24 @@ def test_single_adapter_batches_take_the_plain_path_and_keep_every_adapter_train
     assert active == {(model.active_adapter,)}  # restored once the routing is released
 
 
+def test_only_a_mixed_batch_puts_a_hook_on_every_lora_layer(tiny_model_dir):
+    """A forward pre-hook sends every call of its layer down nn.Module's slow path: one layer keeps the router's
+    (it checks the routed number of samples), every other layer gets one only while a batch mixes adapters."""
+    model, router = routed_model(tiny_model_dir)
+
+    def hooked() -> int:
+        return sum(bool(layer._forward_pre_hooks) for layer in router._layers)
+
+    assert hooked() == 1 < len(router._layers)
+    with router.route(["evaluator", "evaluator"]):
+        assert hooked() == 1
+        with router.route(["evaluator", "generator"]):
+            assert hooked() == len(router._layers)
+        assert hooked() == 1
+    router.remove()
+    assert hooked() == 0
+
+
 ROUTINGS = {
     "mixed": ["generator", "evaluator", "generator", "aggregator", "__base__", "evaluator"],
     "one adapter": ["evaluator"] * 6,  # not the model's active adapter: the layers are pointed at it

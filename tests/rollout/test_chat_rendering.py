@@ -215,6 +215,16 @@ def test_completions_reach_the_workflow_as_the_references_content(tokenizer, com
     assert ChatRenderer(tokenizer).completion_text(ids) == decoded  # the library default: the text as decoded
 
 
+@pytest.mark.parametrize("rendering", ["tokenizer", "reference_qwen"])
+def test_completions_decoded_together_read_as_one_at_a_time(tokenizer, rendering):
+    texts = ["\n\n3 + 4 = 7, so \\boxed{7}  \n", "<think>\nadd them\n</think>\n\n\\boxed{7}\n", "", "plain answer"]
+    completions = [tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id] for text in texts]
+    completions.append([])  # a call that generated nothing
+    renderer = ChatRenderer(tokenizer, rendering)
+    assert renderer.completion_texts(completions) == [renderer.completion_text(ids) for ids in completions]
+    assert renderer.completion_texts([]) == []
+
+
 def test_the_backend_hands_the_workflow_the_references_content(base):
     backend = reference_backend(base, max_new_tokens=12)
     (result,) = backend.generate([GenerationRequest("__base__", QUESTION)])
@@ -309,3 +319,57 @@ def test_colocated_vllm_backends_send_the_reference_prompt(engine, fake_vllm, to
         backend.close()
     expected = reference_ids(tokenizer, REFERENCE_PROMPT)
     assert fake_vllm == [expected] * len(results) and [r.prompt_ids for r in results] == fake_vllm
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two numbers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return a * b
+
+
+class CountingTokenizer:
+    """The tokenizer, counting the conversations its chat template renders."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.rendered = tokenizer, 0
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.tokenizer(*args, **kwargs)
+
+    def apply_chat_template(self, conversation, **kwargs):
+        self.rendered += len(conversation) if isinstance(conversation[0], list) else 1
+        return self.tokenizer.apply_chat_template(conversation, **kwargs)
+
+
+@pytest.mark.parametrize("rendering", ["tokenizer", "reference_qwen"])
+def test_a_batch_of_prompts_renders_each_distinct_one_once_with_the_ids_of_one_at_a_time(tool_model_dir, rendering):
+    from transformers.utils import get_json_schema
+
+    tokenizer = AutoTokenizer.from_pretrained(tool_model_dir)  # Qwen3's template, which renders tools
+    tools = [get_json_schema(multiply)]
+    voter = [{"role": "user", "content": "What is 2 + 2?"}]
+    prompts = [
+        (voter, None),
+        ([dict(message) for message in voter], None),  # an equal prompt, built apart (a parallel call)
+        (SECOND_EVALUATOR_CALL, None),
+        ("plain text", None),
+        (voter, tools if rendering == "tokenizer" else None),
+        (QUESTION, None),
+        (voter, None),
+    ]
+    counting = CountingTokenizer(tokenizer)
+    renderer = ChatRenderer(counting, rendering)
+    batch = renderer.prompt_ids_of(prompts)
+    assert batch == [ChatRenderer(tokenizer, rendering).prompt_ids(messages, tools) for messages, tools in prompts]
+    if rendering == "tokenizer":
+        assert batch[4] != batch[0]  # the tools are in the prompt
+        assert counting.rendered == 4  # voter, the evaluator call, voter with tools, the question
+    batch[0].append(-1)  # every prompt has a list of its own
+    assert batch[1][-1] != -1 and batch[6][-1] != -1

@@ -3,11 +3,12 @@
 Under shared policy every role uses one adapter; under isolated policy each role *type* gets its own (three voters
 share ``generator``); any other grouping is an explicit role-to-adapter mapping.
 
-Routing works through forward pre-hooks on every LoRA layer that inject the per-sample adapter names. PEFT's own
-``adapter_names=`` argument refuses training mode, switching adapters between forwards is silently wrong under
-gradient checkpointing (the recomputed forward uses whatever adapter is active during backward), and
-``disable_adapter()`` re-enables gradients of the active adapter only. The hooks read the routing at call time, so
-the recomputation in backward sees the same routing as the forward, and no adapter is ever switched or disabled.
+Routing works through forward pre-hooks on the LoRA layers that inject the per-sample adapter names (on every
+layer while a batch mixes adapters). PEFT's own ``adapter_names=`` argument refuses training mode, switching adapters
+between forwards is silently wrong under gradient checkpointing (the recomputed forward uses whatever adapter is
+active during backward), and ``disable_adapter()`` re-enables gradients of the active adapter only. The hooks read
+the routing at call time, so the recomputation in backward sees the same routing as the forward, and no adapter is
+ever switched or disabled.
 """
 
 from __future__ import annotations
@@ -124,7 +125,13 @@ class AdapterRouter:
         # instead (exact: each sample still goes through its own adapter).
         self._weight_layers = {layer for layer in self._layers if applies_one_adapter_per_forward(layer)}
         self.mixes_adapters = not self._weight_layers
-        self._handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in self._layers]
+        # A hook on a layer sends every call of it down nn.Module's slow path. The first layer that sees whole
+        # samples keeps one (it checks that forwards have the routed number of samples, and passes the names); the
+        # other layers get theirs only while a batch mixes adapters (`set`), the one time they have names to pass.
+        checked = [layer for layer in self._layers if layer not in self._weight_layers][:1]
+        self._handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in checked]
+        self._unchecked = [layer for layer in self._layers if layer not in checked]
+        self._mixing_handles: list = []
         self._routing: list[str] | None = None
         self._original_active = [layer.active_adapter for layer in self._layers]
 
@@ -156,6 +163,10 @@ class AdapterRouter:
             self._names = self._routing
             for layer, active in zip(self._layers, self._original_active):
                 point_at(layer, active)
+        if self._names is not None and not self._mixing_handles:
+            self._mixing_handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in self._unchecked]
+        elif self._names is None:
+            self._remove_mixing_hooks()
 
     @contextmanager
     def route(self, names: Sequence[str]) -> Iterator[None]:
@@ -165,6 +176,11 @@ class AdapterRouter:
             yield
         finally:
             self.set(previous)
+
+    def _remove_mixing_hooks(self) -> None:
+        for handle in self._mixing_handles:
+            handle.remove()
+        self._mixing_handles = []
 
     def remove(self) -> None:
         self.set(None)

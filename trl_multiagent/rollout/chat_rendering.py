@@ -9,7 +9,7 @@ starts with Qwen's default system prompt unless its first message is a system me
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 CHAT_RENDERINGS = ("tokenizer", "reference_qwen")
@@ -86,6 +86,44 @@ class ChatRenderer:
         # The reference tokenizes its rendered text with no special tokens added around it.
         return self.tokenizer.encode(self.text(messages), add_special_tokens=False)
 
+    def prompt_ids_of(self, prompts: Sequence[tuple[list[dict[str, Any]] | str, list[dict[str, Any]] | None]]):
+        """``prompt_ids(messages, tools)`` of each ``(messages, tools)``, each distinct prompt rendered once.
+
+        A batch of calls repeats prompts (a role's parallel calls in an episode, the episodes of one problem), and
+        with the tokenizer's chat template the distinct ones sharing their tools go through one batched
+        ``apply_chat_template`` (one tokenizer call for all; the same ids as one at a time). Every prompt gets a list
+        of its own.
+        """
+        distinct: dict[str, int] = {}  # repr of a prompt -> its position in `unique`
+        unique, positions = [], []
+        for prompt in prompts:
+            key = repr(prompt)  # chat messages are plain data (what the template renders): equal reprs, equal prompts
+            if key not in distinct:
+                distinct[key] = len(unique)
+                unique.append(prompt)
+            positions.append(distinct[key])
+        ids: list[list[int] | None] = [None] * len(unique)
+        batches: dict[str, list[int]] = {}  # repr of the tools -> the chat prompts rendered together
+        for i, (messages, tools) in enumerate(unique):
+            if self.chat_rendering == "tokenizer" and not isinstance(messages, str):
+                batches.setdefault(repr(tools), []).append(i)
+            else:
+                ids[i] = self.prompt_ids(messages, tools)
+        for batch in batches.values():
+            tools = unique[batch[0]][1]
+            extra = {"tools": tools} if tools else {}  # as `prompt_ids`: the rendering without tools stays as it was
+            rendered = self.tokenizer.apply_chat_template(
+                [unique[i][0] for i in batch],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+                **extra,
+                **self.chat_template_kwargs,
+            )
+            for i, prompt_ids in zip(batch, rendered):
+                ids[i] = prompt_ids
+        return [list(ids[position]) for position in positions]
+
     def completion_text(self, token_ids: list[int]) -> str:
         """What the workflow is handed for a completion (and what is graded and passed on to other roles).
 
@@ -93,7 +131,15 @@ class ChatRenderer:
         the text after the ``</think>`` when there is exactly one, else the whole text, stripped of surrounding
         whitespace (so an answer starting with newlines reaches the next role's prompt without them).
         """
-        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return self._content(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+    def completion_texts(self, completions: Sequence[list[int]]) -> list[str]:
+        """``completion_text`` of each completion, decoded in one tokenizer call."""
+        if not completions:
+            return []
+        return [self._content(text) for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
+
+    def _content(self, text: str) -> str:
         if self.chat_rendering == "tokenizer":
             return text
         if text.count(_THINK_END) == 1:

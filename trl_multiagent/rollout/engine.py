@@ -148,18 +148,23 @@ class RolloutEngine:
         to the episode's own environment, rollout/environments.py)."""
         if episode_tools is not None and len(episode_tools) != len(prompts):
             raise ValueError(f"`episode_tools` has {len(episode_tools)} entries for {len(prompts)} prompts.")
+        # The episodes are filled in place and the main task returns nothing: on the main thread, asyncio.run formats
+        # its main task, result included, when it restores the SIGINT handler, and formatting every episode's calls
+        # cost more than the rest of the engine's own work (0.4 of its 0.9 ms for 8 single-call episodes).
+        episodes = [Episode(index=i) for i in range(len(prompts))]
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._run_all(prompts, on_episode_end, episode_tools))
+            asyncio.run(self._run_all(episodes, prompts, on_episode_end, episode_tools))
+            return episodes
         # Called from inside a running loop (a notebook): run ours on a worker thread.
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            return pool.submit(asyncio.run, self._run_all(prompts, on_episode_end, episode_tools)).result()
+            pool.submit(asyncio.run, self._run_all(episodes, prompts, on_episode_end, episode_tools)).result()
+        return episodes
 
-    async def _run_all(self, prompts: list[Messages], on_episode_end, episode_tools) -> list[Episode]:
+    async def _run_all(self, episodes: list[Episode], prompts: list[Messages], on_episode_end, episode_tools) -> None:
         loop = asyncio.get_running_loop()
         pending: list[tuple[GenerationRequest, asyncio.Future]] = []  # ticks: the calls waiting for the next batch
-        episodes = [Episode(index=i) for i in range(len(prompts))]
         run = next(self._runs)
 
         def make_generate(episode: Episode, made: list[tuple[int, ModelCall]], conversations: list):
@@ -269,7 +274,6 @@ class RolloutEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
             if self.mode == "async" and hasattr(self.backend, "drain"):
                 self.backend.drain()  # every cancelled request has stopped in the backend too
-        return episodes
 
     def _episode_error(self, tasks: list[asyncio.Task], failed: asyncio.Task) -> EpisodeError:
         index = tasks.index(failed)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from ..rollout.padding import padded
 from ..rollout.records import ModelCall
 
 
@@ -43,13 +44,14 @@ class TrainingBatch:
         """The samples at ``rows`` (a slice, indices or a bool mask), every per-sample field alike."""
         if isinstance(rows, torch.Tensor) and rows.dtype == torch.bool:
             rows = rows.nonzero().flatten().tolist()
+        index = rows if isinstance(rows, slice) else torch.as_tensor(rows).long()  # one index for every tensor
         picked = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, list):
                 picked[f.name] = value[rows] if isinstance(rows, slice) else [value[i] for i in rows]
             elif torch.is_tensor(value) and value.dim() > 0:
-                picked[f.name] = value[rows] if isinstance(rows, slice) else value[torch.as_tensor(rows).long()]
+                picked[f.name] = value[index]
         return replace(self, **picked)
 
     def blank_rows(self, rows: int, *, pad_token_id: int) -> TrainingBatch:
@@ -141,18 +143,11 @@ def calls_to_batch(
         raise ValueError("The workflow made no model call in this batch: there is nothing to train on.")
     width_p = max(len(c.prompt_ids) for c in calls)
     width_c = max(max(len(c.completion_ids) for c in calls), 1)
-    pads = torch.tensor([pad_token_id] * len(calls) if isinstance(pad_token_id, int) else list(pad_token_id))
-    prompt_ids = pads[:, None].repeat(1, width_p)
-    prompt_mask = torch.zeros((len(calls), width_p), dtype=torch.long)
-    completion_ids = pads[:, None].repeat(1, width_c)
-    completion_mask = torch.zeros((len(calls), width_c), dtype=torch.long)
-    for row, call in enumerate(calls):
-        p, c = len(call.prompt_ids), len(call.completion_ids)
-        prompt_ids[row, width_p - p :] = torch.tensor(call.prompt_ids, dtype=torch.long)
-        prompt_mask[row, width_p - p :] = 1
-        completion_ids[row, :c] = torch.tensor(call.completion_ids, dtype=torch.long)
-        if not (mask_truncated_completions and call.truncated):
-            completion_mask[row, :c] = 1
+    pads = pad_token_id if isinstance(pad_token_id, int) else list(pad_token_id)
+    prompt_ids, prompt_mask = padded([c.prompt_ids for c in calls], pads, side="left", width=width_p)
+    completion_ids, completion_mask = padded([c.completion_ids for c in calls], pads, side="right", width=width_c)
+    if mask_truncated_completions:
+        completion_mask[torch.tensor([c.truncated for c in calls], dtype=torch.bool)] = 0
     sampling = None
     if all(c.sampling_logprobs is not None for c in calls):
         sampling = torch.zeros((len(calls), width_c), dtype=torch.float32)

@@ -58,6 +58,8 @@ def server():
 
 class Tok:
     def apply_chat_template(self, messages, **kwargs):
+        if messages and isinstance(messages[0], list):  # a batch of conversations, as transformers takes them
+            return [self.apply_chat_template(conversation, **kwargs) for conversation in messages]
         return [1, 2]
 
     def decode(self, ids, skip_special_tokens=True):

@@ -99,6 +99,8 @@ class Tok:
     """The few tokenizer calls the client makes."""
 
     def apply_chat_template(self, messages, **kwargs):
+        if messages and isinstance(messages[0], list):  # a batch of conversations, as transformers takes them
+            return [self.apply_chat_template(conversation, **kwargs) for conversation in messages]
         return [1, 2, len(messages)]
 
     def decode(self, ids, skip_special_tokens=True):

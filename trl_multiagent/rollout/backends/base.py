@@ -93,9 +93,15 @@ def settings_key(kwargs: Mapping[str, Any]) -> tuple:
 
 class RendersPrompts:
     """``prompt_ids(request)`` of a backend that renders prompts with its ``renderer`` (a ``ChatRenderer``): the ids
-    the engine measured when the request carries them, else the rendering of its messages (and tools)."""
+    the engine measured when the request carries them, else the rendering of its messages (and tools);
+    ``prompt_ids_of(requests)`` those of a whole batch."""
 
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         if request.prompt_ids is not None:
             return request.prompt_ids
         return self.renderer.prompt_ids(request.messages, request.tools)
+
+    def prompt_ids_of(self, requests: list[GenerationRequest]) -> list[list[int]]:
+        """``prompt_ids`` of every request of a batch, each distinct prompt rendered once (``ChatRenderer``)."""
+        rendered = iter(self.renderer.prompt_ids_of([(r.messages, r.tools) for r in requests if r.prompt_ids is None]))
+        return [r.prompt_ids if r.prompt_ids is not None else next(rendered) for r in requests]

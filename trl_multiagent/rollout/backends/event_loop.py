@@ -122,7 +122,7 @@ class LoopCalls(RendersPrompts):
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         self.check_synced([r.adapter for r in requests])
-        prompts = [self.prompt_ids(r) for r in requests]
+        prompts = self.prompt_ids_of(requests)
         return self._loop.run_all([self._complete(r, p) for r, p in zip(requests, prompts)])
 
     def drain(self, timeout: float = 60.0) -> None:

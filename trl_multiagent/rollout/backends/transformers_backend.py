@@ -12,6 +12,7 @@ import torch
 
 from ...adapters.routing import BASE_MODEL, AdapterRouter
 from ..chat_rendering import ChatRenderer
+from ..padding import padded
 from .base import GenerationRequest, GenerationResult, Provenance, RendersPrompts, settings_key
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class TransformersBackend(RendersPrompts):
         return self.renderer.prompt_ids(messages)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
-        prompts = [self.prompt_ids(request) for request in requests]
+        prompts = self.prompt_ids_of(requests)
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
         one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
         for i, request in enumerate(requests):
@@ -89,7 +90,8 @@ class TransformersBackend(RendersPrompts):
         version = self.weights_step() if self.weights_step is not None else None  # the live weights generate
         with self.unwrapped_model() as model:
             was_training = model.training
-            model.eval()
+            if was_training:  # each switch walks every module: a model in eval mode already (evaluation) stays
+                model.eval()
             try:
                 for indices in groups.values():
                     config = self.config_for(requests[indices[0]].generation_kwargs)
@@ -101,7 +103,8 @@ class TransformersBackend(RendersPrompts):
                             result.provenance = Provenance(adapter, version if trained else None, "transformers")
                             results[i] = result
             finally:
-                model.train(was_training)
+                if was_training:
+                    model.train()
         return results
 
     def _batches(self, indices: list[int], prompts: list[list[int]], config) -> list[list[int]]:
@@ -154,11 +157,9 @@ class TransformersBackend(RendersPrompts):
 
     @torch.no_grad()
     def _generate_batch(self, model, prompts: list[list[int]], adapters: list[str], config) -> list[GenerationResult]:
-        pad_id = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
         device = next(model.parameters()).device
-        input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts], device=device)
-        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        input_ids, attention_mask = padded(prompts, self.tokenizer.pad_token_id, side="left")
+        input_ids, attention_mask, width = input_ids.to(device), attention_mask.to(device), input_ids.size(1)
         stops = list(getattr(config, "stop_strings", None) or [])
         extra = {"tokenizer": self.tokenizer} if stops else {}  # transformers matches stop strings by its tokens
         beams = getattr(config, "num_beams", None) or 1  # generate runs num_beams rows per prompt, side by side
@@ -166,21 +167,23 @@ class TransformersBackend(RendersPrompts):
             output = model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
             )
-        results = []
-        for prompt, row in zip(prompts, output[:, width:].tolist()):
-            end = next((i + 1 for i, token in enumerate(row) if token in self.eos_token_ids), None)
+        generated = output[:, width:]
+        # Each row's length up to its first EOS (0: none), found on the tensor rather than token by token in Python.
+        eos = torch.tensor(sorted(self.eos_token_ids), dtype=generated.dtype, device=generated.device)
+        at_eos = torch.isin(generated, eos)
+        ends = at_eos.any(dim=1) * (at_eos.int().argmax(dim=1) + 1) if generated.size(1) else at_eos.sum(dim=1)
+        completions, truncated = [], []
+        for row, first_eos in zip(generated.tolist(), ends.tolist()):
+            end = first_eos or None
             stop = self._stop_end(row[:end] if end else row, stops) if stops else None
             end = stop or end
-            completion = row if end is None else row[:end]
-            results.append(
-                GenerationResult(
-                    prompt_ids=prompt,
-                    completion_ids=completion,
-                    text=self.renderer.completion_text(completion),
-                    truncated=end is None,
-                )
-            )
-        return results
+            completions.append(row if end is None else row[:end])
+            truncated.append(end is None)
+        texts = self.renderer.completion_texts(completions)
+        return [
+            GenerationResult(prompt_ids=prompt, completion_ids=completion, text=text, truncated=cut)
+            for prompt, completion, text, cut in zip(prompts, completions, texts, truncated)
+        ]
 
     def _stop_end(self, row: list[int], stops: list[str]) -> int | None:
         """The length of the shortest prefix of ``row`` whose text contains a stop string, or ``None``.

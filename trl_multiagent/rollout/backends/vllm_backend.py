@@ -242,7 +242,7 @@ class VLLMBackend(RendersPrompts):
         from vllm.lora.request import LoRARequest
 
         self.folders.check_synced([r.adapter for r in requests])
-        prompts = [self.prompt_ids(r) for r in requests]
+        prompts = self.prompt_ids_of(requests)
         ids, paths = self.folders.ids, self.folders.paths
         loras = [LoRARequest(r.adapter, ids[r.adapter], paths[r.adapter]) for r in requests]
         prompts_in = [TokensPrompt(prompt_token_ids=p) for p in prompts]
