@@ -40,7 +40,7 @@ from trl_multiagent.adapters.routing import (
 from trl_multiagent.rollout.backends.transformers_backend import TransformersBackend
 from trl_multiagent.rollout.engine import RolloutEngine
 
-TARGET = 0.85
+TARGET = 0.95
 
 
 class RecordingBackend(TransformersBackend):
@@ -83,7 +83,9 @@ def main() -> None:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--policy-sharing", default="isolated", choices=["shared", "isolated"])
-    parser.add_argument("--rounds", type=int, default=5)
+    # The same generate of the same inputs takes 0.84-1.15x as long from one round to the next on the shared 2-core
+    # machine (2026-12-03): five paired rounds left the median fraction 0.91-0.98 between runs; fifteen narrow it.
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(1)
 

@@ -14,7 +14,9 @@ logging included) and ours / plain, in CPU time (one thread: immune to other job
 
 `--diagnose` adds a third trainer: ours with the per-sample adapter routing hooks switched off (exact here: a single
 adapter, which is also PEFT's active one), to show what routing costs. `--profile` prints each trainer's cProfile
-(one more run each) before the table.
+of the timed steps (one more run each: from the end of the last warm-up step to the end of the last step, the window
+the timings cover; the end-of-training summary picture is outside it) and the split of their CPU time per step by
+the package whose code spent it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import cProfile
 import pstats
 import tempfile
+from collections import Counter
 
 import torch
 from common import (
@@ -37,13 +40,13 @@ from common import (
 )
 from datasets import Dataset
 from peft import LoraConfig
-from transformers import AutoTokenizer, PrinterCallback
+from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent
 from trl_multiagent.monitoring.console import RoleConsoleCallback
 
-TARGET = 1.10
+TARGET = 1.05
 
 
 def build_trainers(args, model_dir: str, output_dir: str) -> dict:
@@ -107,6 +110,57 @@ def build_trainers(args, model_dir: str, output_dir: str) -> dict:
     return trainers
 
 
+class ProfileSteps(TrainerCallback):
+    """cProfile of the timed steps of one run: from the end of warm-up step ``warmup`` to the end of the last step."""
+
+    def __init__(self, warmup: int):
+        self.warmup, self.profile = warmup, cProfile.Profile()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == state.max_steps:
+            self.profile.disable()
+        elif state.global_step == self.warmup:
+            self.profile.enable()
+
+
+def package_of(filename: str) -> str:
+    """The top-level package whose code a profiled function is: the folder under site-packages (or the standard
+    library's), ``trl_multiagent`` for ours, and ``C builtins`` for functions cProfile has no file for."""
+    parts = filename.replace("\\", "/").split("/")
+    if filename.startswith(("~", "<")):
+        return "C builtins"
+    if "trl_multiagent" in parts:
+        return "trl_multiagent"
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts[:-1]:
+            return parts[parts.index(anchor) + 1].removesuffix(".py")
+    python = next((i for i, part in enumerate(parts) if part.startswith("python3")), None)
+    if python is not None and python + 1 < len(parts):
+        return "stdlib " + parts[python + 1].removesuffix(".py")
+    return parts[-1]
+
+
+def own_time_by_package(profile: cProfile.Profile) -> Counter:
+    """CPU seconds each package's own code (not its callees) spent in ``profile``."""
+    split = Counter()
+    for (filename, _, _), (_, _, own, _, _) in pstats.Stats(profile).stats.items():
+        split[package_of(filename)] += own
+    return split
+
+
+def print_split(splits: dict[str, Counter], steps: int) -> None:
+    """Milliseconds per step of each package's own code, each trainer side by side, and ours minus plain."""
+    names = list(splits)
+    packages = sorted(set().union(*splits.values()), key=lambda k: -max(s[k] for s in splits.values()))
+    shown = [k for k in packages if max(s[k] for s in splits.values()) * 1000 / steps >= 0.1]
+    print(f"\n== own CPU ms per step by package ({steps} steps each, under cProfile) ==")
+    print(f"{'package':<22}" + "".join(f"{n:>14}" for n in names) + f"{'ours - plain':>14}")
+    for package in shown + ["total"]:
+        row = [sum(s.values()) if package == "total" else s[package] for s in splits.values()]
+        ms = [1000 * v / steps for v in row]
+        print(f"{package:<22}" + "".join(f"{v:>14.2f}" for v in ms) + f"{ms[1] - ms[0]:>+14.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hidden-size", type=int, default=64)
@@ -128,11 +182,16 @@ def main() -> None:
         trainers = build_trainers(args, model_dir, tmp)
         times = alternate(trainers, args.rounds, args.warmup)
         if args.profile:
+            splits = {}
             for name, trainer in trainers.items():
-                print(f"\n== cProfile: one run of {name}, {args.warmup + args.steps} steps, by own time ==")
-                with cProfile.Profile() as profile:
-                    trainer.train()
-                pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+                print(f"\n== cProfile: the {args.steps} timed steps of one more run of {name}, by own time ==")
+                profiler = ProfileSteps(args.warmup)
+                trainer.add_callback(profiler)
+                trainer.train()
+                trainer.remove_callback(profiler)
+                pstats.Stats(profiler.profile).sort_stats("tottime").print_stats(12)
+                splits[name] = own_time_by_package(profiler.profile)
+            print_split({name: splits[name] for name in ("plain TRL", "multi-agent")}, args.steps)
 
     (plain_wall, plain), (ours_wall, ours) = medians(times["plain TRL"]), medians(times["multi-agent"])
     ratio = ours / plain
