@@ -17,12 +17,18 @@ A fourth way, (b') raw `generate` with PEFT's per-sample `adapter_names=`, separ
 from the cost of the engine itself. Every round runs all ways back to back, so machine noise hits them alike; figures
 are medians over rounds. Reported: speedup of the engine over (a) and the fraction of (b)'s speed the engine reaches
 (raw time / engine time, paired per round), in CPU time (one thread: immune to other jobs' load), wall time beside.
+
+`--profile` adds, over the engine's rounds, the split of its CPU time: inside `model.generate` (the work raw
+`generate` also does) and outside it, the latter by what spent it (cProfile's cumulative time of the engine's parts).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import tempfile
+import time
 from contextlib import nullcontext
 
 import torch
@@ -76,6 +82,45 @@ def raw_generate(model, backend: RecordingBackend, ticks: list[list], per_sample
     return since(start)
 
 
+class TimedGenerate:
+    """Wraps ``model.generate`` to add up the CPU seconds spent inside it while ``on``."""
+
+    def __init__(self, model):
+        self.generate, self.seconds, self.on = model.generate, 0.0, False
+        model.generate = self
+
+    def __call__(self, *args, **kwargs):
+        if not self.on:
+            return self.generate(*args, **kwargs)
+        start = time.process_time()
+        try:
+            return self.generate(*args, **kwargs)
+        finally:
+            self.seconds += time.process_time() - start
+
+
+# The engine's parts outside `generate`, as (label, cProfile function key suffix): file path end and function name.
+OUTSIDE_PARTS = (
+    ("rendering prompts (chat template + tokenizing)", ("chat_rendering.py", "prompt_ids_of")),
+    ("decoding completions", ("chat_rendering.py", "completion_texts")),
+    ("padding prompts", ("padding.py", "padded")),
+    ("routing (pointing the LoRA layers)", ("routing.py", "set")),
+    ("the workflow's own code (Voting.run)", ("voting.py", "run")),
+)
+
+
+def print_engine_split(profile: cProfile.Profile, generate_seconds: float, total_seconds: float, rounds: int) -> None:
+    """Milliseconds per round: inside ``generate``, outside it, and the outside's parts by cumulative time."""
+    stats = pstats.Stats(profile).stats
+    print(f"\n== the engine's CPU ms per round ({rounds} rounds, outside parts under cProfile) ==")
+    print(f"{'engine.run, total':<52}{1000 * total_seconds / rounds:>10.1f}")
+    print(f"{'  inside model.generate':<52}{1000 * generate_seconds / rounds:>10.1f}")
+    print(f"{'  outside it':<52}{1000 * (total_seconds - generate_seconds) / rounds:>10.1f}")
+    for label, (path_end, function) in OUTSIDE_PARTS:
+        cumulative = sum(v[3] for (f, _, name), v in stats.items() if f.endswith(path_end) and name == function)
+        print(f"{'    ' + label:<52}{1000 * cumulative / rounds:>10.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=16, help="concurrent Voting episodes (N)")
@@ -86,6 +131,7 @@ def main() -> None:
     # The same generate of the same inputs takes 0.84-1.15x as long from one round to the next on the shared 2-core
     # machine (2026-12-03): five paired rounds left the median fraction 0.91-0.98 between runs; fifteen narrow it.
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--profile", action="store_true", help="also split the engine's time inside/outside generate")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -108,24 +154,24 @@ def main() -> None:
     backend = RecordingBackend(
         lambda: nullcontext(model), tokenizer, AdapterRouter(model), generation_config, [tokenizer.eos_token_id]
     )
-    engine = RolloutEngine(workflow, backend, role_adapters)
+    rollout_engine = RolloutEngine(workflow, backend, role_adapters)
     prompts = [row["prompt"] for row in prompt_rows(args.episodes)]
     torch.manual_seed(0)
     backend.ticks = []
-    engine.run(prompts[:2])  # warm-up
+    rollout_engine.run(prompts[:2])  # warm-up
 
     times = {"engine": [], "raw": [], "raw_routed": [], "sequential": []}  # (wall, CPU) seconds per round
     for _ in range(args.rounds):
         backend.ticks = []
         start = now()
-        episodes = engine.run(prompts)
+        episodes = rollout_engine.run(prompts)
         times["engine"].append(since(start))
         times["raw"].append(raw_generate(model, backend, backend.ticks))
         times["raw_routed"].append(raw_generate(model, backend, backend.ticks, per_sample=True))
 
         start = now()
         for prompt in prompts:
-            engine.run([prompt])
+            rollout_engine.run([prompt])
         times["sequential"].append(since(start))
 
     calls = sum(len(e.calls) for e in episodes)
@@ -148,6 +194,18 @@ def main() -> None:
             f"{fraction:.3f} CPU (median of per-round raw / engine; wall {raw_wall / engine_wall:.3f})",
         ),
     ]
+    if args.profile:
+        # The outside parts under cProfile (which slows them); the inside/outside split from plain CPU time.
+        timed = TimedGenerate(model)
+        timed.on, start = True, time.process_time()
+        for _ in range(args.rounds):
+            rollout_engine.run(prompts)
+        total, timed.on, timed.seconds = time.process_time() - start, False, timed.seconds
+        inside = timed.seconds
+        with cProfile.Profile() as profile:
+            for _ in range(args.rounds):
+                rollout_engine.run(prompts)
+        print_engine_split(profile, inside, total, args.rounds)
     report("rollout_batching", rows, fraction, ">=", TARGET)
 
 
