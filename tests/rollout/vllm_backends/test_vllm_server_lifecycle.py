@@ -189,7 +189,9 @@ def test_a_server_whose_engine_dies_stops_the_rollout_saying_so_and_leaves_nothi
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tiny_lora(), adapter_name=ROLES[0])
     model.add_adapter(ROLES[1], tiny_lora())
     (tmp_path / "checkpoint-1").mkdir()  # no complete checkpoint: the advice is to start again
-    sampling = {"max_tokens": 256, "ignore_eos": True, "temperature": 1.0}  # long enough to die under
+    # Long enough to die under: 8 x 256 tokens could finish in the half second before the kill landed (CI, 2026-12-03);
+    # 8 x 1536 (the tiny model holds 2048 positions) take several seconds, and the kill ends them early.
+    sampling = {"max_tokens": 1536, "ignore_eos": True, "temperature": 1.0}
     backend = VLLMServerBackend(
         url,
         tokenizer,
