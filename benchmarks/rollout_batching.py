@@ -14,9 +14,12 @@ A tiny Qwen3 with LoRA role adapters generates through `TransformersBackend`, ev
                 no chat templating, no decoding, no asyncio).
 
 A fourth way, (b') raw `generate` with PEFT's per-sample `adapter_names=`, separates the cost of per-sample routing
-from the cost of the engine itself. Every round runs all ways back to back, so machine noise hits them alike; figures
-are medians over rounds. Reported: speedup of the engine over (a) and the fraction of (b)'s speed the engine reaches
-(raw time / engine time, paired per round), in CPU time (one thread: immune to other jobs' load), wall time beside.
+from the cost of the engine itself. Every round runs the engine, then (b) and (b') on its own requests, so machine
+noise hits them alike; (a) takes six times a round and runs in the first `--sequential-rounds` only. Figures are
+medians over rounds. Reported: speedup of the engine over (a) and the fraction of (b)'s speed the engine reaches (raw
+time / engine time, paired per round, with the spread of the per-round ratios), in CPU time (one thread, so other
+jobs' load counts less; on this shared virtual machine the same work still varies from round to round), wall time
+beside.
 
 `--profile` adds, over the engine's rounds, the split of its CPU time: inside `model.generate` (the work raw
 `generate` also does) and outside it, the latter by what spent it (cProfile's cumulative time of the engine's parts).
@@ -82,6 +85,11 @@ def raw_generate(model, backend: RecordingBackend, ticks: list[list], per_sample
     return since(start)
 
 
+def quartiles(values: list[float]) -> str:
+    """``q1-q3`` of sorted ``values``: where the middle half of the per-round ratios lies."""
+    return f"{values[len(values) // 4]:.3f}-{values[(3 * len(values)) // 4]:.3f}"
+
+
 class TimedGenerate:
     """Wraps ``model.generate`` to add up the CPU seconds spent inside it while ``on``."""
 
@@ -129,10 +137,14 @@ def main() -> None:
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--policy-sharing", default="isolated", choices=["shared", "isolated"])
     # The same generate of the same inputs takes 0.84-1.15x as long from one round to the next on the shared 2-core
-    # machine (2026-12-03): five paired rounds left the median fraction 0.91-0.98 between runs; fifteen narrow it.
-    parser.add_argument("--rounds", type=int, default=15)
+    # machine (2026-12-03): five paired rounds left the median fraction at 0.91-0.98 from run to run, fifteen at
+    # 0.93-1.02. Thirty rounds, the one-by-one episodes (a) timed in the first few only, as they take 6x a round.
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--sequential-rounds", type=int, default=3, help="rounds that also time (a)")
     parser.add_argument("--profile", action="store_true", help="also split the engine's time inside/outside generate")
     args = parser.parse_args()
+    if not 1 <= args.sequential_rounds <= args.rounds:
+        parser.error("--sequential-rounds must be between 1 and --rounds: (a) needs at least one timing.")
     torch.set_num_threads(1)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,38 +173,40 @@ def main() -> None:
     rollout_engine.run(prompts[:2])  # warm-up
 
     times = {"engine": [], "raw": [], "raw_routed": [], "sequential": []}  # (wall, CPU) seconds per round
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         backend.ticks = []
         start = now()
         episodes = rollout_engine.run(prompts)
         times["engine"].append(since(start))
         times["raw"].append(raw_generate(model, backend, backend.ticks))
         times["raw_routed"].append(raw_generate(model, backend, backend.ticks, per_sample=True))
-
-        start = now()
-        for prompt in prompts:
-            rollout_engine.run([prompt])
-        times["sequential"].append(since(start))
+        if round_ < args.sequential_rounds:
+            start = now()
+            for prompt in prompts:
+                rollout_engine.run([prompt])
+            times["sequential"].append(since(start))
 
     calls = sum(len(e.calls) for e in episodes)
     tokens = sum(len(c.completion_ids) for e in episodes for c in e.calls)
     (engine_wall, engine), (seq_wall, seq), (raw_wall, raw), (routed_wall, routed) = (
         medians(times[k]) for k in ("engine", "sequential", "raw", "raw_routed")
     )
-    fraction = median([r[1] / e[1] for r, e in zip(times["raw"], times["engine"])])  # CPU time, paired per round
+    ratios = sorted(r[1] / e[1] for r, e in zip(times["raw"], times["engine"]))  # CPU time, paired per round
+    fraction = median(ratios)
     rows = [
         ("model", f"tiny Qwen3 hidden={args.hidden_size} layers={args.num_layers}, {args.policy_sharing} LoRA r=8"),
         ("workload", f"{args.episodes} Voting episodes = {calls} calls x {args.completion_length} tokens, 2 ticks"),
         ("engine s", f"{engine:.3f} CPU ({engine_wall:.3f} wall), {tokens / engine:.0f} tokens/s"),
-        ("(a) sequential s", f"{seq:.3f} CPU ({seq_wall:.3f} wall)"),
+        ("(a) sequential s", f"{seq:.3f} CPU ({seq_wall:.3f} wall), {len(times['sequential'])} rounds"),
         ("(b) raw generate s", f"{raw:.3f} CPU ({raw_wall:.3f} wall)"),
         ("(b') raw, adapter_names s", f"{routed:.3f} CPU ({routed_wall:.3f} wall): PEFT's per-sample LoRA path"),
         ("speedup over (a)", f"{seq / engine:.2f}x CPU ({seq_wall / engine_wall:.2f}x wall)"),
         ("engine vs (b')", f"{routed / engine:.3f} CPU: the engine itself, routing cost aside"),
         (
             "fraction of (b)",
-            f"{fraction:.3f} CPU (median of per-round raw / engine; wall {raw_wall / engine_wall:.3f})",
+            f"{fraction:.3f} CPU (median of {len(ratios)} per-round raw / engine; wall {raw_wall / engine_wall:.3f})",
         ),
+        ("per-round spread", f"{ratios[0]:.3f}-{ratios[-1]:.3f}, middle half {quartiles(ratios)}"),
     ]
     if args.profile:
         # The outside parts under cProfile (which slows them); the inside/outside split from plain CPU time.
