@@ -6,6 +6,7 @@ import pytest
 import torch
 from peft import get_peft_model
 from tiny import tiny_lora
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent.adapters.routing import (
@@ -121,12 +122,12 @@ def test_single_adapter_batches_take_the_plain_path_and_keep_every_adapter_train
 
 
 def test_only_a_mixed_batch_puts_a_hook_on_every_lora_layer(tiny_model_dir):
-    """A forward pre-hook sends every call of its layer down nn.Module's slow path: one layer keeps the router's
-    (it checks the routed number of samples), every other layer gets one only while a batch mixes adapters."""
+    """A forward hook sends every call of its layer down nn.Module's slow path: one layer keeps the router's (it
+    checks the routed number of samples), every other layer gets one only while a batch mixes adapters."""
     model, router = routed_model(tiny_model_dir)
 
     def hooked() -> int:
-        return sum(bool(layer._forward_pre_hooks) for layer in router._layers)
+        return sum(bool(layer._forward_pre_hooks or layer._forward_hooks) for layer in router._layers)
 
     assert hooked() == 1 < len(router._layers)
     with router.route(["evaluator", "evaluator"]):
@@ -136,6 +137,43 @@ def test_only_a_mixed_batch_puts_a_hook_on_every_lora_layer(tiny_model_dir):
         assert hooked() == 1
     router.remove()
     assert hooked() == 0
+
+
+class TensorsFromPythonData(TorchDispatchMode):
+    """Counts the tensors made from Python data (``torch.tensor(list)``, and indexing with a list): on a GPU each is
+    a blocking host-to-device copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket == torch.ops.aten.lift_fresh
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_mixed_batch_makes_its_row_indices_once_not_in_every_layer(tiny_model_dir, training):
+    """PEFT's mixed path indexes each layer's input and output with Python lists (two host-to-device copies per
+    adapter and layer, which stall a GPU's decoding step); the router makes one index tensor per adapter per batch."""
+    model, router = routed_model(tiny_model_dir)
+    model.train(training)
+    input_ids = torch.randint(3, 400, (4, 6))
+
+    def made_by(names, **kwargs) -> int:
+        with router.route(names), TensorsFromPythonData() as made:
+            logits = model(input_ids=input_ids, **kwargs).logits
+            if training:
+                logits.float().sum().backward()
+        return made.count
+
+    names = ["generator", "evaluator", "generator", "aggregator"]
+    by_the_model = made_by(["generator"] * 4)  # one adapter: PEFT's plain path, whatever the model itself makes
+    assert made_by(names) - by_the_model == len(set(names))
+    model.eval()
+    with torch.no_grad(), TensorsFromPythonData() as made_by_peft:
+        model(input_ids=input_ids, adapter_names=names)
+    assert made_by_peft.count - by_the_model >= 2 * len(router._layers)  # what the router saves
 
 
 ROUTINGS = {

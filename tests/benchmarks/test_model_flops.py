@@ -42,12 +42,14 @@ def test_formula_counts_what_torch_counts(tokens, completion, rank):
     # Eager attention multiplies the whole n x n score matrix, masked half included; the formula counts the causal
     # half a fused kernel computes.
     masked_half = shape.layers * 2 * tokens**2 * shape.heads * shape.head_dim
-    assert forward.get_total_flops() == forward_flops(
-        shape, tokens=tokens, completion=completion, lora_rank=rank
-    ) + masked_half
-    assert backward.get_total_flops() == backward_flops(
-        shape, tokens=tokens, completion=completion, lora_rank=rank
-    ) + 2 * masked_half
+    assert (
+        forward.get_total_flops()
+        == forward_flops(shape, tokens=tokens, completion=completion, lora_rank=rank) + masked_half
+    )
+    assert (
+        backward.get_total_flops()
+        == backward_flops(shape, tokens=tokens, completion=completion, lora_rank=rank) + 2 * masked_half
+    )
     assert all(p.grad is None for n, p in model.named_parameters() if "lora_" not in n)  # the base stays frozen
 
 

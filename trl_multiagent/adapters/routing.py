@@ -3,8 +3,9 @@
 Under shared policy every role uses one adapter; under isolated policy each role *type* gets its own (three voters
 share ``generator``); any other grouping is an explicit role-to-adapter mapping.
 
-Routing works through forward pre-hooks on the LoRA layers that inject the per-sample adapter names (on every
-layer while a batch mixes adapters). PEFT's own ``adapter_names=`` argument refuses training mode, switching adapters
+Routing works through hooks on the LoRA layers that apply each sample's adapter (on every layer while a batch mixes
+adapters: on plain LoRA linear layers each adapter's LoRA is added on its rows, on any other the per-sample adapter
+names go to PEFT's mixed path). PEFT's own ``adapter_names=`` argument refuses training mode, switching adapters
 between forwards is silently wrong under gradient checkpointing (the recomputed forward uses whatever adapter is
 active during backward), and ``disable_adapter()`` re-enables gradients of the active adapter only. The hooks read
 the routing at call time, so the recomputation in backward sees the same routing as the forward, and no adapter is
@@ -19,7 +20,15 @@ from contextlib import contextmanager
 
 import torch
 
-from ..seams.peft import applies_one_adapter_per_forward, lora_layers, pass_adapter_names, point_at
+from ..seams.peft import (
+    AdapterRows,
+    add_rows_after,
+    adds_rows_itself,
+    applies_one_adapter_per_forward,
+    lora_layers,
+    pass_adapter_names,
+    point_at,
+)
 
 SHARED_ADAPTER = "shared"
 BASE_MODEL = "__base__"  # routes a sample past every adapter: the reference (base) model
@@ -107,12 +116,15 @@ def paired_parameters(
 
 
 class AdapterRouter:
-    """Routes each sample of a batch to its adapter through forward pre-hooks on the LoRA layers.
+    """Routes each sample of a batch to its adapter through hooks on the LoRA layers.
 
     A batch that uses one adapter (every batch under shared policy, and every tick of parallel instances of one
     role) takes PEFT's ordinary path: the layers' active adapter is pointed at it for as long as the routing holds,
     without ``set_adapter`` (which would freeze the other adapters). Only batches that really mix adapters pay for
-    PEFT's per-sample path, which gathers and scatters each adapter's rows in every layer.
+    per-sample routing: on plain LoRA linear layers (nearly all) each adapter's LoRA is added on its rows from row
+    indices built once per batch on the device (``add_adapter_rows``); any other LoRA layer gets the per-sample
+    names and PEFT's own mixed path, which indexes with Python lists (a blocking host-to-device copy per adapter and
+    layer on a GPU).
     """
 
     def __init__(self, model: torch.nn.Module):
@@ -125,14 +137,17 @@ class AdapterRouter:
         # instead (exact: each sample still goes through its own adapter).
         self._weight_layers = {layer for layer in self._layers if applies_one_adapter_per_forward(layer)}
         self.mixes_adapters = not self._weight_layers
+        self._adds_rows = {layer for layer in self._layers if adds_rows_itself(layer)}
         # A hook on a layer sends every call of it down nn.Module's slow path. The first layer that sees whole
         # samples keeps one (it checks that forwards have the routed number of samples, and passes the names); the
-        # other layers get theirs only while a batch mixes adapters (`set`), the one time they have names to pass.
+        # other layers get theirs only while a batch mixes adapters (`set`), the one time they have work to do.
         checked = [layer for layer in self._layers if layer not in self._weight_layers][:1]
         self._handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in checked]
         self._unchecked = [layer for layer in self._layers if layer not in checked]
         self._mixing_handles: list = []
         self._routing: list[str] | None = None
+        self._groups: list[tuple[str, list[int]]] = []  # each adapter of a mixed batch and its rows
+        self._rows_on: dict[torch.device, list[AdapterRows]] = {}  # the same, as index tensors on each device
         self._original_active = [layer.active_adapter for layer in self._layers]
 
     def _adapter_names_for(self, layer: torch.nn.Module, x: torch.Tensor) -> list[str] | None:
@@ -143,11 +158,23 @@ class AdapterRouter:
                 f"Adapter routing holds {len(self._routing)} samples but a LoRA layer received a batch of "
                 f"{x.shape[0]}."
             )
+        if layer in self._adds_rows:  # its rows are added after its base's forward (`_rows_for`)
+            return None
         return self._names  # None for one adapter for the whole batch: PEFT's own path
+
+    def _rows_for(self, layer: torch.nn.Module, x: torch.Tensor) -> list[AdapterRows] | None:
+        if self._names is None:
+            return None
+        rows = self._rows_on.get(x.device)
+        if rows is None:  # once per batch and device, not once per layer
+            rows = [(adapter, torch.tensor(indices, device=x.device)) for adapter, indices in self._groups]
+            self._rows_on[x.device] = rows
+        return rows
 
     def set(self, names: Sequence[str] | None) -> None:
         """Route the next forwards (and the recomputation of checkpointed ones in backward) sample by sample."""
         self._routing = list(names) if names is not None else None
+        self._rows_on = {}
         unique = set(self._routing) if self._routing else set()
         if len(unique) > 1 and not self.mixes_adapters:
             raise ValueError(
@@ -156,15 +183,21 @@ class AdapterRouter:
             )
         if len(unique) == 1:
             # A name that is no adapter of a layer ("__base__") makes PEFT skip that layer's LoRA: the base model.
-            self._names = None
+            self._names, self._groups = None, []
             for layer in self._layers:
                 point_at(layer, [next(iter(unique))])
         else:
             self._names = self._routing
+            names = self._names or []
+            self._groups = [(a, [i for i, n in enumerate(names) if n == a]) for a in dict.fromkeys(names)]
             for layer, active in zip(self._layers, self._original_active):
-                point_at(layer, active)
+                adds_rows = self._names is not None and layer in self._adds_rows
+                point_at(layer, [BASE_MODEL] if adds_rows else active)  # its own forward: the base layer only
         if self._names is not None and not self._mixing_handles:
-            self._mixing_handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in self._unchecked]
+            by_name = [layer for layer in self._unchecked if layer not in self._adds_rows]
+            self._mixing_handles = [pass_adapter_names(layer, self._adapter_names_for) for layer in by_name]
+            by_rows = [layer for layer in self._layers if layer in self._adds_rows]
+            self._mixing_handles += [add_rows_after(layer, self._rows_for) for layer in by_rows]
         elif self._names is None:
             self._remove_mixing_hooks()
 

@@ -18,7 +18,11 @@ import torch
 # wraps. `tuners.lora.layer.ParamWrapper` (since 0.17): LoRA on a parameter (MoE experts, routers) rather than on a
 # module; it applies one weight to the batch's tokens flattened, so it cannot mix adapters within a batch.
 from peft.tuners.lora import LoraLayer
+from peft.tuners.lora.layer import Linear as LoraLinear
 from peft.tuners.lora.layer import ParamWrapper
+
+# One adapter's samples in a mixed batch: its name and the indices of its rows, on the batch's device.
+AdapterRows = tuple[str, torch.Tensor]
 
 
 def lora_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -56,3 +60,43 @@ def pass_adapter_names(
         return args, kwargs
 
     return layer.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def adds_rows_itself(layer: torch.nn.Module) -> bool:
+    """Whether ``add_adapter_rows`` computes ``layer``'s mixed batches: a LoRA ``Linear``
+    (``tuners.lora.layer.Linear``, since 0.0.1) none of whose adapters is a variant (DoRA and the others in
+    ``lora_variant``, since 0.15), i.e. the layers whose mixed path in PEFT is
+    ``result[rows] += lora_B(lora_A(dropout(x[rows]))) * scaling``."""
+    return isinstance(layer, LoraLinear) and not layer.lora_variant
+
+
+def add_adapter_rows(
+    layer: torch.nn.Module, x: torch.Tensor, output: torch.Tensor, rows: Sequence[AdapterRows]
+) -> torch.Tensor:
+    """``output`` (``layer``'s base on ``x``) plus each adapter's LoRA on its own rows, as PEFT's mixed-batch path
+    (``Linear._mixed_batch_forward``) computes it, but from row indices already on the device: PEFT indexes with
+    Python lists in every layer, a blocking host-to-device copy each (two per adapter per layer per forward, which on a
+    GPU stalls every decoding step). Reads the layer's ``lora_A``, ``lora_B``, ``lora_dropout`` and ``scaling``
+    (public attributes of ``LoraLayer`` since 0.0.1); calling the modules lets DeepSpeed ZeRO-3 gather their weights.
+    Out of place, so autograd and checkpointed recomputation see the same graph."""
+    for adapter, index in rows:
+        if adapter not in layer.lora_A:  # the base model's rows, or an adapter this base does not hold
+            continue
+        sub_batch = x.index_select(0, index).to(layer.lora_A[adapter].weight.dtype)
+        lora = layer.lora_B[adapter](layer.lora_A[adapter](layer.lora_dropout[adapter](sub_batch)))
+        output = output.index_add(0, index, (lora * layer.scaling[adapter]).to(output.dtype))
+    return output
+
+
+def add_rows_after(
+    layer: torch.nn.Module, rows_for: Callable[[torch.nn.Module, torch.Tensor], Sequence[AdapterRows] | None]
+) -> torch.utils.hooks.RemovableHandle:
+    """After each call of ``layer`` (pointed at no adapter, so its forward is its base layer's), add the LoRA of the
+    adapters ``rows_for(layer, x)`` names, on their rows (``add_adapter_rows``); nothing when it returns None."""
+
+    def hook(module, args, kwargs, output):
+        x = args[0] if args else kwargs["x"]
+        rows = rows_for(module, x)
+        return None if rows is None else add_adapter_rows(module, x, output, rows)
+
+    return layer.register_forward_hook(hook, with_kwargs=True)
