@@ -205,7 +205,7 @@ def main() -> None:
 
     trainer.engine.run = timer.wrap("rollout", recorded_run)
     trainer.rollout_backend.generate = recorded_generate
-    trainer.per_token_logps_and_entropies = timer.wrap("logprobs", trainer.per_token_logps_and_entropies)
+    trainer._logps_and_entropies = timer.wrap("logprobs", trainer._logps_and_entropies)
     trainer.accelerator.backward = timer.wrap("backward", trainer.accelerator.backward)
 
     with torch.no_grad():  # CUDA context, cuBLAS handles and kernels load here, not inside the first tick

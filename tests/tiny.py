@@ -95,10 +95,10 @@ def tiny_trainer(
 
 
 def train_recording(trainer) -> tuple[list, list]:
-    """Train ``trainer`` and return what it scored: every generation batch ``generate_and_score`` returned (what the
+    """Train ``trainer`` and return what it scored: every generation batch ``_generate_and_score`` returned (what the
     loss read) and every episode the engine ran, in order."""
     batches, episodes = [], []
-    score, run = trainer.generate_and_score, trainer.engine.run
+    score, run = trainer._generate_and_score, trainer.engine.run
 
     def recorded_score(inputs):
         batches.append(score(inputs))
@@ -109,7 +109,7 @@ def train_recording(trainer) -> tuple[list, list]:
         episodes.extend(ran)
         return ran
 
-    trainer.generate_and_score = recorded_score
+    trainer._generate_and_score = recorded_score
     trainer.engine.run = recorded_run
     trainer.train()
     return batches, episodes

@@ -25,20 +25,21 @@ from accelerate.utils import gather, gather_object
 from .adapters.bases import Bases
 from .adapters.routing import BASE_MODEL, resolve_role_adapters
 from .adapters.updates import AdapterUpdates
-from .checkpoints import role_adapters as saved_run
 from .checkpoints.atomic import resume_checkpoint
-from .checkpoints.card import final_metrics, write_model_cards
 from .checkpoints.resume_command import resume_advice
+from .checkpoints.run import RunCheckpoints
 from .checkpoints.workflow_config import check_workflow_config
 from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 from .grpo_seam import GRPOSeam
 from .model_names import resolve_model_name
-from .monitoring import monitoring_callbacks, role_metrics, workflow_metrics
+from .monitoring import monitoring_callbacks
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .monitoring.learning_signal import LearningSignalCheck
+from .monitoring.training_metrics import TrainingMetrics
 from .rollout.ahead import RolloutsAhead
-from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend, sync_adapters
+from .rollout.backends.adapter_sync import AdapterSync
+from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
 from .rollout.engine import RolloutEngine
 from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
@@ -59,7 +60,8 @@ from .workflows.base import Workflow
 class MultiAgentGRPOTrainer(GRPOSeam):
     """GRPO for multi-agent workflows. Takes every argument of [`~trl.GRPOTrainer`] plus `workflow`.
 
-    It reaches TRL's private hooks and state only through [`GRPOSeam`] (grpo_seam.py), by their public names there.
+    Its public methods are TRL's; it reaches TRL's private hooks and state only through [`GRPOSeam`] (grpo_seam.py),
+    by private names of its own there.
 
     Args:
         workflow ([`Workflow`]): the roles and how they talk; each `generate` call is one training sample.
@@ -142,8 +144,28 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         probe_rows = train_dataset if environment_factory is None else [{"prompt": EMPTY_PROMPT}]
         probe_first_row(workflow, self.role_adapters, probe_rows)  # an undeclared role fails now
         check_schedule(args, deepspeed=self.is_deepspeed_enabled)
-        if self.is_vision_language_model:
+        if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
+        self._install_adapters(args)
+        self._build_rollouts(
+            args, rollout_backend, tools=tools, role_tools=role_tools, environments=environment_factory
+        )
+        self.answer_checker = answer_checker
+        self.role_reward_funcs = role_reward_funcs
+        if args.role_rewards is not None:
+            self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
+        self._build_monitoring(args)
+        self._checkpoints = RunCheckpoints(
+            workflow,
+            self.role_adapters,
+            policy_sharing=args.policy_sharing,
+            bases=self.bases,
+            installed=self.installed_adapters,
+            update_state=self.gradient_accounts,
+        )
+
+    def _install_adapters(self, args: MultiAgentGRPOConfig) -> None:
+        """Every role adapter on its base, the router of each sample's adapter, and the parts of an update."""
         updates = AdapterUpdates.from_config(
             self.model,
             args,
@@ -161,45 +183,65 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             self.bases.hold_in(self.model)
         self.adapter_names = self.installed_adapters.adapter_names
         self.router = self.installed_adapters.router
-        self.adapter_check = AdapterCheck.for_run(args, workflow.roles, self.role_adapters, self.model)
+        self.adapter_check = AdapterCheck.for_run(args, self.workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
-        self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in workflow.roles}
+        self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in self.workflow.roles}
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
-        self._synced_step = -1
-        self.rollout_backend = rollout_backend or build_backend(args, self.backend_context())
+
+    def _build_rollouts(self, args: MultiAgentGRPOConfig, backend, *, tools, role_tools, environments) -> None:
+        """The rollout backend, the roles' tools, the environments, the engine, and the rollouts run ahead."""
+        self.rollout_backend = backend or build_backend(args, self._backend_context())
         self.role_tools = self._build_role_tools(tools, role_tools)
         self.environment_runs, self.episode_tools = None, None
-        if environment_factory is not None:
-            (role,) = workflow.roles
+        if environments is not None:
+            (role,) = self.workflow.roles
             self.environment_runs = Environments(
-                environment_factory if isinstance(environment_factory, dict) else {None: environment_factory},
-                self.environment_pool,
+                environments if isinstance(environments, dict) else {None: environments},
+                self._environment_instances,
                 role=role,
                 build_tools=lambda methods: self._build_role_tools([*(tools or ()), *methods], role_tools)[role],
             )
         self.engine = RolloutEngine(
-            workflow,
+            self.workflow,
             self.rollout_backend,
             self.role_adapters,
             args.role_generation_kwargs,
             mode=args.rollout_mode,
             base_for_role=self.bases.role_base,
             role_tools=self.role_tools,
-            max_prompt_length=args.prompt_limit_for(type(workflow)),
+            max_prompt_length=args.prompt_limit_for(type(self.workflow)),
         )
         # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
         self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
+        sync = AdapterSync(
+            self.rollout_backend,
+            unwrapped_model=self._unwrapped_for_generation,
+            adapters_by_base=self.installed_adapters.by_base,
+            weights_step=lambda: self.state.global_step,
+            is_main_process=self.accelerator.is_main_process,
+            wait_for_everyone=self.accelerator.wait_for_everyone,
+        )
         ahead = check_rollout_ahead(args, self.accelerator.num_processes)
-        self.rollouts = RolloutsAhead(self._run_episodes, self._sync_backend_adapters, self._more_steps, ahead=ahead)
-        self.answer_checker = answer_checker
-        self.role_reward_funcs = role_reward_funcs
-        if args.role_rewards is not None:
-            self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
-        first, last = monitoring_callbacks(args, workflow.formats, trackers=self.callback_handler.callbacks)
+        self.rollouts = RolloutsAhead(self._run_episodes, sync, self._more_steps, ahead=ahead)
+
+    def _build_monitoring(self, args: MultiAgentGRPOConfig) -> None:
+        """The metrics recorded each step, the learning-signal check, and the callbacks: drift alarms, the summary."""
+        self._step_metrics = TrainingMetrics(
+            self.workflow,
+            record=self._record_metrics,
+            record_column=self._record_completion_column,
+            gather=gather,
+            reduce_sum=lambda t: self.accelerator.reduce(t, reduction="sum"),
+            device=self.accelerator.device,
+            reward_names=self.reward_func_names,
+            answer_checker=self.answer_checker,
+        )
+        formats = self.workflow.formats
+        first, last = monitoring_callbacks(args, formats, trackers=self.callback_handler.callbacks)
         main = self.accelerator.is_main_process
-        self.learning_signal = LearningSignalCheck(workflow.formats, workflow.config_dict(), main_process=main)
+        self.learning_signal = LearningSignalCheck(formats, self.workflow.config_dict(), main_process=main)
         # First in line, so the report_to integrations that log after them see the alarm metrics.
         self.callback_handler.callbacks[:0] = first
         for callback in last:
@@ -212,19 +254,18 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
         def tokenizer_for_role(role: str):
             base = role_base.get(role)
-            return extra[base].tokenizer if base in extra else self.text_tokenizer
+            return extra[base].tokenizer if base in extra else self._text_tokenizer
 
         return build_role_tools(self.workflow, self.args, tokenizer_for_role, tools=tools, role_tools=role_tools)
 
-    # -------------------------------------------------------------------------------------------- rollout backend
-    def backend_context(self) -> BackendContext:
+    def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""
         context = BackendContext(
             model=self.model,
             adapter_names=self.adapter_names,
-            tokenizer=self.text_tokenizer,
+            tokenizer=self._text_tokenizer,
             router=self.router,
-            unwrapped_model=self.unwrapped_for_generation,
+            unwrapped_model=self._unwrapped_for_generation,
             generation_config=self.generation_config,
             eos_token_ids=self.eos_token_ids,
             chat_template_kwargs=self.chat_template_kwargs,
@@ -244,19 +285,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def _more_steps(self) -> bool:
         return self.state.global_step + 1 < self.state.max_steps
 
-    def _sync_backend_adapters(self) -> None:
-        """Send the adapters as they are after the last optimizer step (gathered first under ZeRO-3), if not sent."""
-        if not hasattr(self.rollout_backend, "sync_adapters") or self._synced_step == self.state.global_step:
-            return
-        with self.unwrapped_for_generation() as model:
-            sync_adapters(
-                self.rollout_backend, self.installed_adapters.by_base(model), self.accelerator.is_main_process
-            )
-        self.accelerator.wait_for_everyone()
-        self._synced_step = self.state.global_step
-
     # ---------------------------------------------------------------------------------------------- 1-3 rollouts
-    def generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
+    def _generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         if self.environment_runs is not None:  # one environment per episode, reset with its row
@@ -266,18 +296,18 @@ class MultiAgentGRPOTrainer(GRPOSeam):
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
         episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
-        self.record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
-        self.record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
+        self._record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        self._record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
         # grouped over the episodes of each prompt.
         completions = final_completions(episodes, inputs)
         last_ids = [final_completion_ids(e) for e in episodes]
-        rewards_per_func = self.score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
+        rewards_per_func = self._score_completions(inputs, prompts, completions, last_ids)  # [E_all, F], gathered
         if self.engine.max_prompt_length is not None:  # an episode ended by a prompt too long counts in no group
             dropped = gather(torch.tensor([float(e.dropped) for e in episodes], device=self.accelerator.device))
             rewards_per_func[dropped.bool()] = torch.nan
-            self.record_metrics(mode, {"workflow/dropped_episodes": dropped.sum().item()})
+            self._record_metrics(mode, {"workflow/dropped_episodes": dropped.sum().item()})
         rewards, all_advantages = outcome_advantages(
             rewards_per_func,
             self.reward_weights,
@@ -315,7 +345,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             calls,
             advantages,
             episode_ids,
-            pad_token_id=self.bases.pad_token_ids(calls, self.text_tokenizer),
+            pad_token_id=self.bases.pad_token_ids(calls, self._text_tokenizer),
             device=self.accelerator.device,
             mask_truncated_completions=self.args.mask_truncated_completions,
         )
@@ -332,13 +362,16 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         batch.num_items_in_batch = totals[1]
         # Logged as TRL logs `reward`: the weighted sum of the functions' own outputs, under either aggregation.
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
-        self._log_rollout_metrics(mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func)
-        self.record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
-        values = self._log_workflow_metrics(
+        tool_roles = self._tool_roles()
+        self.state.num_input_tokens_seen += self._step_metrics.rollout_batch(
+            mode, episodes, batch, rewards=logged, rewards_per_func=rewards_per_func, tool_roles=tool_roles
+        )
+        self._record_completions(mode, prompts, [e.final_answer for e in episodes], rewards_per_func, all_advantages)
+        values = self._step_metrics.workflow_batch(
             mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
         )
         if mode == "train":  # most groups flat while a role fails its format: said once, early
-            self.record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
+            self._record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
         self._add_logps_before_update(batch, mode)
         self._check_adapters(episodes, batch, mode)
         return batch
@@ -350,11 +383,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             values = builtin_role_rewards(self.args.role_rewards, self.workflow, episodes, rows, outcome, self._score)
         else:
             return None
-        sums = role_metrics.role_reward_sums(
-            self.workflow.roles, episodes, role_rewards=values, device=self.accelerator.device
-        )
-        self.record_metrics(mode, role_metrics.role_reward_metrics(self.workflow.roles, gather(sums[None]).sum(0)))
+        self._step_metrics.role_rewards(mode, episodes, values)
         return values
+
+    def _tool_roles(self) -> list[str] | None:
+        """The roles whose tool calls are logged; None when no role has tools in this run."""
+        if not self.role_tools and self.environment_runs is None:
+            return None
+        return [r for r in self.workflow.roles if r in self.role_tools or self.episode_tools]
 
     def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
@@ -387,7 +423,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         metrics = self.adapter_check.check(
             calls=calls, batch=batch, trainer_logps=logps, step=step, ran_ahead=ahead, gather=gather
         )
-        self.record_metrics(mode, metrics)
+        self._record_metrics(mode, metrics)
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
@@ -396,12 +432,13 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
             model, router = self.adapter_routing.forward_target(part.adapters, self.model)
             with router.route(names):
-                return self.per_token_logps_and_entropies(model, *part.model_inputs())[0]
+                return self._logps_and_entropies(model, *part.model_inputs())[0]
 
         same_order = stand_in = None
         if self.process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
             keys = batch.adapters
-            reference, pad = adapters[0] == BASE_MODEL, self.text_tokenizer.pad_token_id  # base model, or own adapters
+            reference = adapters[0] == BASE_MODEL  # the base model, or each sample's own adapter
+            pad = self._text_tokenizer.pad_token_id
 
             def same_order(groups: list[list[int]]) -> list:
                 return self.process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
@@ -425,24 +462,24 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
-    def prepare_inputs(self, generation_batch) -> TrainingBatch:
+    def _micro_step_inputs(self, generation_batch) -> TrainingBatch:
         # 4. Cut the generation batch into the micro-steps of one optimizer step. TRL's version splits with a fixed
         # chunk size and drops the remainder; workflows make a variable number of calls, so split into near-equal
         # micro-batches and weigh each sample exactly (loss_weights.py).
         if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
             return generation_batch
         if not self.model.training:  # an evaluation batch: its loss forwards (`compute_loss` adds them up)
-            return self._evaluation_forwards(loss_ready(self.generate_and_score(generation_batch), self.loss_type))
+            return self._evaluation_forwards(loss_ready(self._generate_and_score(generation_batch), self.loss_type))
         steps = self.args.steps_per_generation
-        if self.micro_step % (steps * self.num_iterations) == 0 or self.buffered_micro_batches is None:
-            batch = self.generate_and_score(generation_batch).shuffled()
+        if self._micro_step % (steps * self.num_iterations) == 0 or self._buffered_micro_batches is None:
+            batch = self._generate_and_score(generation_batch).shuffled()
             chunks = generation_chunks(
                 batch, steps=steps, loss_type=self.loss_type, num_processes=self.accelerator.num_processes
             )
-            self.buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
+            self._buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
-            self.record_metrics("train", {"workflow/samples_trained": float(trained)})
-        return self.buffered_micro_batches[self.micro_step % steps]
+            self._record_metrics("train", {"workflow/samples_trained": float(trained)})
+        return self._buffered_micro_batches[self._micro_step % steps]
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         """One micro-step of TRL's loop: its samples in memory-bounded forwards; under
@@ -454,10 +491,10 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             model.train()
         if self.args.update_schedule == "mini_batches":
             return self._mini_batch_update(model, inputs, num_items_in_batch)
-        step = self.micro_step
-        parts = self._micro_batches(self.prepare_inputs(inputs))
+        step = self._micro_step
+        parts = self._micro_batches(self._micro_step_inputs(inputs))
         loss = self._accumulate(model, parts, num_items_in_batch)
-        self.micro_step = step + 1  # TRL's training_step counted each part
+        self._micro_step = step + 1  # TRL's training_step counted each part
         return loss
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
@@ -468,7 +505,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             loss_type=self.loss_type,
             keys=self.adapter_routing.forward_keys(batch.adapters),
         )
-        pad_token_id = self.text_tokenizer.pad_token_id
+        pad_token_id = self._text_tokenizer.pad_token_id
         parts = self.process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
         return self._even_forwards(self.process_alignment.synchronised_last(parts, pad_token_id))
 
@@ -477,7 +514,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         weighted so that their losses add up to the batch's, alike on every process as training's are."""
         keys = self.adapter_routing.forward_keys(batch.adapters)
         parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
-        return self._even_forwards(self.process_alignment.same_forwards(parts, self.text_tokenizer.pad_token_id))
+        return self._even_forwards(self.process_alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
 
     def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
         """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
@@ -486,7 +523,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         return even_forwards(
             parts,
             most_over_processes=lambda t: gather(t[None]).max(dim=0).values,
-            pad_token_id=self.text_tokenizer.pad_token_id,
+            pad_token_id=self._text_tokenizer.pad_token_id,
             loss_type=self.loss_type,
         )
 
@@ -495,7 +532,7 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed)."""
         loss = torch.zeros((), device=self.accelerator.device)
         for i, part in enumerate(parts):
-            with self.accumulating(model) if i < len(parts) - 1 else nullcontext():
+            with self._accumulating(model) if i < len(parts) - 1 else nullcontext():
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         if self.is_deepspeed_enabled and self.accelerator.sync_gradients:  # the engine stepped on the last backward
             clear_zero3_gradients(model)
@@ -504,11 +541,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
         # last takes its optimizer step here, the last one takes the Trainer's own step.
-        step = self.micro_step
-        self.micro_step = step + 1
-        if self.micro_step % self.args.steps_per_generation:
+        step = self._micro_step
+        self._micro_step = step + 1
+        if self._micro_step % self.args.steps_per_generation:
             return torch.zeros((), device=self.accelerator.device)
-        batch = self.generate_and_score(inputs)
+        batch = self._generate_and_score(inputs)
         prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
         plan = mini_batch_plan(
             batch,
@@ -529,14 +566,14 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             loss = loss + self._accumulate(model, parts, num_items_in_batch)
         self.adapter_optimizer.keep_only(plan[-1][0])
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
-        self.record_metrics("train", steps)
-        self.record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
-        self.micro_step = step + 1
+        self._record_metrics("train", steps)
+        self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
+        self._micro_step = step + 1
         return loss
 
     def _single_adapter_step(self, adapter: str) -> None:
         """An optimizer step of one mini-batch: its adapter alone, clipped on its own; its norm before clipping counts
-        in the training step's `grad_norm` (`gradient_norm`)."""
+        in the training step's `grad_norm` (`_step_grad_norm`)."""
         self._before_optimizer_step()
         self.adapter_optimizer.keep_only(adapter)
         if self.args.max_grad_norm > 0:
@@ -557,10 +594,17 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         model, router = self.adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
         router.set(self.adapter_routing.names(inputs.adapters, inputs.roles, training))
         trl_inputs = inputs.to_trl_inputs()
-        loss, per_token_logps, entropies = self.trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
+        loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
             loss = loss + self._kl_loss(per_token_logps, inputs)
-        self._log_role_loss_metrics(per_token_logps.detach(), entropies.detach(), inputs)
+        self._step_metrics.loss_forward(
+            "train" if training else "eval",
+            inputs,
+            logps=per_token_logps.detach(),
+            entropies=entropies.detach(),
+            epsilon_low=self.epsilon_low,
+            epsilon_high=self.epsilon_high,
+        )
         return loss
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
@@ -581,25 +625,8 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             bias_correction=self.args.use_bias_correction_kl,
             importance_sampling_level=self.importance_sampling_level,
         )
-        kl = role_metrics.role_kl_metrics(
-            self.workflow.roles, inputs.roles, per_token_kl=per_token_kl, mask=inputs.completion_mask
-        )
-        self.record_metrics("train" if self.model.training else "eval", kl)
+        self._step_metrics.role_kl("train" if self.model.training else "eval", inputs, per_token_kl)
         return loss
-
-    def _log_role_loss_metrics(self, logps: torch.Tensor, entropies: torch.Tensor, inputs: TrainingBatch) -> None:
-        roles = self.workflow.roles
-        sums = role_metrics.token_stat_sums(
-            roles,
-            inputs,
-            logps=logps,
-            entropies=entropies,
-            epsilon_low=self.epsilon_low,
-            epsilon_high=self.epsilon_high,
-        )
-        sums = self.accelerator.reduce(sums, reduction="sum")
-        mode = "train" if self.model.training else "eval"
-        self.record_metrics(mode, role_metrics.token_stat_metrics(roles, sums))
 
     # ---------------------------------------------------------------------------------------- the optimizer step
     def create_optimizer(self, model=None):
@@ -613,16 +640,16 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.lr_scheduler = self.adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
-    def clip_grad_norm(self, model):
+    def _clip_gradients(self, model):
         self._before_optimizer_step()
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
             return self.gradient_accounts.clip(self.args.max_grad_norm)
         extra = self.installed_adapters.extra_parameters()
         if extra:  # the norm over every base's adapters
             return self.accelerator.clip_grad_norm_([*model.parameters(), *extra], self.args.max_grad_norm)
-        return super().clip_grad_norm(model)
+        return super()._clip_gradients(model)
 
-    def gradient_norm(self, model, grad_norm=None):
+    def _step_grad_norm(self, model, grad_norm=None):
         """The training step's `grad_norm`, before clipping, over every optimizer update of the step: the last
         update's norm, with the earlier mini-batch updates' (`update_schedule="mini_batches"`) added in squares. The
         Trainer calls it once a step, before the last update; the step's gradient metrics are recorded here."""
@@ -631,12 +658,11 @@ class MultiAgentGRPOTrainer(GRPOSeam):
             extra = self.installed_adapters.extra_parameters()
             if extra:
                 grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
-        grad_norm = super().gradient_norm(model, grad_norm=grad_norm)
+        grad_norm = super()._step_grad_norm(model, grad_norm=grad_norm)
         if self.earlier_update_norms:
             grad_norm = math.sqrt(sum(n**2 for n in self.earlier_update_norms) + float(grad_norm) ** 2)
             self.earlier_update_norms = []
-        measured = self.gradient_accounts.step_measured()
-        self.record_metrics("train", role_metrics.update_metrics(measured, self.role_adapters))
+        self._step_metrics.updates(self.gradient_accounts.step_measured(), self.role_adapters)
         return grad_norm
 
     def _before_optimizer_step(self) -> None:
@@ -644,93 +670,43 @@ class MultiAgentGRPOTrainer(GRPOSeam):
         self.gradient_accounts.before_optimizer_step()
 
     # ------------------------------------------------------------------------------------------ checkpoints
+    # What a run saves beside TRL's checkpoint and reads back on resume: checkpoints/run.py (`RunCheckpoints`).
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         if resume_from_checkpoint is True:  # the newest complete checkpoint, naming any it skipped
             resume_from_checkpoint = resume_checkpoint(self.args.output_dir)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
 
-    def save_checkpoint(self, model, trial) -> None:
-        super().save_checkpoint(model, trial)
+    def _write_checkpoint(self, model, trial) -> None:
+        super()._write_checkpoint(model, trial)
         if self.args.should_save:
-            saved_run.save_update_state(self.checkpoint_folder(trial), self.gradient_accounts.state_dict())
+            self._checkpoints.save_update_state(self._checkpoint_folder(trial))
 
-    def load_optimizer_and_scheduler(self, checkpoint) -> None:
-        super().load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None and self.is_deepspeed_enabled and self.bases.extra:
-            # The engine restored its optimizer state (every base's) and the weights of the trainer's model's
-            # state dict, which leaves out the other bases it holds: their adapters come from their folders.
-            with self.bases.gathered(modifier_rank=0):
-                for peft_model, names in list(self.installed_adapters.by_base(self.model).values())[1:]:
-                    saved_run.load_role_adapters(peft_model, checkpoint, names)
-            self.installed_adapters.weights_loaded()
-        state = saved_run.load_update_state(checkpoint)
-        if state is not None:
-            self.gradient_accounts.load_state_dict(state)
+    def _restore_optimizer_and_scheduler(self, checkpoint) -> None:
+        super()._restore_optimizer_and_scheduler(checkpoint)
+        self._checkpoints.restore(checkpoint, self.model, deepspeed=self.is_deepspeed_enabled)
 
-    def save_to(self, output_dir: str | None = None, state_dict=None) -> None:
-        super().save_to(output_dir, self.bases.own_state(state_dict))  # the trainer's base's adapters only
-        with self.bases.gathered():  # the other bases' adapters, whole under ZeRO-3 (every process gathers)
-            if self.args.should_save:
-                output_dir = output_dir or self.args.output_dir
-                config = self.multiagent_config()
-                bases = self.installed_adapters.by_base(self.model)
-                saved_run.save_run_files(output_dir, config, self.installed_adapters.shadows, bases)
-                write_model_cards(output_dir, config, final_metrics(self.state.log_history), self.hub_model_id)
+    def _save_model_files(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save_model_files(output_dir, self.bases.own_state(state_dict))  # the trainer's base's adapters only
+        self._checkpoints.save_run_files(
+            output_dir or self.args.output_dir,
+            self.model,
+            should_save=self.args.should_save,
+            log_history=self.state.log_history,
+            hub_model_id=self.hub_model_id,
+        )
 
-    def load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+    def _load_model_weights(self, resume_from_checkpoint: str, model=None) -> None:
         # Replaces the Trainer's loading: every role adapter, on every base, from its own folder.
-        model = self.accelerator.unwrap_model(model or self.model)
-        for peft_model, names in self.installed_adapters.by_base(model).values():
-            saved_run.load_role_adapters(peft_model, resume_from_checkpoint, names)
-        self.installed_adapters.weights_loaded()
+        self._checkpoints.load_adapters(self.accelerator.unwrap_model(model or self.model), resume_from_checkpoint)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         # Replaces TRL's card (library_name transformers): the run's card and one per role adapter folder.
         if self.is_world_process_zero():
-            metrics = final_metrics(self.state.log_history)
-            output_dir = self.args.output_dir
-            write_model_cards(output_dir, self.multiagent_config(), metrics, self.hub_model_id, dataset_name, tags)
-
-    def multiagent_config(self) -> dict:
-        base_model = next(iter(self.model.peft_config.values())).base_model_name_or_path
-        sharing = self.args.policy_sharing
-        return saved_run.run_config(base_model, self.workflow, sharing, self.role_adapters, self.bases)
-
-    # ---------------------------------------------------------------------------------------------------- metrics
-    def _log_workflow_metrics(self, mode: str, episodes, inputs: list[dict], *, rewards: list[float]) -> dict:
-        checker = self.answer_checker if self.answer_checker and "answer" in inputs[0] else None
-        kept = [i for i, e in enumerate(episodes) if not e.dropped]  # a dropped episode made no call to read
-        answers = [inputs[i]["answer"] for i in kept] if checker else None
-        values = workflow_metrics(
-            self.workflow, [episodes[i] for i in kept], [rewards[i] for i in kept], checker, answers
-        )
-        values.pop("workflow/success", None)  # logged from the rewards of every process already
-        self.record_metrics(mode, values)
-        # Each role's outputs of every episode, as extra columns of TRL's completions table (log_completions).
-        for role in self.workflow.roles:
-            column = ["\n---\n".join(c.text for c in e.calls if c.role == role) for e in episodes]
-            self.record_completion_column(f"role/{role}", column)
-        return values
-
-    def _log_rollout_metrics(self, mode: str, episodes, batch: TrainingBatch, *, rewards, rewards_per_func) -> None:
-        roles = self.workflow.roles
-        tokens = batch.completion_mask.sum(dim=1)
-        calls = gather(torch.tensor([float(len(e.calls)) for e in episodes], device=self.accelerator.device))
-        sums = role_metrics.rollout_sums(
-            roles, batch.roles, completion_tokens=tokens, truncated=batch.truncated, advantages=batch.advantages
-        )
-        values = role_metrics.rollout_metrics(
-            roles,
-            gather(sums[None]).sum(0),
-            rewards=rewards,
-            rewards_per_func=rewards_per_func,
-            reward_names=self.reward_func_names,
-            calls_per_episode=calls,
-            batch=batch,
-        )
-        self.record_metrics(mode, values)
-        if self.role_tools or self.environment_runs is not None:
-            tool_roles = [r for r in roles if r in self.role_tools or self.episode_tools]
-            tool_sums = gather(role_metrics.tool_sums(tool_roles, episodes, self.accelerator.device)[None]).sum(0)
-            self.record_metrics(mode, role_metrics.tool_metrics(tool_roles, tool_sums, len(calls)))
-        self.state.num_input_tokens_seen += int(gather((batch.prompt_mask.sum() + tokens.sum()).view(1)).sum().item())
+            self._checkpoints.write_cards(
+                self.args.output_dir,
+                self.model,
+                log_history=self.state.log_history,
+                hub_model_id=self.hub_model_id,
+                dataset_name=dataset_name,
+                tags=tags,
+            )

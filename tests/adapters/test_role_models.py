@@ -197,7 +197,7 @@ def trainer_greedy(trainer, prompts):
     sampling = trainer.generation_config
     trainer.generation_config = GenerationConfig(**{**trainer.generation_kwargs, "do_sample": False})
     try:
-        backend = build_backend(trainer.args, trainer.backend_context())
+        backend = build_backend(trainer.args, trainer._backend_context())
     finally:
         trainer.generation_config = sampling
     engine = RolloutEngine(trainer.workflow, backend, trainer.role_adapters, base_for_role=trainer.bases.role_base)

@@ -42,8 +42,8 @@ def resume_to_the_end(model_dir, run, caplog) -> None:
     """A new run on the same folder resumes from checkpoint-1, saying that it ignores the unfinished save, and saves
     checkpoint-2 complete."""
     resumed = trainer_for(model_dir, run)
-    loaded, load = [], resumed.load_from_checkpoint
-    resumed.load_from_checkpoint = lambda checkpoint, model=None: loaded.append(checkpoint) or load(checkpoint, model)
+    loaded, load = [], resumed._load_model_weights
+    resumed._load_model_weights = lambda checkpoint, model=None: loaded.append(checkpoint) or load(checkpoint, model)
     with caplog.at_level(logging.WARNING, logger="trl_multiagent.checkpoints.atomic"):
         resumed.train(resume_from_checkpoint=True)
     assert "An interrupted save left checkpoint-2" in caplog.text

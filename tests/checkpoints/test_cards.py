@@ -16,13 +16,13 @@ class WiredTrainer(MultiAgentGRPOTrainer):
     def _save(self, output_dir=None, state_dict=None):
         super()._save(output_dir, state_dict)
         if self.args.should_save:  # every checkpoint and the final folder: run card + one card per adapter folder
-            metrics = final_metrics(self.state.log_history)
-            write_model_cards(output_dir or self.args.output_dir, self.multiagent_config(), metrics, self.hub_model_id)
+            metrics, config = final_metrics(self.state.log_history), self._checkpoints.run_config(self.model)
+            write_model_cards(output_dir or self.args.output_dir, config, metrics, self.hub_model_id)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         if self.is_world_process_zero():  # replaces TRL's card (library_name transformers) with ours
             metrics = final_metrics(self.state.log_history)
-            config = self.multiagent_config()
+            config = self._checkpoints.run_config(self.model)
             write_model_cards(self.args.output_dir, config, metrics, self.hub_model_id, dataset_name, tags)
 
 

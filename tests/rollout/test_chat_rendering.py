@@ -248,7 +248,7 @@ def test_trainer_builds_its_backend_with_the_configs_rendering(tiny_model_dir, t
 
     trainer = tiny_trainer(tiny_model_dir, tmp_path, chat_rendering="reference_qwen")
     assert trainer.rollout_backend.renderer.chat_rendering == "reference_qwen"
-    assert trainer.rollout_backend.tokenize(QUESTION) == reference_ids(trainer.text_tokenizer, QUESTION_PROMPT)
+    assert trainer.rollout_backend.tokenize(QUESTION) == reference_ids(trainer._text_tokenizer, QUESTION_PROMPT)
 
 
 @pytest.fixture

@@ -361,7 +361,7 @@ def drop_in_trainer(model_dir, output_dir, reward=done_reward, **kwargs):
 def test_single_agent_with_tools_trains_as_grpo_trainer_with_tools(tool_model_dir, tmp_path, tool):
     trainer = drop_in_trainer(tool_model_dir, tmp_path, tools=[tool])
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    with patch.object(trainer.model, "generate", side_effect=fake_generate(trainer.text_tokenizer, tool.__name__)):
+    with patch.object(trainer.model, "generate", side_effect=fake_generate(trainer._text_tokenizer, tool.__name__)):
         trainer.train()
 
     logs = trainer.state.log_history[0]
@@ -382,7 +382,7 @@ def test_the_reward_sees_the_tool_conversation_as_grpo_trainer_passes_it(tool_mo
     # `completion_ids` are every token after the prompt, tool turns included.
     reward = RecordingReward()
     trainer = drop_in_trainer(tool_model_dir, tmp_path, reward=reward, tools=[multiply])
-    tokenizer = trainer.text_tokenizer
+    tokenizer = trainer._text_tokenizer
     with patch.object(trainer.model, "generate", side_effect=fake_generate(tokenizer, "multiply")):
         trainer.train()
 
@@ -420,7 +420,7 @@ def test_reward_inputs_and_tool_metrics_match_grpo_trainer_on_the_same_run(tool_
     )
     trainer = drop_in_trainer(tool_model_dir, tmp_path / "ours", reward=ours, tools=[multiply])
     for run in (trl_trainer, trainer):
-        with patch.object(run.model, "generate", side_effect=fake_generate(trainer.text_tokenizer, "multiply")):
+        with patch.object(run.model, "generate", side_effect=fake_generate(trainer._text_tokenizer, "multiply")):
             run.train()
 
     assert ours.seen[0]["prompts"] == theirs.seen[0]["prompts"]

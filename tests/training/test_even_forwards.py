@@ -125,7 +125,7 @@ def test_padding_leaves_trls_loss_and_gradient_of_a_forward_unchanged(tiny_model
 
     def loss_and_gradient(batch: TrainingBatch) -> tuple[torch.Tensor, torch.Tensor]:
         these = logps[: len(batch)].clone().requires_grad_(True)
-        trainer.per_token_logps_and_entropies = lambda *a, **k: (these, torch.zeros_like(these), None)
+        trainer._logps_and_entropies = lambda *a, **k: (these, torch.zeros_like(these), None)
         loss = trainer.compute_loss(trainer.model, batch)
         (gradient,) = torch.autograd.grad(loss, these)
         return loss, gradient

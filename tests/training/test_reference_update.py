@@ -58,7 +58,7 @@ def sgd_step_as_verl(trainer, part: TrainingBatch, adapter: str, mini_batch_size
     for i in range(len(part)):
         micro = part.select([i]).trimmed()
         with trainer.router.route([adapter]):
-            logps = trainer.per_token_logps_and_entropies(trainer.model, *micro.model_inputs())[0]
+            logps = trainer._logps_and_entropies(trainer.model, *micro.model_inputs())[0]
         loss = verl_policy_loss(logps, micro.old_per_token_logps, micro.advantages, micro.completion_mask)
         grads = torch.autograd.grad(loss * len(micro) / mini_batch_size, list(params.values()), allow_unused=True)
         for acc, grad in zip(total, grads):
@@ -247,7 +247,7 @@ def test_policy_loss_is_verls_seq_mean_token_mean_with_dual_clip(tiny_model_dir,
     def fixed_logps(*args, **kwargs):
         return logps, torch.zeros_like(logps), None
 
-    trainer.per_token_logps_and_entropies = fixed_logps
+    trainer._logps_and_entropies = fixed_logps
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the Trainer's loop, outside of which this runs
     ours = trainer.compute_loss(trainer.model, loss_ready(batch, trainer.loss_type))

@@ -64,7 +64,7 @@ def test_zero_weight_under_shared_policy_equals_training_without_that_role(tiny_
     weighted = voting_run(tiny_model_dir, tmp_path / "weighted", role_loss_weights={"aggregator": 0.0}, **common)
 
     def without_aggregator(trainer):
-        score = trainer.generate_and_score
+        score = trainer._generate_and_score
 
         def filtered(inputs):
             batch = score(inputs)
@@ -74,7 +74,7 @@ def test_zero_weight_under_shared_policy_equals_training_without_that_role(tiny_
             out.num_items_in_batch = out.completion_mask.sum().float()
             return out
 
-        trainer.generate_and_score = filtered
+        trainer._generate_and_score = filtered
 
     dropped = voting_run(tiny_model_dir, tmp_path / "dropped", before_train=without_aggregator, **common)
     a, b = adapter_parameters(weighted.model, "shared"), adapter_parameters(dropped.model, "shared")

@@ -189,7 +189,7 @@ def test_uneven_sample_counts_are_all_trained(tiny_model_dir, tmp_path):
     assert sorted(len(e.calls) for e in episodes[:12]) == [2] * 9 + [4] * 3
     assert [h["workflow/samples_generated"] for h in logs] == [30.0, 30.0]
     assert [h["workflow/samples_trained"] for h in logs] == [30.0, 30.0]
-    sizes = [len(chunk.roles) for chunk in trainer.buffered_micro_batches]
+    sizes = [len(chunk.roles) for chunk in trainer._buffered_micro_batches]
     assert sizes == [8, 8, 7, 7]
 
 

@@ -43,13 +43,13 @@ def make_trainer(model_dir, tmp_path, workflow, respond=half_right_answers, **ov
 
 
 def record_batches(trainer) -> list:
-    batches, score = [], trainer.generate_and_score
+    batches, score = [], trainer._generate_and_score
 
     def recording(inputs):
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer.generate_and_score = recording
+    trainer._generate_and_score = recording
     return batches
 
 
@@ -96,7 +96,7 @@ def test_two_mini_batches_equal_two_hand_written_sgd_steps(tiny_model_dir, tmp_p
     for rows in (slice(0, 4), slice(4, 8)):
         part = batch.select(rows)
         with trainer.router.route(["shared"] * 4):
-            logps = trainer.per_token_logps_and_entropies(trainer.model, *part.model_inputs())[0]
+            logps = trainer._logps_and_entropies(trainer.model, *part.model_inputs())[0]
         ratio = torch.exp(logps - part.old_per_token_logps)
         advantage = part.advantages.unsqueeze(1)
         per_token = -torch.min(ratio * advantage, torch.clamp(ratio, 1 - eps, 1 + eps) * advantage)

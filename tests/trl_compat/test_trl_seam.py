@@ -112,21 +112,54 @@ def test_only_the_seam_names_a_trl_private_member():
     )
 
 
+# The seam's own private names: the hooks the trainer overrides instead of TRL's, and what reaches TRL's state.
+SEAM_OWN = {
+    "_loss_forwards",
+    "_flush_reward_function_logs",
+    "_generate_and_score",
+    "_micro_step_inputs",
+    "_logps_and_entropies",
+    "_clip_gradients",
+    "_step_grad_norm",
+    "_saving_aside",
+    "_write_checkpoint",
+    "_restore_optimizer_and_scheduler",
+    "_save_model_files",
+    "_load_model_weights",
+    "_accumulating",
+    "_trl_loss",
+    "_text_tokenizer",
+    "_is_vision_language_model",
+    "_micro_step",
+    "_buffered_micro_batches",
+    "_checkpoint_folder",
+    "_unwrapped_for_generation",
+    "_environment_instances",
+    "_score_completions",
+    "_record_metrics",
+    "_record_completions",
+    "_record_completion_column",
+}
+
+
 def test_every_private_name_of_the_seam_is_trls_or_its_own():
     """A TRL release that renames a hook or an attribute the seam overrides or reads fails here, naming it, instead
     of the override silently no longer being called."""
     tree = ast.parse(SEAM.read_text())
     (seam_class,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "GRPOSeam"]
-    own = {"_loss_forwards", "_flush_reward_function_logs"}
     named = {n.attr for n in ast.walk(seam_class) if isinstance(n, ast.Attribute) and _is_private(n.attr)}
     named |= {n.name for n in seam_class.body if isinstance(n, ast.FunctionDef) and _is_private(n.name)}
-    assert named - own - TRL_PRIVATE == set()
+    named |= {t.id for n in seam_class.body if isinstance(n, ast.AnnAssign) for t in [n.target] if _is_private(t.id)}
+    assert named - SEAM_OWN - TRL_PRIVATE == set()
+    assert SEAM_OWN <= named  # each of our names is the seam's
 
 
-def test_the_seams_public_names_shadow_nothing_of_trl():
-    trl_public = {n for cls in (trl.GRPOTrainer, transformers.Trainer) for n in dir(cls) if not n.startswith("_")}
+def test_the_seam_adds_no_public_name_and_its_own_names_shadow_nothing_of_trl():
+    """A subclassing user sees TRL's public API: the seam's hooks and state are private names of ours, none of them
+    one TRL (or the Trainer) uses, so overriding one never replaces an upstream member by accident."""
     seam_public = {n for n in vars(GRPOSeam) if not n.startswith("_")}
-    assert seam_public and not seam_public & trl_public
+    assert seam_public == set()
+    assert SEAM_OWN & TRL_PRIVATE == set()
 
 
 # ------------------------------------------------------------------------------------ identity with TRL's arithmetic

@@ -32,7 +32,7 @@ trainer = tiny_trainer(
     save_strategy="no",
     seed=0,
 )
-completions, score = [], trainer.generate_and_score
+completions, score = [], trainer._generate_and_score
 
 
 def recording_score(inputs):
@@ -41,7 +41,7 @@ def recording_score(inputs):
     return batch
 
 
-trainer.generate_and_score = recording_score
+trainer._generate_and_score = recording_score
 judge = trainer.bases.extra[judge_dir].model
 before = {f"evaluator/{n}": p.detach().clone() for n, p in adapter_parameters(judge, "evaluator").items()}
 before.update(

@@ -40,7 +40,7 @@ trainer = tiny_trainer(
     respond_seed=100 + rank,
     **settings,
 )
-score = trainer.generate_and_score
+score = trainer._generate_and_score
 
 
 def recording_score(inputs):
@@ -49,7 +49,7 @@ def recording_score(inputs):
     return batch
 
 
-trainer.generate_and_score = recording_score
+trainer._generate_and_score = recording_score
 trainer.train()
 record["steps"] = trainer.state.global_step
 record["world_size"] = trainer.accelerator.num_processes

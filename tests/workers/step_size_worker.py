@@ -45,14 +45,14 @@ def one_step(model_dir: str, out_dir: str, rank: int) -> dict:
         respond_seed=100 + rank,
         **SETTINGS,
     )
-    episodes, score = set(), trainer.generate_and_score
+    episodes, score = set(), trainer._generate_and_score
 
     def recording_score(inputs):
         batch = score(inputs)
         episodes.update(batch.episode_ids.tolist())
         return batch
 
-    trainer.generate_and_score = recording_score
+    trainer._generate_and_score = recording_score
     trainer.train()
     logged = trainer.state.log_history[0]
     return {

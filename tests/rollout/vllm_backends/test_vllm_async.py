@@ -153,13 +153,13 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
         backend=engine,
         **settings,
     )
-    batches, score = [], trainer.generate_and_score
+    batches, score = [], trainer._generate_and_score
 
     def recording_score(inputs):
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer.generate_and_score = recording_score
+    trainer._generate_and_score = recording_score
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     trainer.train()
 
@@ -194,13 +194,13 @@ def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_mod
         backend=engine,
         **settings,
     )
-    batches, score = [], trainer.generate_and_score
+    batches, score = [], trainer._generate_and_score
 
     def recording_score(inputs):
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer.generate_and_score = recording_score
+    trainer._generate_and_score = recording_score
     trainer.train()
 
     assert len(batches) == 3

@@ -286,7 +286,7 @@ def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
     backend = trainer.rollout_backend
     assert isinstance(backend, VLLMBackend)
     synced_at, batches = [], []
-    sync, score = backend.sync_adapters, trainer.generate_and_score
+    sync, score = backend.sync_adapters, trainer._generate_and_score
 
     def recording_sync(model, names=None):
         synced_at.append(trainer.state.global_step)
@@ -296,7 +296,7 @@ def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
         batches.append(score(inputs))
         return batches[-1]
 
-    backend.sync_adapters, trainer.generate_and_score = recording_sync, recording_score
+    backend.sync_adapters, trainer._generate_and_score = recording_sync, recording_score
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     trainer.train()
 

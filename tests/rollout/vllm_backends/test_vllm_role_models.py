@@ -53,8 +53,8 @@ def test_two_bases_train_through_one_vllm_engine_each(tiny_model_dir, tiny_judge
     assert backend.backends[judge].folders.adapter_names == ["evaluator"]
     assert backend.backends[main].folders.adapter_names == ["generator"]
 
-    batches, score = [], trainer.generate_and_score
-    trainer.generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
+    batches, score = [], trainer._generate_and_score
+    trainer._generate_and_score = lambda inputs: batches.append(score(inputs)) or batches[-1]
     judge_model = trainer.bases.extra[judge].model
     before = {n: p.detach().clone() for n, p in [*trainer.model.named_parameters(), *judge_model.named_parameters()]}
     trainer.train()
