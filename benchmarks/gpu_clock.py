@@ -65,7 +65,7 @@ def clocked_trainer(trainer, clock: PhaseClock):
             clock.samples.append((len(call.prompt_ids) + len(call.completion_ids), len(call.completion_ids)))
         return episodes
 
-    logps = trainer.per_token_logps_and_entropies
+    logps = trainer._logps_and_entropies
 
     def counted(model, input_ids, attention_mask, *args, **kwargs):
         clock.forward_tokens[0] += int(attention_mask.sum())
@@ -73,7 +73,7 @@ def clocked_trainer(trainer, clock: PhaseClock):
         return logps(model, input_ids, attention_mask, *args, **kwargs)
 
     trainer.engine.run = clock.timed("rollout", recorded)
-    trainer.per_token_logps_and_entropies = clock.timed(logp_phase, counted)
+    trainer._logps_and_entropies = clock.timed(logp_phase, counted)
     trainer.accelerator.backward = clock.timed("backward", trainer.accelerator.backward)
     trainer.add_callback(clock)
     trainer.remove_callback(PrinterCallback)

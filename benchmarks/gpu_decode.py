@@ -33,7 +33,7 @@ def decode(sizes: Sizes, device: torch.device, rounds: int = 2, profile_dir: Pat
         processing_class=tokenizer,
         peft_config=lora(sizes),
     )
-    ours = build_backend(trainer.args, trainer.backend_context())
+    ours = build_backend(trainer.args, trainer._backend_context())
     half = 8 if not sizes.smoke else 2
 
     def words(i: int) -> str:

@@ -118,7 +118,7 @@ def memory(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
     clocked_trainer(trainer, clock)
     cuda = device.type == "cuda"
     marks = {}
-    loss_forward = trainer.per_token_logps_and_entropies
+    loss_forward = trainer._logps_and_entropies
 
     def measured(*args, **kwargs):
         if torch.is_grad_enabled() and cuda:
@@ -127,7 +127,7 @@ def memory(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
             torch.cuda.reset_peak_memory_stats()
         return loss_forward(*args, **kwargs)
 
-    trainer.per_token_logps_and_entropies = measured
+    trainer._logps_and_entropies = measured
     if profile_dir:
         trainer.add_callback(ProfiledStep(device, 2, profile_dir / "profile-micro-batch.txt"))
     trainer.train()
