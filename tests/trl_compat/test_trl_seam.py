@@ -257,6 +257,17 @@ def trl_loss_on(trainer, monkeypatch, *, loss_type: str, training: bool, logps, 
     return trl.GRPOTrainer.compute_loss(trainer, trainer.model, inputs)
 
 
+def loss_scale(trainer, training: bool) -> LossScale:
+    """The micro-batch `trl_loss_on` computes TRL's loss on: 2 accumulation steps, one process."""
+    return LossScale(
+        gradient_accumulation_steps=2,
+        max_completion_length=trainer.max_completion_length,
+        num_processes=1,
+        steps_per_generation=trainer.args.steps_per_generation,
+        training=training,
+    )
+
+
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
 def test_the_seams_reduction_is_trls_for_every_loss_type(trl_trainer, loss_type, training, monkeypatch):
@@ -278,13 +289,7 @@ def test_the_seams_reduction_is_trls_for_every_loss_type(trl_trainer, loss_type,
         old=None,
         num_items=num_items,
     )
-    scale = LossScale(
-        gradient_accumulation_steps=2,
-        max_completion_length=trl_trainer.max_completion_length,
-        num_processes=1,
-        steps_per_generation=trl_trainer.args.steps_per_generation,
-        training=training,
-    )
+    scale = loss_scale(trl_trainer, training)
     per_token = 0.7 * (torch.exp(ref - logps) - (ref - logps) - 1)
     ours = aggregate_like_trl(per_token, MASK, loss_type=loss_type, scale=scale, num_items_in_batch=num_items)
     assert theirs.item() != 0.0 and ours.item() == pytest.approx(theirs.item(), rel=1e-6)
@@ -300,8 +305,8 @@ def test_the_seams_reduction_is_trls_for_every_loss_type(trl_trainer, loss_type,
 def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, bias_correction, level, monkeypatch):
     """With every advantage 0, TRL's loss is its KL term alone (``trl_loss_on``); ``per_role_kl_loss`` (through
     ``aggregate_like_trl``) gives the same value and gradient, with the importance ratio of
-    ``use_bias_correction_kl`` at either level. The old log-probs differ from the current
-    ones, so the ratio differs from 1 in value as well as in gradient."""
+    ``use_bias_correction_kl`` at either level. The old log-probs differ from the current ones, so the ratio differs
+    from 1 in value as well as in gradient."""
     generator = torch.Generator().manual_seed(0)
     logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
     ref = -torch.rand(MASK.shape, generator=generator) * 3
@@ -327,13 +332,7 @@ def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, b
         completion_mask=MASK,
         num_items_in_batch=num_items,
     )
-    scale = LossScale(
-        gradient_accumulation_steps=2,
-        max_completion_length=trl_trainer.max_completion_length,
-        num_processes=1,
-        steps_per_generation=trl_trainer.args.steps_per_generation,
-        training=training,
-    )
+    scale = loss_scale(trl_trainer, training)
     ours, _ = per_role_kl_loss(
         logps,
         batch,
