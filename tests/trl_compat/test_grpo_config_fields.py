@@ -278,7 +278,7 @@ def test_generation_batch_size_and_steps_per_generation_cut_the_batch(tiny_model
     runs = recorded_rows(trainer)
     trainer.train()
     assert [len(rows) for rows in runs] == [12]  # one rollout of 3 prompts x 4 episodes, cut in 3 micro-steps
-    assert [len(part) for part in trainer.buffered_micro_batches] == [4, 4, 4]
+    assert [len(part) for part in trainer._buffered_micro_batches] == [4, 4, 4]
 
 
 def test_num_iterations_trains_each_generation_batch_again(tiny_model_dir, tmp_path):
@@ -305,7 +305,7 @@ def test_scale_rewards_scales_the_advantages(tiny_model_dir, tmp_path):
         )
         rows = [row for row in addition_dataset(1) for _ in range(4)]
         trainer.model.train()
-        return trainer.generate_and_score(rows).advantages
+        return trainer._generate_and_score(rows).advantages
 
     centred, scaled = advantages("none"), advantages("group")
     assert centred.abs().sum() > 0
@@ -323,7 +323,7 @@ def test_mask_truncated_completions_leaves_cut_calls_out(tiny_model_dir, tmp_pat
         )
         rows = [row for row in addition_dataset(1) for _ in range(4)]
         trainer.model.train()
-        return trainer.generate_and_score(rows)
+        return trainer._generate_and_score(rows)
 
     kept, masked = batch(mask=False), batch(mask=True)
     assert masked.truncated.any()
@@ -338,10 +338,10 @@ def fixed_batch(tiny_model_dir, tmp_path_factory):
     away from 1 on both sides), as after a first update."""
     trainer = tiny_trainer(tiny_model_dir, tmp_path_factory.mktemp("base"), SingleAgent(), respond=half_right_answers)
     trainer.model.train()
-    batch = trainer.generate_and_score([row for row in addition_dataset(2) for _ in range(4)])
+    batch = trainer._generate_and_score([row for row in addition_dataset(2) for _ in range(4)])
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        logps = trainer.per_token_logps_and_entropies(trainer.model, *batch.model_inputs())[0]
+        logps = trainer._logps_and_entropies(trainer.model, *batch.model_inputs())[0]
     batch.old_per_token_logps = logps + (torch.rand(logps.shape, generator=generator) - 0.5) * 1.5
     assert batch.advantages.abs().sum() > 0
     return batch
@@ -492,7 +492,7 @@ def test_ds3_gather_for_generation_reaches_the_unwrap(tiny_model_dir, tmp_path, 
     )
     for gather in (True, False):
         trainer = tiny_trainer(tiny_model_dir, tmp_path / str(gather), SingleAgent(), ds3_gather_for_generation=gather)
-        trainer.unwrapped_for_generation()
+        trainer._unwrapped_for_generation()
     assert asked == [True, False]
 
 
