@@ -46,3 +46,33 @@ def tool_model_dir(tiny_model_dir, tmp_path_factory) -> str:
     tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_moe_dir(tiny_model_dir, tmp_path_factory) -> str:
+    """A tiny Qwen3-MoE (4 experts, 2 per token) with the tiny model's tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    dense = AutoConfig.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = Qwen3MoeConfig(
+        vocab_size=dense.vocab_size,
+        hidden_size=64,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    folder = str(tmp_path_factory.mktemp("tiny-qwen3-moe"))
+    Qwen3MoeForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

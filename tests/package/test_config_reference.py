@@ -1,4 +1,6 @@
-"""The config fields are described once, in their help metadata; docs/configuration.md is generated from it."""
+"""The config fields are described once, in the code: our fields' help metadata (short) and the class docstring
+(grouped, full), and what the trainer does with each of TRL's GRPOConfig fields (grpo_config_fields.py);
+docs/configuration.md's generated parts are written from them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from trl import GRPOConfig, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
+from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,20 +24,49 @@ def config_reference():
     return module
 
 
-def test_the_committed_reference_is_what_the_metadata_gives():
-    committed = (ROOT / "docs" / "configuration.md").read_text()
-    assert committed == config_reference().render(), "run `python scripts/config_reference.py` and commit the result"
-
-
-def test_the_reference_lists_our_fields_only_each_with_its_help():
-    reference = config_reference()
+def ours() -> list[dataclasses.Field]:
     inherited = {field.name for field in dataclasses.fields(GRPOConfig)}
-    ours = [field for field in dataclasses.fields(MultiAgentGRPOConfig) if field.name not in inherited]
-    assert [field.name for field in reference.own_fields()] == [field.name for field in ours]
-    text = reference.render()
-    for field in ours:
-        assert f"### `{field.name}`\n" in text and field.metadata["help"] in text
-    assert "### `beta`" not in text and "### `num_generations`" not in text  # TRL's own, documented by TRL
+    return [field for field in dataclasses.fields(MultiAgentGRPOConfig) if field.name not in inherited]
+
+
+def test_the_committed_reference_is_what_the_code_gives():
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == config_reference().render(committed), "run `python scripts/config_reference.py` and commit"
+
+
+def test_each_help_is_short_and_each_field_is_in_the_grouped_docstring_with_its_default():
+    """What `--help` prints fits in 200 characters; the docstring (TRL's format: `> Group` lines in `Parameters:`)
+    holds every field once, under a group, its header saying the field's default."""
+    groups = config_reference().parameter_groups(MultiAgentGRPOConfig.__doc__)
+    documented = {p.name: p for _, parameters in groups for p in parameters}
+    assert len(groups) > 1 and all(parameters for _, parameters in groups)
+    assert sum(len(parameters) for _, parameters in groups) == len(documented)
+    assert sorted(documented) == sorted(field.name for field in ours())
+    long = {field.name: len(field.metadata["help"]) for field in ours() if len(field.metadata["help"]) > 200}
+    assert long == {}, "help is the short form: move the details to the class docstring"
+    for field in ours():
+        parameter = documented[field.name]
+        assert parameter.description, field.name
+        if field.default is None:
+            assert "defaults to" not in parameter.header, field.name
+        else:
+            said = f'"{field.default}"' if isinstance(field.default, str) else repr(field.default)
+            assert f"defaults to `{said}`" in parameter.header, f"{field.name}: {parameter.header}"
+
+
+def test_the_reference_lists_our_fields_with_their_help_and_description_and_every_trl_field():
+    reference = config_reference()
+    text = reference.our_fields()
+    descriptions = {
+        p.name: p.description for _, ps in reference.parameter_groups(MultiAgentGRPOConfig.__doc__) for p in ps
+    }
+    for field in ours():
+        assert f"### `{field.name}`\n" in text and reference.cell(field.metadata["help"]) in text
+        assert descriptions[field.name] in text
+    assert "### `beta`" not in text and "### `num_generations`" not in text  # TRL's own, in the other table
+    table = reference.trl_fields()
+    for name, use in GRPO_CONFIG_FIELDS.items():
+        assert f"| `{name}` |" in table and f"| {use.status} |" in table
 
 
 def test_a_field_without_help_is_refused(monkeypatch):
@@ -43,11 +75,37 @@ def test_a_field_without_help_is_refused(monkeypatch):
     bare.name, bare.type = "undocumented", "int | None"
     monkeypatch.setattr(reference, "own_fields", lambda: [bare])
     with pytest.raises(ValueError, match="MultiAgentGRPOConfig.undocumented has no help metadata"):
-        reference.render()
+        reference.our_fields()
 
 
 def test_the_reference_does_not_depend_on_a_parser_having_run():
     """HfArgumentParser replaces each Field's `type` string with the resolved type; the reference reads the source."""
-    before = config_reference().render()
+    before = config_reference().our_fields()
     TrlParser((MultiAgentGRPOConfig,))
-    assert config_reference().render() == before
+    assert config_reference().our_fields() == before
+
+
+def test_the_docs_site_renders_each_group_as_a_titled_parameters_table():
+    """mkdocstrings' Google parser warns on TRL's `> Group` lines and drops them; the site's Griffe extension
+    (scripts/griffe_parameter_groups.py, loaded by mkdocs.yml) turns each group into a title over its own table."""
+    import inspect
+    import logging
+
+    griffe = pytest.importorskip("griffe")  # the docs extra's (CI's site build step installs it)
+
+    spec = importlib.util.spec_from_file_location("groups", ROOT / "scripts" / "griffe_parameter_groups.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "griffe_parameter_groups.py:ParameterGroups" in (ROOT / "mkdocs.yml").read_text()
+    docstring = inspect.cleandoc(MultiAgentGRPOConfig.__doc__)
+    groups = config_reference().parameter_groups(MultiAgentGRPOConfig.__doc__)
+    logger = logging.getLogger("griffe")
+    with pytest.MonkeyPatch.context() as patch:
+        said = []
+        patch.setattr(logger, "warning", lambda message, *args, **kwargs: said.append(message % args))
+        sections = griffe.Docstring(module.split_groups(docstring), parser="google").parse()
+    assert said == []
+    tables = [[p.name for p in section.value] for section in sections if section.kind.value == "parameters"]
+    assert tables == [[p.name for p in parameters] for _, parameters in groups]
+    texts = "\n".join(section.value for section in sections if section.kind.value == "text")
+    assert all(f"**{title}**" in texts for title, _ in groups)

@@ -8,37 +8,9 @@ import math
 import pytest
 import torch
 from tiny import random_answers, tiny_trainer
-from transformers import AutoConfig, AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from trl_multiagent import Voting
 from trl_multiagent.adapters.routing import adapter_parameters
-
-
-@pytest.fixture(scope="module")
-def tiny_moe_dir(tiny_model_dir, tmp_path_factory) -> str:
-    dense = AutoConfig.from_pretrained(tiny_model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    config = Qwen3MoeConfig(
-        vocab_size=dense.vocab_size,
-        hidden_size=64,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    torch.manual_seed(0)
-    folder = str(tmp_path_factory.mktemp("tiny-qwen3-moe"))
-    Qwen3MoeForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.mark.parametrize("schedule", ["merged", "mini_batches"])

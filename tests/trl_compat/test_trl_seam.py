@@ -20,14 +20,16 @@ import trl
 from scripted import addition_dataset
 
 from trl_multiagent.grpo_seam import GRPOSeam
-from trl_multiagent.training.advantages import outcome_advantages
-from trl_multiagent.training.loss_weights import (
+from trl_multiagent.seams.trl import (
     GLOBAL_TOKEN_LOSSES,
+    LOSS_TYPES,
     SEQUENCE_MEAN_LOSSES,
     TOKEN_MEAN_LOSSES,
     LossScale,
-    per_role_kl_loss,
+    aggregate_like_trl,
 )
+from trl_multiagent.training.advantages import outcome_advantages
+from trl_multiagent.training.loss_weights import chunk_correction, per_role_kl_loss, role_weights
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 SEAM = PACKAGE / "grpo_seam.py"
@@ -171,12 +173,33 @@ def trl_loss_types() -> list[str]:
     return re.findall(r"'(\w+)'", supported.group(1))
 
 
-LOSS_TYPES = trl_loss_types()
+TRL_LOSS_TYPES = trl_loss_types()
 
 
 def test_every_trl_loss_type_is_classified_once():
     ours = [*SEQUENCE_MEAN_LOSSES, *TOKEN_MEAN_LOSSES, *GLOBAL_TOKEN_LOSSES]
-    assert sorted(ours) == sorted(LOSS_TYPES) and len(set(ours)) == len(ours)
+    assert sorted(ours) == sorted(LOSS_TYPES) == sorted(TRL_LOSS_TYPES) and len(set(ours)) == len(ours)
+
+
+def test_a_loss_type_trl_does_not_list_is_refused_not_guessed():
+    """An unknown type was once balanced as token-level by `role_weights`; each place that reads it now refuses."""
+    scale = LossScale(
+        gradient_accumulation_steps=1, max_completion_length=5, num_processes=1, steps_per_generation=1, training=True
+    )
+    with pytest.raises(ValueError, match="`loss_type` must be one of"):
+        aggregate_like_trl(torch.ones(2, 3), torch.ones(2, 3), loss_type="ppo", scale=scale, num_items_in_batch=None)
+    with pytest.raises(ValueError, match="`loss_type` must be one of"):
+        role_weights(["a", "b"], torch.ones(2), role_loss_weights={}, balance="per_role", loss_type="ppo")
+    with pytest.raises(ValueError, match="`loss_type` must be one of"):
+        chunk_correction(
+            "ppo",
+            chunk_samples=1,
+            chunk_tokens=1.0,
+            global_samples=2,
+            global_tokens=2.0,
+            num_processes=1,
+            steps_per_generation=1,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -212,29 +235,15 @@ def trl_trainer(tiny_model_dir, tmp_path_factory):
 MASK = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]])
 
 
-@pytest.mark.parametrize(
-    "bias_correction, level", [(False, "token"), (True, "token"), (True, "sequence")], ids=["plain", "token", "seq"]
-)
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-@pytest.mark.parametrize("loss_type", LOSS_TYPES)
-def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, bias_correction, level, monkeypatch):
-    """With every advantage 0, TRL's loss is its KL term alone, ``beta`` times the k3 estimator reduced by its
-    ``loss_type`` (times the importance ratio under ``use_bias_correction_kl``, TRL's default); ``per_role_kl_loss``
-    (through ``aggregate_like_trl``) gives the same value and gradient. The old log-probs differ from the current
-    ones, so the ratio differs from 1 in value as well as in gradient."""
-    generator = torch.Generator().manual_seed(0)
-    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
-    ref = -torch.rand(MASK.shape, generator=generator) * 3
-    old = logps.detach() + (torch.rand(MASK.shape, generator=generator) - 0.5) * 0.4
-    num_items = torch.tensor(37.0)  # tokens of the whole generation batch, over every micro-batch
-    monkeypatch.setattr(trl_trainer, "loss_type", loss_type)
-    monkeypatch.setattr(trl_trainer, "beta", 0.7)
-    monkeypatch.setattr(trl_trainer, "importance_sampling_level", level)
-    monkeypatch.setattr(trl_trainer.args, "use_bias_correction_kl", bias_correction)
-    monkeypatch.setattr(trl_trainer, "current_gradient_accumulation_steps", 2, raising=False)  # set by the loop
+def trl_loss_on(trainer, monkeypatch, *, loss_type: str, training: bool, logps, ref, old, num_items) -> torch.Tensor:
+    """TRL's own loss on a fixed micro-batch of MASK's shape whose advantages are 0 (the KL term alone: ``beta`` 0.7
+    times the k3 estimator, times the importance ratio under ``use_bias_correction_kl``), as the loop calls it."""
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "beta", 0.7)
+    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 2, raising=False)  # set by the loop
     fixed = lambda *args, **kwargs: (logps, torch.zeros_like(logps), None)  # noqa: E731
-    monkeypatch.setattr(trl_trainer, "_get_per_token_logps_and_entropies", fixed)
-    trl_trainer.model.train(training)
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", fixed)
+    trainer.model.train(training)
     inputs = {
         "prompt_ids": torch.ones(4, 3, dtype=torch.long),
         "prompt_mask": torch.ones(4, 3, dtype=torch.long),
@@ -245,7 +254,76 @@ def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, b
         "ref_per_token_logps": ref,
         "num_items_in_batch": num_items,
     }
-    theirs = trl.GRPOTrainer.compute_loss(trl_trainer, trl_trainer.model, inputs)
+    return trl.GRPOTrainer.compute_loss(trainer, trainer.model, inputs)
+
+
+def loss_scale(trainer, training: bool) -> LossScale:
+    """The micro-batch `trl_loss_on` computes TRL's loss on: 2 accumulation steps, one process."""
+    return LossScale(
+        gradient_accumulation_steps=2,
+        max_completion_length=trainer.max_completion_length,
+        num_processes=1,
+        steps_per_generation=trainer.args.steps_per_generation,
+        training=training,
+    )
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
+def test_the_seams_reduction_is_trls_for_every_loss_type(trl_trainer, loss_type, training, monkeypatch):
+    """`aggregate_like_trl` (seams/trl.py) reduces a per-token term as TRL's loss reduces its own, for every loss type
+    TRL lists: TRL's loss of a micro-batch whose per-token loss is known (its KL term, advantages 0) against the seam's
+    reduction of that term, value and gradient."""
+    generator = torch.Generator().manual_seed(2)
+    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    ref = -torch.rand(MASK.shape, generator=generator) * 3
+    num_items = torch.tensor(29.0)  # tokens of the whole generation batch, over every micro-batch
+    monkeypatch.setattr(trl_trainer.args, "use_bias_correction_kl", False)
+    theirs = trl_loss_on(
+        trl_trainer,
+        monkeypatch,
+        loss_type=loss_type,
+        training=training,
+        logps=logps,
+        ref=ref,
+        old=None,
+        num_items=num_items,
+    )
+    scale = loss_scale(trl_trainer, training)
+    per_token = 0.7 * (torch.exp(ref - logps) - (ref - logps) - 1)
+    ours = aggregate_like_trl(per_token, MASK, loss_type=loss_type, scale=scale, num_items_in_batch=num_items)
+    assert theirs.item() != 0.0 and ours.item() == pytest.approx(theirs.item(), rel=1e-6)
+    their_grad, our_grad = (torch.autograd.grad(loss, logps)[0] for loss in (theirs, ours))
+    assert torch.allclose(our_grad, their_grad, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    "bias_correction, level", [(False, "token"), (True, "token"), (True, "sequence")], ids=["plain", "token", "seq"]
+)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("loss_type", TRL_LOSS_TYPES)
+def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, bias_correction, level, monkeypatch):
+    """With every advantage 0, TRL's loss is its KL term alone (``trl_loss_on``); ``per_role_kl_loss`` (through
+    ``aggregate_like_trl``) gives the same value and gradient, with the importance ratio of
+    ``use_bias_correction_kl`` at either level. The old log-probs differ from the current ones, so the ratio differs
+    from 1 in value as well as in gradient."""
+    generator = torch.Generator().manual_seed(0)
+    logps = (-torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    ref = -torch.rand(MASK.shape, generator=generator) * 3
+    old = logps.detach() + (torch.rand(MASK.shape, generator=generator) - 0.5) * 0.4
+    num_items = torch.tensor(37.0)  # tokens of the whole generation batch, over every micro-batch
+    monkeypatch.setattr(trl_trainer, "importance_sampling_level", level)
+    monkeypatch.setattr(trl_trainer.args, "use_bias_correction_kl", bias_correction)
+    theirs = trl_loss_on(
+        trl_trainer,
+        monkeypatch,
+        loss_type=loss_type,
+        training=training,
+        logps=logps,
+        ref=ref,
+        old=old,
+        num_items=num_items,
+    )
     (their_grad,) = torch.autograd.grad(theirs, logps)
     batch = SimpleNamespace(
         ref_per_token_logps=ref,
@@ -254,13 +332,7 @@ def test_the_kl_term_is_reduced_as_trls_loss(trl_trainer, loss_type, training, b
         completion_mask=MASK,
         num_items_in_batch=num_items,
     )
-    scale = LossScale(
-        gradient_accumulation_steps=2,
-        max_completion_length=trl_trainer.max_completion_length,
-        num_processes=1,
-        steps_per_generation=trl_trainer.args.steps_per_generation,
-        training=training,
-    )
+    scale = loss_scale(trl_trainer, training)
     ours, _ = per_role_kl_loss(
         logps,
         batch,

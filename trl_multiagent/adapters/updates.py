@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..seams.trl import disable_dropout_in_model
 from .bases import Bases
 from .gradient_accounts import GradientAccounts
 from .installed import InstalledAdapters
@@ -45,6 +46,9 @@ class AdapterUpdates:
         installed = InstalledAdapters(
             peft_model, bases.role_adapters, bases=bases, role_shadows=args.monitor_role_grad_norms
         )
+        if args.disable_dropout:  # TRL disabled it before the role adapters (and the other bases) existed
+            for model in installed.models.values():
+                disable_dropout_in_model(model)
         alignment = ProcessAlignment.for_processes(installed, accelerator)
         routing = SampleRouting(
             installed,

@@ -1,6 +1,6 @@
 """transformers below its public surface (the names ``transformers`` exports at top level, and the callbacks of
 ``transformers.integrations`` its reference documents), the Trainer's private members aside (``grpo_seam.py``).
-Checked against transformers 5.3 (setup.cfg's floor) and 5.24."""
+Checked against transformers 5.3 (setup.cfg's floor) and 5.25; where they differ, the branch is here."""
 
 from __future__ import annotations
 
@@ -14,7 +14,13 @@ from typing import TypeVar
 # TrainingArguments makes before it accepts `bf16=True`.
 from transformers.utils import get_json_schema, is_torch_bf16_gpu_available
 
-__all__ = ["add_json_dict_fields", "get_json_schema", "is_torch_bf16_gpu_available", "refill_deepspeed_config"]
+__all__ = [
+    "add_json_dict_fields",
+    "get_json_schema",
+    "is_torch_bf16_gpu_available",
+    "refill_deepspeed_config",
+    "rename_checkpointing",
+]
 
 Config = TypeVar("Config")
 
@@ -29,6 +35,26 @@ def add_json_dict_fields(*names: str) -> Callable[[type[Config]], type[Config]]:
         return cls
 
     return add
+
+
+def rename_checkpointing(args) -> None:
+    """Carry ``gradient_checkpointing`` (and its ``_kwargs``) to the name the installed transformers reads.
+
+    transformers 5.25 renamed them ``activation_checkpointing`` (and ``_kwargs``); the old names are aliases, read
+    only when the new one is unset, with a FutureWarning from ``TrainingArguments.__post_init__``. TRL's configs still
+    set the old name's default (True), so every config warned, and a preset that works on every transformers this
+    package supports (5.3 has only the old name) must use the old name. Before that ``__post_init__``, a value under
+    the old name whose new name is unset moves to the new name, without the warning (transformers then mirrors it
+    back). On releases without the new name (5.3 to 5.24) nothing changes.
+    """
+    fields = type(args).__dataclass_fields__
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if new in fields and getattr(args, new) is None and getattr(args, old) is not None:
+            setattr(args, new, getattr(args, old))
+            setattr(args, old, None)
 
 
 def refill_deepspeed_config(args) -> None:

@@ -6,6 +6,8 @@ they differ.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import trl
 from packaging.version import Version
@@ -24,11 +26,21 @@ from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_ge
 # TRL's `trainer.utils.nanstd` (since 0.17): the std of the non-NaN values, with Bessel's correction, as GRPOTrainer
 # scales its advantages and logs `reward_std`. `create_model_from_path` (since 0.24): a model id or folder -> the
 # model, loaded as GRPOTrainer loads its own from `model_init_kwargs` (dtype "auto" and friends).
-from trl.trainer.utils import create_model_from_path, nanstd
+# `disable_dropout_in_model` (since 0.9): every `nn.Dropout` of a model at p=0, what GRPOTrainer does to its model
+# under `disable_dropout` (before the role adapters exist, so they need it again).
+from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, nanstd
 
 __all__ = [
+    "GLOBAL_TOKEN_LOSSES",
+    "LOSS_TYPES",
+    "SEQUENCE_MEAN_LOSSES",
+    "TOKEN_MEAN_LOSSES",
     "TRL_VERSION",
+    "LossScale",
+    "aggregate_like_trl",
+    "check_loss_type",
     "create_model_from_path",
+    "disable_dropout_in_model",
     "disable_gradient_checkpointing",
     "nanstd",
     "parse_response",
@@ -50,3 +62,59 @@ def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
 
         add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
     # TRL 1.14 computes them from the model's ordinary logits (`selective_log_softmax`): nothing to add.
+
+
+# How GRPOTrainer's `_compute_loss` reduces its `[N, C]` per-token loss to a number, by `loss_type` (the same in TRL
+# 1.14.2 and 1.16; tests/trl_compat/test_trl_seam.py computes TRL's loss on a fixed example for every loss type its
+# config lists and compares): the mean over the sequences of a micro-batch of each one's token mean (or token sum,
+# luspo; or sum over max_completion_length, dr_grpo), the token mean of the micro-batch (bnpo), or the sum over the
+# generation batch's token count (dapo, cispo, vespo).
+SEQUENCE_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # TRL averages over the sequences of a micro-batch
+TOKEN_MEAN_LOSSES = ("bnpo",)  # TRL averages over the tokens of a micro-batch
+GLOBAL_TOKEN_LOSSES = ("dapo", "cispo", "vespo")  # TRL divides by the generation batch's token count
+LOSS_TYPES = (*SEQUENCE_MEAN_LOSSES, *TOKEN_MEAN_LOSSES, *GLOBAL_TOKEN_LOSSES)
+
+
+def check_loss_type(loss_type: str) -> None:
+    """Refuse a ``loss_type`` whose reduction is not known here: TRL itself fails on one only at the first loss."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"`loss_type` must be one of {list(LOSS_TYPES)} (TRL's), got {loss_type!r}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossScale:
+    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors), as the
+    trainer is at that micro-batch."""
+
+    gradient_accumulation_steps: int  # the Trainer's current accumulation steps
+    max_completion_length: int | None
+    num_processes: int
+    steps_per_generation: int
+    training: bool  # the model's mode: evaluation losses are not divided by the accumulation steps
+
+
+def aggregate_like_trl(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    loss_type: str,
+    scale: LossScale,
+    num_items_in_batch: torch.Tensor | None,
+) -> torch.Tensor:
+    """Reduce a `[N, C]` per-token term the way TRL reduces its policy loss for ``loss_type``, as the trainer is
+    at this micro-batch (``scale``); ``num_items_in_batch``: the completion tokens of the whole generation batch."""
+    check_loss_type(loss_type)
+    training, gradient_accumulation_steps = scale.training, scale.gradient_accumulation_steps
+    accumulation = gradient_accumulation_steps if training else 1
+    if loss_type in ("grpo", "sapo"):
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+    if loss_type == "dr_grpo":
+        return (per_token * mask).sum() / (per_token.size(0) * scale.max_completion_length) / accumulation
+    if loss_type == "luspo":
+        return (per_token * mask).sum(-1).mean() / accumulation
+    normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes  # GLOBAL_TOKEN_LOSSES
+    if training:
+        normalizer = normalizer * gradient_accumulation_steps / scale.steps_per_generation
+    return (per_token * mask).sum() / normalizer

@@ -8,16 +8,35 @@ computed here, uses the same weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 
+# TRL's reduction of its loss by `loss_type` lives in the seam (seams/trl.py); the rooms of training/ import it here.
+from ..seams.trl import (
+    GLOBAL_TOKEN_LOSSES,
+    SEQUENCE_MEAN_LOSSES,
+    TOKEN_MEAN_LOSSES,
+    LossScale,
+    aggregate_like_trl,
+    check_loss_type,
+)
 from .batch import TrainingBatch
 from .importance_sampling import fold_into_advantages
 
-SEQUENCE_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")  # TRL averages over the sequences of a micro-batch
-TOKEN_MEAN_LOSSES = ("bnpo",)  # TRL averages over the tokens of a micro-batch
-GLOBAL_TOKEN_LOSSES = ("dapo", "cispo", "vespo")  # TRL divides by the generation batch's token count
+__all__ = [
+    "GLOBAL_TOKEN_LOSSES",
+    "SEQUENCE_MEAN_LOSSES",
+    "TOKEN_MEAN_LOSSES",
+    "LossScale",
+    "chunk_correction",
+    "generation_chunks",
+    "importance_weights",
+    "loss_ready",
+    "per_role_kl_loss",
+    "role_weights",
+    "split_sizes",
+]
 
 
 def role_weights(
@@ -34,9 +53,10 @@ def role_weights(
     loss types) or its tokens (token-level loss types) are rescaled so that every role's total equals
     total / number_of_roles. Role weights multiply on top.
     """
+    check_loss_type(loss_type)  # a loss type not classified here would be balanced as if token-level
     weights = torch.tensor([float(role_loss_weights.get(r, 1.0)) for r in roles], device=token_counts.device)
     if balance == "per_role":
-        size = token_counts.float() if loss_type not in SEQUENCE_MEAN_LOSSES else torch.ones_like(weights)
+        size = torch.ones_like(weights) if loss_type in SEQUENCE_MEAN_LOSSES else token_counts.float()
         present = sorted(set(roles))
         role_size = {r: sum(size[i] for i, x in enumerate(roles) if x == r) for r in present}
         total = size.sum()
@@ -78,49 +98,8 @@ def chunk_correction(
         return chunk_samples * num_processes * steps_per_generation / global_samples
     if loss_type in TOKEN_MEAN_LOSSES:
         return chunk_tokens * num_processes * steps_per_generation / max(global_tokens, 1.0)
-    if loss_type in GLOBAL_TOKEN_LOSSES:
-        return 1.0
-    raise ValueError(f"Unsupported loss_type {loss_type!r}.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LossScale:
-    """How TRL scales the loss of one micro-batch (what `aggregate_like_trl` needs besides the tensors), as the
-    trainer is at that micro-batch."""
-
-    gradient_accumulation_steps: int  # the Trainer's current accumulation steps
-    max_completion_length: int | None
-    num_processes: int
-    steps_per_generation: int
-    training: bool  # the model's mode: evaluation losses are not divided by the accumulation steps
-
-
-def aggregate_like_trl(
-    per_token: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    loss_type: str,
-    scale: LossScale,
-    num_items_in_batch: torch.Tensor | None,
-) -> torch.Tensor:
-    """Reduce a `[N, C]` per-token term the way TRL reduces its policy loss for ``loss_type``, as the trainer is
-    at this micro-batch (``scale``); ``num_items_in_batch``: the completion tokens of the whole generation batch."""
-    training, gradient_accumulation_steps = scale.training, scale.gradient_accumulation_steps
-    accumulation = gradient_accumulation_steps if training else 1
-    if loss_type in ("grpo", "sapo"):
-        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-    if loss_type == "bnpo":
-        return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-    if loss_type == "dr_grpo":
-        return (per_token * mask).sum() / (per_token.size(0) * scale.max_completion_length) / accumulation
-    if loss_type == "luspo":
-        return (per_token * mask).sum(-1).mean() / accumulation
-    if loss_type in GLOBAL_TOKEN_LOSSES:
-        normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes
-        if training:
-            normalizer = normalizer * gradient_accumulation_steps / scale.steps_per_generation
-        return (per_token * mask).sum() / normalizer
-    raise ValueError(f"Unsupported loss_type {loss_type!r}.")
+    check_loss_type(loss_type)
+    return 1.0  # GLOBAL_TOKEN_LOSSES: TRL divides by the generation batch's tokens, whatever the micro-batch
 
 
 def generation_chunks(batch: TrainingBatch, *, steps: int, loss_type: str, num_processes: int) -> list[TrainingBatch]:

@@ -120,7 +120,21 @@ def _backend(args, context: BackendContext, memory_share: float):
         max_batch_tokens=args.rollout_max_batch_tokens,
         chat_rendering=c.chat_rendering,
         weights_step=c.weights_step,
+        continuous_batching=continuous_batching_config(args),
     )
+
+
+def continuous_batching_config(args):
+    """TRL's ``use_transformers_continuous_batching``: the ``ContinuousBatchingConfig`` of its
+    ``transformers_continuous_batching_config``, ``max_memory_percent`` 0.5 unless set (TRL 1.16's default, which
+    leaves memory for the backward pass); None when off."""
+    if not args.use_transformers_continuous_batching:
+        return None
+    from transformers import ContinuousBatchingConfig  # transformers >= 5.8, which TRL checks first
+
+    settings = dict(args.transformers_continuous_batching_config or {})
+    settings.setdefault("max_memory_percent", 0.5)
+    return ContinuousBatchingConfig(**settings)
 
 
 def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
@@ -164,6 +178,8 @@ def _vllm_backend(args, context: BackendContext, memory_share: float = 1.0):
         dtype=str(context.model.dtype).removeprefix("torch."),  # serve the weights the trainer's log-probs use
         gpu_memory_utilization=args.vllm_gpu_memory_utilization * memory_share,
         max_model_len=args.vllm_max_model_length,
+        model_impl=args.vllm_model_impl,
+        trust_remote_code=args.trust_remote_code,
         max_num_seqs=args.rollout_batch_size,
         seed=args.seed + context.process_index,  # processes sample different episodes
     )

@@ -51,6 +51,9 @@ class TransformersBackend(RendersPrompts):
     rows x (longest prompt + max new tokens); a group over the budget is cut with its prompts taken shortest first,
     so that similar lengths pad together. ``weights_step()``, if given, is the optimizer step of the model's weights
     now (the trainer's ``global_step``); each result's ``provenance`` carries it, with the adapter it was routed to.
+    With ``continuous_batching`` (a ``ContinuousBatchingConfig``: TRL's ``use_transformers_continuous_batching``),
+    each adapter's requests of a group go to ``generate_batch`` instead, which packs them without padding and sizes
+    its own paged KV cache; one adapter per call, as it flattens the rows that per-sample routing tells apart.
     """
 
     def __init__(
@@ -65,7 +68,9 @@ class TransformersBackend(RendersPrompts):
         chat_rendering: str = "tokenizer",
         max_batch_tokens: int | None = None,
         weights_step: Callable[[], int] | None = None,
+        continuous_batching=None,
     ):
+        self.continuous_batching = continuous_batching
         self.weights_step = weights_step
         self.unwrapped_model = unwrapped_model
         self.tokenizer = tokenizer
@@ -82,7 +87,9 @@ class TransformersBackend(RendersPrompts):
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
         prompts = self.prompt_ids_of(requests)
         groups: dict[tuple, list[int]] = {}  # requests with the same settings generate together
-        one_adapter_per_batch = not getattr(self.router, "mixes_adapters", True)  # LoRA on MoE expert weights
+        # LoRA on MoE expert weights, and continuous batching, see the rows flattened: one adapter per call
+        continuous = self.continuous_batching is not None
+        one_adapter_per_batch = continuous or not getattr(self.router, "mixes_adapters", True)
         for i, request in enumerate(requests):
             key = settings_key(request.generation_kwargs), request.adapter if one_adapter_per_batch else None
             groups.setdefault(key, []).append(i)
@@ -95,9 +102,10 @@ class TransformersBackend(RendersPrompts):
             try:
                 for indices in groups.values():
                     config = self.config_for(requests[indices[0]].generation_kwargs)
-                    for chunk in self._batches(indices, prompts, config):
+                    generate = self._generate_continuous if continuous else self._generate_batch
+                    for chunk in [indices] if continuous else self._batches(indices, prompts, config):
                         adapters = [requests[i].adapter for i in chunk]
-                        batch = self._generate_batch(model, [prompts[i] for i in chunk], adapters, config)
+                        batch = generate(model, [prompts[i] for i in chunk], adapters, config)
                         for i, adapter, result in zip(chunk, adapters, batch):
                             trained = adapter != BASE_MODEL  # the base model's weights have no optimizer step
                             result.provenance = Provenance(adapter, version if trained else None, "transformers")
@@ -172,8 +180,37 @@ class TransformersBackend(RendersPrompts):
         eos = torch.tensor(sorted(self.eos_token_ids), dtype=generated.dtype, device=generated.device)
         at_eos = torch.isin(generated, eos)
         ends = at_eos.any(dim=1) * (at_eos.int().argmax(dim=1) + 1) if generated.size(1) else at_eos.sum(dim=1)
+        return self._results(prompts, generated.tolist(), ends.tolist(), stops)
+
+    @torch.no_grad()
+    def _generate_continuous(self, model, prompts: list[list[int]], adapters: list[str], config):
+        """One adapter's prompts through transformers' continuous batching (``generate_batch``): no padding, its own
+        paged cache; stop strings are cut afterwards (its scheduler does not match them)."""
+        (adapter,) = set(adapters)
+        stops = list(getattr(config, "stop_strings", None) or [])
+        if stops:
+            config = copy.deepcopy(config)
+            config.stop_strings = None
+        with self.router.route([adapter]):  # its forwards see one flattened row: one adapter for all of them
+            outputs = model.generate_batch(
+                prompts, generation_config=config, continuous_batching_config=self.continuous_batching
+            )
+        done = [output for output in outputs.values() if output.error is None]  # in the order of `prompts`
+        if len(done) != len(prompts):  # generate_batch logs a failure and returns what finished
+            errors = sorted({str(output.error) for output in outputs.values() if output.error is not None})
+            said = errors or "none reported: see the log above"
+            raise RuntimeError(
+                f"Continuous batching finished {len(done)} of {len(prompts)} calls (errors: {said}). Set "
+                "use_transformers_continuous_batching=False to generate with `generate`."
+            )
+        rows = [list(output.generated_tokens) for output in done]
+        ends = [next((j + 1 for j, token in enumerate(row) if token in self.eos_token_ids), 0) for row in rows]
+        return self._results(prompts, rows, ends, stops)
+
+    def _results(self, prompts, rows: list[list[int]], ends: list[int], stops: list[str]) -> list[GenerationResult]:
+        """Each generated row up to its first EOS (``ends``: its length there, 0: none) or the end of a stop string."""
         completions, truncated = [], []
-        for row, first_eos in zip(generated.tolist(), ends.tolist()):
+        for row, first_eos in zip(rows, ends):
             end = first_eos or None
             stop = self._stop_end(row[:end] if end else row, stops) if stops else None
             end = stop or end
