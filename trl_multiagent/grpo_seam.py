@@ -29,7 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .checkpoints import atomic as atomic_checkpoints
 from .seams.accelerate import gradients_unsynced
 from .seams.transformers import rotate_checkpoints
-from .seams.trl import TRL_VERSION, unwrap_model_for_generation
+from .seams.trl import TRL_VERSION, unwrapped_for_generation
 
 
 class GRPOSeam(GRPOTrainer):
@@ -231,7 +231,12 @@ class GRPOSeam(GRPOTrainer):
     def _unwrapped_for_generation(self) -> AbstractContextManager[torch.nn.Module]:
         """The model to generate with, as TRL reaches it (gathered first under ZeRO-3 if asked)."""
         gather_zero3 = self.args.ds3_gather_for_generation
-        return unwrap_model_for_generation(self.model_wrapped, self.accelerator, gather_deepspeed3_params=gather_zero3)
+        return unwrapped_for_generation(
+            self.model_wrapped,
+            self.accelerator,
+            gather_deepspeed3_params=gather_zero3,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        )
 
     @property
     def _environment_instances(self) -> dict:

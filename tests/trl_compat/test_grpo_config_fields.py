@@ -28,6 +28,8 @@ from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.training.importance_sampling import batch_importance_sampling_ratio
 from trl_multiagent.training.loss_weights import loss_ready
 
+TRL_BELOW_1_15 = Version(trl.__version__) < Version("1.15.0")
+
 ROOT = Path(__file__).resolve().parents[2]
 ONE_STEP = dict(max_steps=1, logging_steps=1, save_strategy="no", seed=0)
 TRL_FIELDS = [
@@ -485,15 +487,39 @@ def test_ds3_gather_for_generation_reaches_the_unwrap(tiny_model_dir, tmp_path, 
     from trl_multiagent import grpo_seam
 
     asked = []
-    monkeypatch.setattr(
-        grpo_seam,
-        "unwrap_model_for_generation",
-        lambda model, accelerator, gather_deepspeed3_params: asked.append(gather_deepspeed3_params),
-    )
+
+    def unwrapped(model, accelerator, *, gather_deepspeed3_params, gradient_checkpointing_kwargs):
+        asked.append((gather_deepspeed3_params, gradient_checkpointing_kwargs))
+
+    monkeypatch.setattr(grpo_seam, "unwrapped_for_generation", unwrapped)
     for gather in (True, False):
-        trainer = tiny_trainer(tiny_model_dir, tmp_path / str(gather), SingleAgent(), ds3_gather_for_generation=gather)
+        trainer = tiny_trainer(
+            tiny_model_dir,
+            tmp_path / str(gather),
+            SingleAgent(),
+            ds3_gather_for_generation=gather,
+            gradient_checkpointing_kwargs={"use_reentrant": True},
+        )
         trainer._unwrapped_for_generation()
-    assert asked == [True, False]
+    assert asked == [(True, {"use_reentrant": True}), (False, {"use_reentrant": True})]
+
+
+@pytest.mark.skipif(TRL_BELOW_1_15, reason="TRL 1.14.2's unwrap for generation leaves gradient checkpointing alone")
+def test_gradient_checkpointing_keeps_its_kwargs_after_a_rollout(tiny_model_dir, tmp_path):
+    """TRL's unwrap for generation turns checkpointing off for the rollout and on again after it, with the kwargs it
+    is given: without them the layers came back with transformers' defaults (``use_reentrant=False`` in 5.x), not the
+    run's."""
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path,
+        SingleAgent(),
+        gradient_checkpointing=True,
+        gradient_checkpointing_kwargs={"use_reentrant": True},
+        max_steps=2,
+    )
+    trainer.train()
+    layers = [m for m in trainer.model.modules() if hasattr(m, "_gradient_checkpointing_func")]
+    assert layers and all(m._gradient_checkpointing_func.keywords == {"use_reentrant": True} for m in layers)
 
 
 # ------------------------------------------------------------------------------------------------------------ vLLM

@@ -6,6 +6,7 @@ they differ.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,8 @@ from trl.chat_template_utils import parse_response
 # TRL's `models.utils.disable_gradient_checkpointing` (since 0.26): turns the model's gradient checkpointing off for
 # no-grad forwards (the log-probs before an update) and back on with the same kwargs.
 # `models.utils.unwrap_model_for_generation` (since 0.8.2): the model out of its DDP / DeepSpeed wrapper for
-# generation, ZeRO-3's parameters gathered while it lasts.
+# generation, ZeRO-3's parameters gathered while it lasts; since 1.15 it also turns gradient checkpointing off for the
+# generation and back on after it, with the `gradient_checkpointing_kwargs` it is given (`unwrapped_for_generation`).
 from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
 
 # TRL's `trainer.utils.nanstd` (since 0.17): the std of the non-NaN values, with Bessel's correction, as GRPOTrainer
@@ -46,9 +48,25 @@ __all__ = [
     "parse_response",
     "score_like_trl",
     "unwrap_model_for_generation",
+    "unwrapped_for_generation",
 ]
 
 TRL_VERSION = Version(trl.__version__)
+
+
+def unwrapped_for_generation(model, accelerator, *, gather_deepspeed3_params: bool, gradient_checkpointing_kwargs):
+    """TRL's ``unwrap_model_for_generation`` as GRPOTrainer calls it: on TRL >= 1.15, which switches gradient
+    checkpointing off around the generation and on again after, with the run's ``gradient_checkpointing_kwargs``
+    (without them it comes back on with transformers' defaults, ``use_reentrant=True``, from the second rollout on);
+    1.14.2 leaves checkpointing alone and takes no such argument."""
+    if "gradient_checkpointing_kwargs" not in inspect.signature(unwrap_model_for_generation).parameters:
+        return unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params=gather_deepspeed3_params)
+    return unwrap_model_for_generation(
+        model,
+        accelerator,
+        gather_deepspeed3_params=gather_deepspeed3_params,
+        gradient_checkpointing_kwargs=gradient_checkpointing_kwargs,
+    )
 
 
 def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
