@@ -12,8 +12,8 @@ Every episode is an asyncio task running ``workflow.run``. Two ways to reach the
 Every call is recorded once, as a ``ModelCall`` on its episode, in the order the episode made its calls. An episode
 that raises fails the whole rollout with an error naming it; every other episode and every request still in the
 backend is cancelled first. With ``max_prompt_length``, a call whose prompt is longer is never sent: its episode ends
-there (``PromptTooLong`` is raised out of the workflow's ``generate``) and is returned ``dropped``, with no call and
-no answer, as the reference stack ends such an episode and leaves it out of training.
+there (``PromptTooLongError`` is raised out of the workflow's ``generate``) and is returned ``dropped``, with no call
+and no answer, as the reference stack ends such an episode and leaves it out of training.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..deprecation import moved_names
 from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
 from .records import Episode, ModelCall, ToolConversation
@@ -41,9 +42,13 @@ class UndeclaredRoleError(ValueError):
     pass
 
 
-class PromptTooLong(Exception):
+class PromptTooLongError(Exception):
     """A model call's prompt is over the engine's ``max_prompt_length``: raised out of ``generate`` to end the
     episode. The episode is dropped even if its workflow catches this and goes on."""
+
+
+# `PromptTooLong`, this error's name before PEP 8's `Error` suffix, still works until it is removed (with a warning).
+__getattr__ = moved_names(__name__)
 
 
 class EpisodeError(RuntimeError):
@@ -211,7 +216,7 @@ class RolloutEngine:
                     request.prompt_ids = self.backend.prompt_ids(request)
                     if len(request.prompt_ids) > self.max_prompt_length:
                         episode.dropped = True
-                        raise PromptTooLong(
+                        raise PromptTooLongError(
                             f"a {role} call's prompt has {len(request.prompt_ids)} tokens, over max_prompt_length="
                             f"{self.max_prompt_length}"
                         )
@@ -246,7 +251,7 @@ class RolloutEngine:
             conversations: list[tuple[int, ToolConversation]] = []
             try:
                 answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
-            except PromptTooLong:
+            except PromptTooLongError:
                 pass  # the refused call marked the episode dropped
             if episode.dropped:  # no call of it trains, those made before the refused one or beside it included
                 if on_episode_end is not None:

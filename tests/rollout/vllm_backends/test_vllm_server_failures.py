@@ -25,7 +25,7 @@ from trl_multiagent.checkpoints.resume_command import COMMAND_VARIABLE, resume_a
 from trl_multiagent.monitoring.adapter_check import provenance_mismatches
 from trl_multiagent.rollout.backends import vllm_server
 from trl_multiagent.rollout.backends.base import GenerationRequest, Provenance
-from trl_multiagent.rollout.backends.vllm_server import ServerError, ServerLost, VLLMServerBackend
+from trl_multiagent.rollout.backends.vllm_server import ServerError, ServerLostError, VLLMServerBackend
 from trl_multiagent.rollout.engine import EpisodeError, RolloutEngine
 
 ROLES = ("generator", "evaluator")
@@ -129,7 +129,7 @@ def test_each_way_a_server_fails_names_it_the_newest_checkpoint_and_the_resume_c
     if cause == "restarted":
         stand_ins(port)  # back on its port, without the adapters
     server.mode = {"stalled": "stall", "engine": "engine"}.get(cause, "serve")
-    with pytest.raises(ServerLost) as lost:
+    with pytest.raises(ServerLostError) as lost:
         backend.generate([GenerationRequest("generator", QUESTION)])
     message = str(lost.value)
     said = {
@@ -189,7 +189,7 @@ def test_without_failover_the_first_lost_server_stops_the_rollout_and_says_failo
     with pytest.raises(EpisodeError) as stopped:
         engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(8)])
     lost = stopped.value.__cause__
-    assert isinstance(lost, ServerLost) and lost.url == url_two and lost.cause == "died"
+    assert isinstance(lost, ServerLostError) and lost.url == url_two and lost.cause == "died"
     assert "vllm_server_failover=True carries on with the others" in str(lost)
     assert backend._loop.in_flight() == 0  # every other call was cancelled before the error was raised
     backend.close()
@@ -214,7 +214,7 @@ def test_an_adapter_the_server_refuses_is_a_setting_to_fix_not_a_lost_server(sta
     one.load_error = "LoRA rank 8 is greater than max_lora_rank 4."  # what vLLM answers for a server started too small
     with pytest.raises(ServerError, match="load_lora_adapter failed \\(500\\).*greater than max_lora_rank") as error:
         backend.sync_adapters(peft_model)
-    assert not isinstance(error.value, ServerLost) and backend.down == {}  # no failover from a setting
+    assert not isinstance(error.value, ServerLostError) and backend.down == {}  # no failover from a setting
     backend.close()
 
 
