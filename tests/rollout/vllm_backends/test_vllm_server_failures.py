@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+import traceback
 
 import pytest
 from peft import get_peft_model
@@ -238,3 +239,55 @@ def test_a_start_without_servers_names_every_silent_one(tokenizer):
     with pytest.raises(ServerError) as error:
         VLLMServerBackend(silent, tokenizer, ROLES, {}, [0], timeout=1)
     assert all(f"No vLLM server answered at {url}/health" in str(error.value) for url in silent)
+
+
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception Python prints above it, oldest (printed first) first."""
+    chain = [error]
+    while True:
+        below = chain[0].__cause__ or (None if chain[0].__suppress_context__ else chain[0].__context__)
+        if below is None:
+            return chain
+        chain.insert(0, below)
+
+
+@pytest.mark.parametrize("rollout_mode", ["ticks", "async"])
+def test_a_killed_server_is_the_first_error_of_the_trainings_traceback(
+    rollout_mode, stand_ins, tiny_model_dir, tmp_path, monkeypatch
+):
+    """A vLLM server that dies while the trainer rolls out stops training with the server's error printed first:
+    the URL, the newest complete checkpoint and the resume command, chained under nothing (not under the engine's
+    event-loop probe, "no running event loop", nor under the transport error the message already names)."""
+    from tiny import tiny_trainer
+
+    run_dir = tmp_path / "run"
+    write_run(run_dir)
+    typed = f"trl-multiagent train eval_opt --config toy --output_dir {run_dir}"
+    monkeypatch.setenv(COMMAND_VARIABLE, typed)
+    server, url = stand_ins()
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        run_dir,
+        EvalOpt(max_iterations=2),
+        rollout_backend="vllm",
+        vllm_mode="server",
+        vllm_server_base_urls=[url],
+        rollout_mode=rollout_mode,
+        max_steps=2,
+    )
+    server.mode = "drop"  # its process dies under every completion it holds
+    with pytest.raises(Exception) as stopped:
+        trainer.train()
+    chain = exception_chain(stopped.value)
+    first = chain[0]
+    printed = "".join(traceback.format_exception(stopped.value))
+    assert isinstance(first, ServerLostError) and first.url == url and first.cause == "died"
+    assert "no running event loop" not in printed and "During handling of the above exception" not in printed
+    assert not any(isinstance(e, RuntimeError) and "event loop" in str(e) for e in chain)
+    first_error_line = next(line for line in printed.splitlines() if line and not line.startswith((" ", "Traceback")))
+    assert first_error_line.startswith(
+        f"trl_multiagent.rollout.backends.server_errors.ServerLostError: vLLM server {url}"
+    )
+    resume = f"`{typed} --resume_from_checkpoint {run_dir}/checkpoint-2`"
+    assert f"newest complete checkpoint is {run_dir}/checkpoint-2: resume from it with {resume}" in first_error_line
+    trainer.rollouts.close()

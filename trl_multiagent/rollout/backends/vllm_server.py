@@ -374,9 +374,11 @@ class VLLMServerBackend(LoopCalls):
             try:
                 answer = await self._send(url, body)
                 break
-            except ServerLostError as lost:
-                self._lost(lost)  # stops training, or takes the server out of rotation: try another
-                self._failed_over += 1
+            except ServerLostError as error:
+                lost = error
+            # Outside the `except`: the error that stops training is the user's first line, not chained to this one.
+            self._lost(lost)  # stops training, or takes the server out of rotation: try another
+            self._failed_over += 1
         (choice,) = answer["choices"]
         stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
