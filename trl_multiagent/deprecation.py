@@ -18,7 +18,8 @@ REMOVED_IN = "0.3.0"
 
 _RULES = "trl_multiagent.parse_rules"
 _SERVER_ERRORS = "trl_multiagent.rollout.backends.server_errors"
-# Every public module-level name that moved: module -> {old name: where it is now}. The trainer's renamed methods and
+# Every public module-level name that moved: module -> {old name: where it is now, or (what to use instead, what
+# serves the old name until it goes) when the replacement is called differently}. The trainer's renamed methods and
 # attributes are in renamed_hooks.py.
 MOVED = {
     # The model-name registry took these over from the toy world (0.1.0's recipes imported them from there).
@@ -37,6 +38,24 @@ MOVED = {
     "trl_multiagent.rollout.engine": {"PromptTooLong": "trl_multiagent.rollout.engine.PromptTooLongError"},
     _SERVER_ERRORS: {"ServerLost": f"{_SERVER_ERRORS}.ServerLostError"},
     "trl_multiagent.rollout.backends.vllm_server": {"ServerLost": f"{_SERVER_ERRORS}.ServerLostError"},
+    # Running a loaded workflow moved to evaluation when checkpoints became loading and saving only.
+    "trl_multiagent.checkpoints": {
+        "eos_token_ids": "trl_multiagent.evaluation.eos_token_ids",
+        "make_generation_config": "trl_multiagent.evaluation.make_generation_config",
+        "run_episodes": "trl_multiagent.evaluation.run_episodes",
+    },
+    # One task registry replaced evaluation's own table of datasets and rewards: (what to use, what serves the old
+    # name meanwhile).
+    "trl_multiagent.evaluation": {
+        "eval_dataset": (
+            "trl_multiagent.tasks.get_task(task).eval_dataset(dataset_name, limit)",
+            "trl_multiagent.evaluation.task_shims.eval_dataset",
+        ),
+        "task_reward": (
+            "trl_multiagent.tasks.get_task(task).make_reward()",
+            "trl_multiagent.evaluation.task_shims.task_reward",
+        ),
+    },
 }
 
 
@@ -57,12 +76,12 @@ def moved_names(module: str) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name not in moved:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        new = moved[name]
+        replacement, target = moved[name] if isinstance(moved[name], tuple) else (moved[name], moved[name])
         # `from package import name` asks `hasattr` first, from the import system's frames, then reads the name from
         # the importing module's: that read warns, pointing at the import line (where the default filters show it).
         if not sys._getframe(1).f_globals.get("__name__", "").startswith("importlib"):
-            warn_deprecated(f"{module}.{name}", f"`{new}`")
-        where, _, attribute = new.rpartition(".")
+            warn_deprecated(f"{module}.{name}", f"`{replacement}`")
+        where, _, attribute = target.rpartition(".")
         return getattr(importlib.import_module(where), attribute)
 
     return __getattr__

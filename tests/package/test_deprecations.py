@@ -19,6 +19,10 @@ from trl_multiagent.rollout.backends.from_config import BackendContext
 MOVED_NAMES = [(module, old, new) for module, moved in MOVED.items() for old, new in moved.items()]
 
 
+def replacement_and_target(new: str | tuple[str, str]) -> tuple[str, str]:
+    return new if isinstance(new, tuple) else (new, new)
+
+
 def renamed(old: str, new: str) -> str:
     return re.escape(f"`MultiAgentGRPOTrainer.{old}` is deprecated; use `MultiAgentGRPOTrainer.{new}`, now private")
 
@@ -30,11 +34,23 @@ def resolve(dotted: str):
 
 @pytest.mark.parametrize("module, old, new", MOVED_NAMES, ids=[f"{m}.{o}" for m, o, _ in MOVED_NAMES])
 def test_a_moved_name_is_the_new_one_with_a_warning(module, old, new):
-    expected = f"`{module}.{old}` is deprecated; use `{new}` instead. It will be removed in trl-multiagent "
+    replacement, target = replacement_and_target(new)
+    expected = f"`{module}.{old}` is deprecated; use `{replacement}` instead. It will be removed in trl-multiagent "
     expected += f"{REMOVED_IN}."
     with pytest.warns(DeprecationWarning, match=re.escape(expected)):
         value = getattr(importlib.import_module(module), old)
-    assert value is resolve(new)
+    assert value is resolve(target)
+
+
+def test_the_old_evaluation_helpers_give_what_the_task_registry_gives():
+    """0.1.0's `eval_dataset` and `task_reward`, whose replacement is called differently, through the registry."""
+    from trl_multiagent.tasks import get_task
+
+    with pytest.warns(DeprecationWarning):
+        from trl_multiagent.evaluation import eval_dataset, task_reward
+    assert eval_dataset("math", "arithmetic", 5)[:] == get_task("math").eval_dataset("arithmetic", 5)[:]
+    assert task_reward("math") is get_task("math").make_reward()
+    assert type(task_reward("code")) is type(get_task("code").make_reward())
 
 
 def test_a_0_1_0_recipe_import_warns_once_at_its_own_line():

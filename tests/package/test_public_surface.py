@@ -159,7 +159,11 @@ def cli_surface(monkeypatch) -> list[str]:
 def deprecated_module_names() -> list[str]:
     from trl_multiagent.deprecation import MOVED
 
-    lines = [f"deprecated {module}.{old} -> {new}" for module, moved in MOVED.items() for old, new in moved.items()]
+    lines = [
+        f"deprecated {module}.{old} -> {new[0] if isinstance(new, tuple) else new}"
+        for module, moved in MOVED.items()
+        for old, new in moved.items()
+    ]
     return sorted(lines)
 
 
