@@ -1,7 +1,7 @@
 """The public surface, held against a checked-in snapshot (``public_surface.txt`` beside this file).
 
-What counts as public: every ``__all__`` of the package's modules (the package, its subpackages, ``model_names``
-and ``parse_rules``; the seams, internal, aside); the members ``MultiAgentGRPOTrainer`` has beyond
+What counts as public: the ``__all__`` of the package, of its subpackages and of its top-level modules
+(``model_names``, ``parse_rules``; the seams, internal, aside); the members ``MultiAgentGRPOTrainer`` has beyond
 ``trl.GRPOTrainer``'s (its class members, and the attributes its methods set on ``self``) and the fields and methods
 ``MultiAgentGRPOConfig`` has beyond ``trl.GRPOConfig``'s; the ``trl-multiagent`` commands, their own flags and the
 flags of our own argument dataclasses in the recipes they run; and every deprecated name, with what replaces it.
@@ -38,8 +38,11 @@ def module_surface() -> list[str]:
     import trl_multiagent
 
     names = []
+    # The package, its subpackages and its top-level modules; a module inside a subpackage is that room's own.
     modules = ["trl_multiagent"] + [
-        info.name for info in pkgutil.walk_packages(trl_multiagent.__path__, "trl_multiagent.")
+        info.name
+        for info in pkgutil.walk_packages(trl_multiagent.__path__, "trl_multiagent.")
+        if info.ispkg or info.name.count(".") == 1
     ]
     for name in sorted(modules):
         if name.startswith(INTERNAL_PACKAGES) or ".recipes" in name:
