@@ -43,6 +43,7 @@ from .vllm_serve import ServeCommand
 # checkpoints/resume_command.py, whose package this light module does not import).
 RESUME_COMMAND_VARIABLE = "TRL_MULTIAGENT_COMMAND"
 BUILT_IN = {"eval_opt": "EvalOpt", "voting": "Voting", "orch_workers": "OrchWorkers", "single_agent": "SingleAgent"}
+COMMANDS = ("train", "eval", "grid", "vllm-serve", "report")
 
 
 def import_object(spec: str) -> Any:
@@ -165,8 +166,7 @@ def _workflow(spec: str, kwargs_json: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ("train", "eval", "grid", "vllm-serve", "report")
-    if not argv or argv[0] not in commands:
+    if not argv or argv[0] not in COMMANDS:
         print(__doc__.strip(), file=sys.stderr)
         return 0 if argv[:1] in (["-h"], ["--help"]) else 2
     command, rest = argv[0], argv[1:]

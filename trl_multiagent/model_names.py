@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 import os
 
+__all__ = ["model_name", "register_model_name", "registered_model_names", "resolve_model_name"]
+
 REGISTRANTS = ("trl_multiagent.toy",)  # modules that register shipped models when imported (read on first lookup)
 
 _folders: dict[str, str] = {}  # name -> folder

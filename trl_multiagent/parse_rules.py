@@ -30,6 +30,18 @@ from __future__ import annotations
 
 import re
 
+__all__ = [
+    "RULES",
+    "answer_part",
+    "check_rule",
+    "last_boxed",
+    "last_code_block",
+    "parse_selection",
+    "parse_strategies",
+    "parse_verdict",
+    "read_strategies",
+]
+
 _THINK_END = "</think>"
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*")
 _BARE_ARGUMENT = re.compile(r"[^\s$]+")

@@ -37,6 +37,7 @@ from .monitoring.adapter_check import AdapterCheck
 from .monitoring.console import compact_console
 from .monitoring.learning_signal import LearningSignalCheck
 from .monitoring.training_metrics import TrainingMetrics
+from .renamed_hooks import RenamedTrainerNames
 from .rollout.ahead import RolloutsAhead
 from .rollout.backends.adapter_sync import AdapterSync
 from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
@@ -57,11 +58,12 @@ from .training.role_rewards import builtin_role_rewards, custom_role_rewards, ou
 from .workflows.base import Workflow
 
 
-class MultiAgentGRPOTrainer(GRPOSeam):
+class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     """GRPO for multi-agent workflows. Takes every argument of [`~trl.GRPOTrainer`] plus `workflow`.
 
     Its public methods are TRL's; it reaches TRL's private hooks and state only through [`GRPOSeam`] (grpo_seam.py),
-    by private names of its own there.
+    by private names of its own there. Its public names of 0.1.0 that became private still work until 0.3.0, with a
+    warning (renamed_hooks.py).
 
     Args:
         workflow ([`Workflow`]): the roles and how they talk; each `generate` call is one training sample.

@@ -4,6 +4,7 @@ Loading and saving only: running a loaded workflow (backends, generation setting
 ``trl_multiagent.evaluation``'s.
 """
 
+from ..deprecation import moved_names
 from .load import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load_trained_workflow, read_multiagent_config
 from .workflow_config import BUILT_IN_WORKFLOWS, check_workflow_config, workflow_from_config
 
@@ -17,3 +18,6 @@ __all__ = [
     "read_multiagent_config",
     "workflow_from_config",
 ]
+
+# Names that moved out of this package still work until they are removed, with a warning (deprecation.MOVED).
+__getattr__ = moved_names(__name__)

@@ -12,6 +12,7 @@
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
 
+from ..deprecation import moved_names
 from ..monitoring.pass_at_k import pass_at_k
 from .evaluator import EvalSettings, evaluate, final_answer_rewards, sample_episodes, score
 from .generation import eos_token_ids, make_generation_config, run_episodes
@@ -47,3 +48,6 @@ __all__ = [
     "sample_episodes",
     "score",
 ]
+
+# Names that moved out of this package still work until they are removed, with a warning (deprecation.MOVED).
+__getattr__ = moved_names(__name__)

@@ -12,8 +12,8 @@ Every episode is an asyncio task running ``workflow.run``. Two ways to reach the
 Every call is recorded once, as a ``ModelCall`` on its episode, in the order the episode made its calls. An episode
 that raises fails the whole rollout with an error naming it; every other episode and every request still in the
 backend is cancelled first. With ``max_prompt_length``, a call whose prompt is longer is never sent: its episode ends
-there (``PromptTooLong`` is raised out of the workflow's ``generate``) and is returned ``dropped``, with no call and
-no answer, as the reference stack ends such an episode and leaves it out of training.
+there (``PromptTooLongError`` is raised out of the workflow's ``generate``) and is returned ``dropped``, with no call
+and no answer, as the reference stack ends such an episode and leaves it out of training.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..deprecation import moved_names
 from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
 from .records import Episode, ModelCall, ToolConversation
@@ -41,9 +42,13 @@ class UndeclaredRoleError(ValueError):
     pass
 
 
-class PromptTooLong(Exception):
+class PromptTooLongError(Exception):
     """A model call's prompt is over the engine's ``max_prompt_length``: raised out of ``generate`` to end the
     episode. The episode is dropped even if its workflow catches this and goes on."""
+
+
+# `PromptTooLong`, this error's name before PEP 8's `Error` suffix, still works until it is removed (with a warning).
+__getattr__ = moved_names(__name__)
 
 
 class EpisodeError(RuntimeError):
@@ -152,9 +157,7 @@ class RolloutEngine:
         # its main task, result included, when it restores the SIGINT handler, and formatting every episode's calls
         # cost more than the rest of the engine's own work (0.4 of its 0.9 ms for 8 single-call episodes).
         episodes = [Episode(index=i) for i in range(len(prompts))]
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+        if not _in_running_loop():
             asyncio.run(self._run_all(episodes, prompts, on_episode_end, episode_tools))
             return episodes
         # Called from inside a running loop (a notebook): run ours on a worker thread.
@@ -211,7 +214,7 @@ class RolloutEngine:
                     request.prompt_ids = self.backend.prompt_ids(request)
                     if len(request.prompt_ids) > self.max_prompt_length:
                         episode.dropped = True
-                        raise PromptTooLong(
+                        raise PromptTooLongError(
                             f"a {role} call's prompt has {len(request.prompt_ids)} tokens, over max_prompt_length="
                             f"{self.max_prompt_length}"
                         )
@@ -246,7 +249,7 @@ class RolloutEngine:
             conversations: list[tuple[int, ToolConversation]] = []
             try:
                 answer = await self.workflow.run(prompt, make_generate(episode, made, conversations))
-            except PromptTooLong:
+            except PromptTooLongError:
                 pass  # the refused call marked the episode dropped
             if episode.dropped:  # no call of it trains, those made before the refused one or beside it included
                 if on_episode_end is not None:
@@ -314,3 +317,13 @@ class RolloutEngine:
             state = (len(pending), sum(t.done() for t in tasks))
             quiet = quiet + 1 if state == last else 0
             last = state
+
+
+def _in_running_loop() -> bool:
+    """Whether this thread runs an event loop now. Asked outside any ``except`` block, so that an error of the
+    rollout that follows is not chained under the probe's "no running event loop"."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

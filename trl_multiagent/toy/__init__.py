@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from ..deprecation import moved_names
 from ..model_names import register_model_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,3 +34,17 @@ for _name, _folder in SHIPPED_MODELS.items():
         if_missing="Rebuild it with `python scripts/build_toy_model.py` (see its docstring), or reinstall "
         "trl-multiagent so its package data is included.",
     )
+
+__all__ = [
+    "SHIPPED_MODELS",
+    "TOY_JUDGE_DIR",
+    "TOY_JUDGE_NAME",
+    "TOY_MODEL_DIR",
+    "TOY_MODEL_NAME",
+    "TOY_SEARCH_DIR",
+    "TOY_SEARCH_NAME",
+]
+
+# Moved to the model-name registry (0.1.0's recipes imported them from here): they still work until they are
+# removed, with a warning.
+__getattr__ = moved_names(__name__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
+import traceback
 
 import pytest
 from peft import get_peft_model
@@ -25,7 +26,7 @@ from trl_multiagent.checkpoints.resume_command import COMMAND_VARIABLE, resume_a
 from trl_multiagent.monitoring.adapter_check import provenance_mismatches
 from trl_multiagent.rollout.backends import vllm_server
 from trl_multiagent.rollout.backends.base import GenerationRequest, Provenance
-from trl_multiagent.rollout.backends.vllm_server import ServerError, ServerLost, VLLMServerBackend
+from trl_multiagent.rollout.backends.vllm_server import ServerError, ServerLostError, VLLMServerBackend
 from trl_multiagent.rollout.engine import EpisodeError, RolloutEngine
 
 ROLES = ("generator", "evaluator")
@@ -129,7 +130,7 @@ def test_each_way_a_server_fails_names_it_the_newest_checkpoint_and_the_resume_c
     if cause == "restarted":
         stand_ins(port)  # back on its port, without the adapters
     server.mode = {"stalled": "stall", "engine": "engine"}.get(cause, "serve")
-    with pytest.raises(ServerLost) as lost:
+    with pytest.raises(ServerLostError) as lost:
         backend.generate([GenerationRequest("generator", QUESTION)])
     message = str(lost.value)
     said = {
@@ -189,7 +190,7 @@ def test_without_failover_the_first_lost_server_stops_the_rollout_and_says_failo
     with pytest.raises(EpisodeError) as stopped:
         engine.run([[{"role": "user", "content": f"What is {i} + 2?"}] for i in range(8)])
     lost = stopped.value.__cause__
-    assert isinstance(lost, ServerLost) and lost.url == url_two and lost.cause == "died"
+    assert isinstance(lost, ServerLostError) and lost.url == url_two and lost.cause == "died"
     assert "vllm_server_failover=True carries on with the others" in str(lost)
     assert backend._loop.in_flight() == 0  # every other call was cancelled before the error was raised
     backend.close()
@@ -214,7 +215,7 @@ def test_an_adapter_the_server_refuses_is_a_setting_to_fix_not_a_lost_server(sta
     one.load_error = "LoRA rank 8 is greater than max_lora_rank 4."  # what vLLM answers for a server started too small
     with pytest.raises(ServerError, match="load_lora_adapter failed \\(500\\).*greater than max_lora_rank") as error:
         backend.sync_adapters(peft_model)
-    assert not isinstance(error.value, ServerLost) and backend.down == {}  # no failover from a setting
+    assert not isinstance(error.value, ServerLostError) and backend.down == {}  # no failover from a setting
     backend.close()
 
 
@@ -238,3 +239,55 @@ def test_a_start_without_servers_names_every_silent_one(tokenizer):
     with pytest.raises(ServerError) as error:
         VLLMServerBackend(silent, tokenizer, ROLES, {}, [0], timeout=1)
     assert all(f"No vLLM server answered at {url}/health" in str(error.value) for url in silent)
+
+
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception Python prints above it, oldest (printed first) first."""
+    chain = [error]
+    while True:
+        below = chain[0].__cause__ or (None if chain[0].__suppress_context__ else chain[0].__context__)
+        if below is None:
+            return chain
+        chain.insert(0, below)
+
+
+@pytest.mark.parametrize("rollout_mode", ["ticks", "async"])
+def test_a_killed_server_is_the_first_error_of_the_trainings_traceback(
+    rollout_mode, stand_ins, tiny_model_dir, tmp_path, monkeypatch
+):
+    """A vLLM server that dies while the trainer rolls out stops training with the server's error printed first:
+    the URL, the newest complete checkpoint and the resume command, chained under nothing (not under the engine's
+    event-loop probe, "no running event loop", nor under the transport error the message already names)."""
+    from tiny import tiny_trainer
+
+    run_dir = tmp_path / "run"
+    write_run(run_dir)
+    typed = f"trl-multiagent train eval_opt --config toy --output_dir {run_dir}"
+    monkeypatch.setenv(COMMAND_VARIABLE, typed)
+    server, url = stand_ins()
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        run_dir,
+        EvalOpt(max_iterations=2),
+        rollout_backend="vllm",
+        vllm_mode="server",
+        vllm_server_base_urls=[url],
+        rollout_mode=rollout_mode,
+        max_steps=2,
+    )
+    server.mode = "drop"  # its process dies under every completion it holds
+    with pytest.raises(Exception) as stopped:
+        trainer.train()
+    chain = exception_chain(stopped.value)
+    first = chain[0]
+    printed = "".join(traceback.format_exception(stopped.value))
+    assert isinstance(first, ServerLostError) and first.url == url and first.cause == "died"
+    assert "no running event loop" not in printed and "During handling of the above exception" not in printed
+    assert not any(isinstance(e, RuntimeError) and "event loop" in str(e) for e in chain)
+    first_error_line = next(line for line in printed.splitlines() if line and not line.startswith((" ", "Traceback")))
+    assert first_error_line.startswith(
+        f"trl_multiagent.rollout.backends.server_errors.ServerLostError: vLLM server {url}"
+    )
+    resume = f"`{typed} --resume_from_checkpoint {run_dir}/checkpoint-2`"
+    assert f"newest complete checkpoint is {run_dir}/checkpoint-2: resume from it with {resume}" in first_error_line
+    trainer.rollouts.close()

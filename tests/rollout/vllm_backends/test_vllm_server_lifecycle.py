@@ -48,7 +48,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  #
 from trl_multiagent.checkpoints.resume_command import COMMAND_VARIABLE, resume_advice  # noqa: E402
 from trl_multiagent.rollout.backends import vllm_server  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
-from trl_multiagent.rollout.backends.vllm_server import ServerLost, VLLMServerBackend  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_server import ServerLostError, VLLMServerBackend  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +173,7 @@ def test_without_failover_a_stopped_server_stops_training_with_the_resume_comman
     with pytest.raises(Exception) as stopped:
         trainer.train()
     lost = stopped.value
-    while lost is not None and not isinstance(lost, ServerLost):
+    while lost is not None and not isinstance(lost, ServerLostError):
         lost = lost.__cause__
     assert lost is not None and lost.url == urls[1] and lost.cause == "died", stopped.value
     assert trainer.state.global_step == 1
@@ -212,7 +212,7 @@ def test_a_server_whose_engine_dies_stops_the_rollout_saying_so_and_leaves_nothi
 
     killer = threading.Thread(target=kill_the_engine)
     killer.start()
-    with pytest.raises(ServerLost) as lost:
+    with pytest.raises(ServerLostError) as lost:
         backend.generate([GenerationRequest("generator", [{"role": "user", "content": str(i)}]) for i in range(8)])
     killer.join()
     backend.close()

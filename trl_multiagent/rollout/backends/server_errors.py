@@ -1,6 +1,6 @@
 """How a `vllm serve` server fails a trainer, and what the error tells the user to do next.
 
-A server that stops serving mid-run (``ServerLost``) has one of five causes, each told by what the client saw:
+A server that stops serving mid-run (``ServerLostError``) has one of five causes, each told by what the client saw:
 
     died      the connection was refused or dropped on every retry: its process died or was stopped
     stalled   no answer within ``vllm_request_timeout``
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from ...deprecation import moved_names
+
 CAUSES = {
     "died": "its process died or was stopped",
     "stalled": "it is stalled or overloaded (or its completions need longer: raise vllm_request_timeout)",
@@ -31,17 +33,21 @@ class ServerError(RuntimeError):
     pass
 
 
-class ServerLost(ServerError):
+class ServerLostError(ServerError):
     """A server that stopped serving this run; ``url``, ``cause`` (a key of ``CAUSES``) and ``detail`` (what the
-    client saw) stay readable for failover."""
+    client saw, the transport error's name and text included) stay readable for failover."""
 
     def __init__(self, url: str, cause: str, detail: str, *, next_steps: str = ""):
         self.url, self.cause, self.detail = url, cause, detail
         message = f"vLLM server {url} {detail}: {CAUSES[cause]}."
         super().__init__(f"{message} {next_steps}" if next_steps else message)
 
-    def with_next_steps(self, next_steps: str) -> ServerLost:
-        return ServerLost(self.url, self.cause, self.detail, next_steps=next_steps)
+    def with_next_steps(self, next_steps: str) -> ServerLostError:
+        return ServerLostError(self.url, self.cause, self.detail, next_steps=next_steps)
+
+
+# `ServerLost`, this error's name before PEP 8's `Error` suffix, still works until it is removed (with a warning).
+__getattr__ = moved_names(__name__)
 
 
 def engine_died(status: int, text: str) -> bool:

@@ -41,11 +41,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...deprecation import moved_names
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
 from .event_loop import BackgroundLoop, LoopCalls
 from .served_adapters import ServedAdapters
-from .server_errors import ServerError, ServerLost, engine_died, restart_advice
+from .server_errors import ServerError, ServerLostError, engine_died, restart_advice
 from .vllm_backend import AdapterFolders, request_result, request_sampling
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ _HEALTH_PROBE_S = 5.0  # between steps: how long a server out of rotation may ta
 LOAD, UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
 
 API_KEY_VARIABLE = "VLLM_API_KEY"  # what `vllm serve` reads when started without --api-key, and the client sends
+
+# `ServerLost` (imported from here until `ServerLostError`): still works until it is removed, with a warning.
+__getattr__ = moved_names(__name__)
 
 
 class VLLMServerBackend(LoopCalls):
@@ -115,7 +119,7 @@ class VLLMServerBackend(LoopCalls):
         self.sampling = {**sampling, "n": 1, "logprobs": 0, "stop_token_ids": sorted(self.eos_token_ids)}
         self.timeout, self.request_timeout = timeout, request_timeout
         self.failover, self.next_steps = failover, next_steps
-        self.down: dict[str, ServerLost] = {}  # servers out of rotation (failover) -> how they were lost
+        self.down: dict[str, ServerLostError] = {}  # servers out of rotation (failover) -> how they were lost
         self._failed_over = 0  # calls sent to another server since `rollout_metrics` was last read
         self.in_flight = dict.fromkeys(self.base_urls, 0)  # requests sent and not answered, per server
         self.sent = dict.fromkeys(self.base_urls, 0)  # requests sent, per server
@@ -174,22 +178,22 @@ class VLLMServerBackend(LoopCalls):
 
     async def _post(self, url: str, route: str, body: dict, *, missing_ok: bool = False) -> dict:
         """POST with retries on a refused connection or 502/503/504; a timeout or a 4xx fails at once. A server that
-        fails for good raises ``ServerLost``; ``missing_ok``: a 404 (nothing to unload) is no failure."""
+        fails for good raises ``ServerLostError``; ``missing_ok``: a 404 (nothing to unload) is no failure."""
         import httpx
 
         for attempt, delay in enumerate((*_RETRY_DELAYS, None)):
             if url in self.down:  # another call lost it meanwhile: fail over now, no more retries
                 lost = self.down[url]
-                raise ServerLost(url, lost.cause, lost.detail)
+                raise ServerLostError(url, lost.cause, lost.detail)
             try:
                 response = await self._client.post(f"{url}{route}", json=body)
             except httpx.TimeoutException as error:
                 detail = f"did not answer {route} within {self.request_timeout:g} s (vllm_request_timeout)"
-                raise ServerLost(url, "stalled", f"{detail} ({type(error).__name__})") from error
+                raise ServerLostError(url, "stalled", f"{detail} ({type(error).__name__})") from error
             except httpx.TransportError as error:
                 if delay is None:
                     detail = f"refused or dropped {route} on {attempt + 1} tries ({error!r})"
-                    raise ServerLost(url, "died", detail) from error
+                    raise ServerLostError(url, "died", detail) from error
             else:
                 status, text = response.status_code, response.text
                 if status == 200:
@@ -210,11 +214,11 @@ class VLLMServerBackend(LoopCalls):
                         )
                     )
                 if status == 404 and body.get("model") in self.served.versions:
-                    raise ServerLost(url, "restarted", f"answered {route} with 404 ({text.strip()})")
+                    raise ServerLostError(url, "restarted", f"answered {route} with 404 ({text.strip()})")
                 gave_up = status >= 500 and (status not in (502, 503, 504) or delay is None)
                 if gave_up and (engine_died(status, text) or route == "/v1/completions" or delay is None):
                     cause = "engine" if engine_died(status, text) else "failed"
-                    raise ServerLost(url, cause, f"answered {route} with HTTP {status} ({text.strip()[:500]})")
+                    raise ServerLostError(url, cause, f"answered {route} with HTTP {status} ({text.strip()[:500]})")
                 if status not in (502, 503, 504):  # also a 500 loading an adapter: a setting (a rank too large...)
                     raise ServerError(f"vLLM server {url}{route} failed ({status}): {text}")
             await asyncio.sleep(delay)
@@ -228,7 +232,7 @@ class VLLMServerBackend(LoopCalls):
     def live_urls(self) -> list[str]:
         return [url for url in self.base_urls if url not in self.down]
 
-    def _lost(self, lost: ServerLost) -> None:
+    def _lost(self, lost: ServerLostError) -> None:
         """A server stopped serving: without ``failover``, stop with what to do next; with it, take the server out of
         rotation (the caller sends the call elsewhere), and stop once none is left."""
         if not self.failover:
@@ -248,7 +252,7 @@ class VLLMServerBackend(LoopCalls):
                 + self._next_steps(lost_all)
             )
 
-    def _next_steps(self, lost: Sequence[ServerLost]) -> str:
+    def _next_steps(self, lost: Sequence[ServerLostError]) -> str:
         steps = [f"{restart_advice(each.url, each.cause)}." for each in lost]
         if self.next_steps is not None:
             steps.append(self.next_steps())
@@ -280,7 +284,7 @@ class VLLMServerBackend(LoopCalls):
         was = self.down.pop(url)
         try:
             self._loop.run(load_all())
-        except ServerLost as again:
+        except ServerLostError as again:
             self.down[url] = again
             return
         logger.warning("vLLM server %s answers again and holds the current adapters: it takes calls again.", url)
@@ -323,14 +327,14 @@ class VLLMServerBackend(LoopCalls):
     def _on_every_server(self, route: str, body: dict, *, missing_ok: bool = False) -> None:
         """POST to every server in rotation, concurrently; a server lost there goes through ``_lost``."""
 
-        async def on(url: str) -> ServerLost | None:
+        async def on(url: str) -> ServerLostError | None:
             try:
                 await self._post(url, route, body, missing_ok=missing_ok)
-            except ServerLost as lost:
+            except ServerLostError as lost:
                 return lost
             return None
 
-        async def everywhere() -> list[ServerLost | None]:
+        async def everywhere() -> list[ServerLostError | None]:
             return await asyncio.gather(*(on(url) for url in self.live_urls()))
 
         for lost in self._loop.run(everywhere()):
@@ -370,9 +374,11 @@ class VLLMServerBackend(LoopCalls):
             try:
                 answer = await self._send(url, body)
                 break
-            except ServerLost as lost:
-                self._lost(lost)  # stops training, or takes the server out of rotation: try another
-                self._failed_over += 1
+            except ServerLostError as error:
+                lost = error
+            # Outside the `except`: the error that stops training is the user's first line, not chained to this one.
+            self._lost(lost)  # stops training, or takes the server out of rotation: try another
+            self._failed_over += 1
         (choice,) = answer["choices"]
         stopped = choice.get("finish_reason") == "stop"
         logprobs = choice["logprobs"]["token_logprobs"]
