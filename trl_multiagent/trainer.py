@@ -52,9 +52,10 @@ from .training.batch import TrainingBatch, calls_to_batch
 from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
 from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
-from .training.loss_weights import LossScale, generation_chunks, loss_ready, per_role_kl_loss, role_weights
-from .training.mini_batches import bounded_logps, check_schedule, mini_batch_plan, split_for_memory
+from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss, role_weights
+from .training.mini_batches import bounded_logps, check_schedule, micro_steps, mini_batch_plan, split_for_memory
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
+from .training.row_layout import EndAligned
 from .workflows.base import Workflow
 
 
@@ -467,7 +468,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _micro_step_inputs(self, generation_batch) -> TrainingBatch:
         # 4. Cut the generation batch into the micro-steps of one optimizer step. TRL's version splits with a fixed
         # chunk size and drops the remainder; workflows make a variable number of calls, so split into near-equal
-        # micro-batches and weigh each sample exactly (loss_weights.py).
+        # micro-batches and weigh each sample exactly (loss_weights.py), each optimizer step's rows sorted by length
+        # so that its forwards pad little (mini_batches.py).
         if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
             return generation_batch
         if not self.model.training:  # an evaluation batch: its loss forwards (`compute_loss` adds them up)
@@ -475,8 +477,12 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         steps = self.args.steps_per_generation
         if self._micro_step % (steps * self.num_iterations) == 0 or self._buffered_micro_batches is None:
             batch = self._generate_and_score(generation_batch).shuffled()
-            chunks = generation_chunks(
-                batch, steps=steps, loss_type=self.loss_type, num_processes=self.accelerator.num_processes
+            chunks = micro_steps(
+                batch,
+                steps=steps,
+                accumulation=self.args.gradient_accumulation_steps,
+                loss_type=self.loss_type,
+                num_processes=self.accelerator.num_processes,
             )
             self._buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
             trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
@@ -608,6 +614,15 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             epsilon_high=self.epsilon_high,
         )
         return loss
+
+    def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        # Every forward of the loss and of the log-probs before the update runs on end-aligned rows, as wide as its
+        # longest row rather than its longest prompt plus its longest completion (training/row_layout.py).
+        rows = EndAligned.of(input_ids, attention_mask, logits_to_keep)
+        logps, entropies, aux_loss = super()._logps_and_entropies(
+            model, rows.input_ids, rows.attention_mask, logits_to_keep, *args, **kwargs
+        )
+        return rows.completion_values(logps), rows.completion_values(entropies), aux_loss
 
     def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
         beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)

@@ -3,7 +3,8 @@
 Two independent cuts:
 
 - **micro-batches** bound memory: at most ``max_samples`` samples and ``max_tokens`` padded tokens per forward,
-  with weights that make the accumulated gradient exactly that of one pass over the whole set;
+  with weights that make the accumulated gradient exactly that of one pass over the whole set; rows are grouped by
+  length within an optimizer step and end-aligned in each forward (row_layout.py), so forwards carry little padding;
 - **mini-batches** (``update_schedule="mini_batches"``, the research stack's PPO update): each adapter's samples are
   cut into mini-batches of ``mini_batch_size`` samples (over all processes); each is one optimizer step. Every
   mini-batch's loss is normalised by ``max(its size, mini_batch_size)``, so a short last mini-batch is scaled by its
@@ -27,15 +28,17 @@ import torch
 
 from .batch import TrainingBatch
 from .batch_order import reference_mini_batches
-from .loss_weights import chunk_correction
+from .loss_weights import chunk_correction, generation_chunks, split_sizes
 
 SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
 MINI_BATCH_ORDERS = ("episodes", "reference")
 
 
 def padded_tokens(batch: TrainingBatch) -> int:
-    """Tokens one forward of ``batch`` processes, padding included (what memory grows with)."""
-    return len(batch) * (batch.prompt_ids.size(1) + batch.completion_ids.size(1))
+    """Tokens one forward of ``batch`` processes, padding included (what memory grows with): its rows end-aligned
+    (row_layout.py), each as wide as the longest."""
+    prompts, completions = batch.lengths()
+    return len(batch) * max(p + c for p, c in zip(prompts, completions))
 
 
 def row_groups(
@@ -46,26 +49,51 @@ def row_groups(
     max_tokens: int | None,
     keys: Sequence[str] | None = None,
 ) -> list[list[int]]:
-    """Groups of rows, each with at most ``max_samples`` rows and, once padded to its longest prompt and
-    completion, at most ``max_tokens`` tokens (a row longer than that on its own forms its own group). With
-    ``keys`` (e.g. each row's adapter), a group holds rows of one key only."""
-    order = range(len(prompt_lengths))
+    """Groups of rows, one forward each: at most ``max_samples`` rows and, once end-aligned (as wide as the longest
+    of them, row_layout.py), at most ``max_tokens`` tokens (a row longer than that on its own forms its own group).
+    Rows are taken longest first, so each group holds rows of similar lengths and pads little. With ``keys`` (e.g.
+    each row's adapter), a group holds rows of one key only, keys in the order they first appear.
+
+    Regrouping moves no sample to another optimizer step: the rows given are those of one micro-step (or of the
+    log-prob forwards before the update), and the forwards' losses add up to theirs whatever the grouping."""
+    lengths = [p + c for p, c in zip(prompt_lengths, completion_lengths)]
+    order = range(len(lengths))
     partitions = [list(order)] if keys is None else [[i for i in order if keys[i] == k] for k in dict.fromkeys(keys)]
     groups: list[list[int]] = []
     for rows in partitions:
         current: list[int] = []
-        widest_p = widest_c = 0
-        for row in rows:
-            wp, wc = max(widest_p, prompt_lengths[row]), max(widest_c, completion_lengths[row])
-            fits = len(current) < max_samples and (max_tokens is None or (len(current) + 1) * (wp + wc) <= max_tokens)
-            if current and not fits:
+        for row in sorted(rows, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
+            width = lengths[current[0]] if current else lengths[row]  # the group's first row is its longest
+            full = len(current) >= max_samples or (max_tokens is not None and (len(current) + 1) * width > max_tokens)
+            if current and full:
                 groups.append(current)
-                current, wp, wc = [], prompt_lengths[row], completion_lengths[row]
+                current = []
             current.append(row)
-            widest_p, widest_c = wp, wc
         if current:
             groups.append(current)
     return groups
+
+
+def micro_steps(
+    batch: TrainingBatch, *, steps: int, accumulation: int, loss_type: str, num_processes: int
+) -> list[TrainingBatch]:
+    """The ``steps`` micro-steps of a generation batch (``batch``, shuffled), cut and weighted by
+    `generation_chunks`, after the rows of each optimizer step's micro-steps are sorted longest first: each
+    micro-step then holds rows of similar lengths, which `row_groups` forms into full forwards with little padding.
+
+    An optimizer step takes ``accumulation`` micro-steps, so each run of gcd(``steps``, ``accumulation``)
+    micro-steps of a generation batch lies within one optimizer step (TRL's loop, and the Trainer's, count both from
+    the same start): rows move only within such a run, so every optimizer step trains the samples it trained before,
+    with the same weights (`generation_chunks` weighs each sample for its micro-step)."""
+    run = math.gcd(steps, accumulation)
+    sizes = split_sizes(len(batch), steps)
+    lengths = [p + c for p, c in zip(*batch.lengths())]
+    order, begin = [], 0
+    for first in range(0, steps, run):
+        end = begin + sum(sizes[first : first + run])
+        order += sorted(range(begin, end), key=lambda row: -lengths[row])
+        begin = end
+    return generation_chunks(batch.select(order), steps=steps, loss_type=loss_type, num_processes=num_processes)
 
 
 def bounded_logps(
