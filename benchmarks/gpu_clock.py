@@ -23,6 +23,8 @@ class PhaseClock(TrainerCallback):
         self.current: dict = defaultdict(float)
         self.samples: list[tuple[int, int]] = []  # (tokens, completion tokens) of the step's training samples
         self.forward_tokens = [0, 0]  # real, padded tokens of the step's log-prob forwards
+        self.in_rollout = False
+        self.handles: list = []
         self._began = 0.0
 
     def timed(self, phase, fn):
@@ -60,20 +62,24 @@ def clocked_trainer(trainer, clock: PhaseClock):
     run_episodes = trainer.engine.run
 
     def recorded(*args, **kwargs):
-        episodes = run_episodes(*args, **kwargs)
+        clock.in_rollout = True  # the rollout's own forwards (generation) are not training forwards
+        try:
+            episodes = run_episodes(*args, **kwargs)
+        finally:
+            clock.in_rollout = False
         for call in (c for e in episodes for c in e.calls):
             clock.samples.append((len(call.prompt_ids) + len(call.completion_ids), len(call.completion_ids)))
         return episodes
 
-    logps = trainer._logps_and_entropies
+    def counted(module, args, kwargs):  # the tokens each forward gives the model, padding included
+        mask = kwargs.get("attention_mask")
+        if mask is not None and not clock.in_rollout:
+            clock.forward_tokens[0] += int(mask.sum())
+            clock.forward_tokens[1] += mask.numel()
 
-    def counted(model, input_ids, attention_mask, *args, **kwargs):
-        clock.forward_tokens[0] += int(attention_mask.sum())
-        clock.forward_tokens[1] += attention_mask.numel()
-        return logps(model, input_ids, attention_mask, *args, **kwargs)
-
+    clock.handles.append(trainer.model.register_forward_pre_hook(counted, with_kwargs=True))
     trainer.engine.run = clock.timed("rollout", recorded)
-    trainer._logps_and_entropies = clock.timed(logp_phase, counted)
+    trainer._logps_and_entropies = clock.timed(logp_phase, trainer._logps_and_entropies)
     trainer.accelerator.backward = clock.timed("backward", trainer.accelerator.backward)
     trainer.add_callback(clock)
     trainer.remove_callback(PrinterCallback)
