@@ -31,7 +31,6 @@ from trl_multiagent.model_names import resolve_model_name
 from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import CodeReward, get_task
-from trl_multiagent.validation import rows_for_checks, validate_run
 from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it
@@ -60,15 +59,7 @@ if __name__ == "__main__":
         prompts=options.prompts,
         template=options.template,
     )
-    if parser.validating:  # --validate: the trainer's checks of these settings, then exit; nothing is loaded
-        validate_run(
-            training_args,
-            workflow,
-            model=model_args.model_name_or_path,
-            peft_config=get_peft_config(model_args),
-            dataset=rows_for_checks(task, script_args.dataset_name, seed=training_args.seed),
-            settings=parser.settings,
-        )
+    parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
     train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(

@@ -30,7 +30,6 @@ from trl_multiagent.model_names import resolve_model_name
 from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.shipped import recipe_argv
 from trl_multiagent.tasks import TASKS, get_task
-from trl_multiagent.validation import rows_for_checks, validate_run
 from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's math settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless
@@ -89,15 +88,8 @@ if __name__ == "__main__":
         reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
     else:
         reward_funcs = get_task(workflow_args.task).make_reward()
-    if parser.validating:  # --validate: the trainer's checks of these settings, then exit; nothing is loaded
-        validate_run(
-            training_args,
-            workflow,
-            model=model_args.model_name_or_path,
-            peft_config=get_peft_config(model_args),
-            dataset=rows_for_checks(get_task(workflow_args.task), dataset_name(script_args), seed=training_args.seed),
-            settings=parser.settings,
-        )
+    dataset_name(script_args)  # none given: stop now, before --validate says all is well
+    parser.validate_if_asked(workflow, get_task(workflow_args.task))  # --validate: the trainer's checks, then exit
     dataset = train_dataset(script_args, training_args.seed)
     checker = get_task(workflow_args.task).answer_checker  # per-role regrading against the ground truth
     regrade = checker is not None and get_task(workflow_args.task).ground_truth in dataset.column_names

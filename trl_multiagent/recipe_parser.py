@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 from transformers import TrainingArguments
-from trl import TrlParser
+from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
 from .seams.transformers import bf16_accepted_without_device
 from .shipped import BASE, PresetLayer, merged_settings, preset_layers
@@ -35,6 +35,8 @@ from .validation import (
     planned_launch_of_this_process,
     planned_world,
     refuse,
+    rows_for_checks,
+    validate_run,
 )
 
 LIBRARY = "library default"
@@ -57,8 +59,8 @@ class RecipeParser(TrlParser):
     """``TrlParser`` whose ``--config`` preset may build on others (``base:``), saying which layers made the settings.
 
     A preset without ``base:`` reads as TrlParser reads it: its settings over the dataclasses' defaults.
-    ``validates``: the script takes ``--validate`` (``validating`` is then true after parsing, and the script calls
-    ``validation.validate_run`` once its workflow is built); other scripts refuse the flag rather than run for real.
+    ``validates``: the script takes ``--validate`` (it calls ``validate_if_asked`` once its workflow is built); other
+    scripts refuse the flag rather than run for real.
     """
 
     def __init__(self, dataclass_types: Iterable[type] | type, *, validates: bool = False, **kwargs: Any) -> None:
@@ -67,6 +69,7 @@ class RecipeParser(TrlParser):
         self.validates = validates
         self.validating = False  # --validate was given
         self.settings = ""  # the settings line of the last parse
+        self.outputs: tuple[Any, ...] = ()  # the dataclasses of the last parse
 
     def parse_args_and_config(
         self,
@@ -106,7 +109,29 @@ class RecipeParser(TrlParser):
         if print_config:
             print(self.describe(outputs, layers, given))
             sys.exit(0)
+        self.outputs = outputs
         return outputs
+
+    def validate_if_asked(self, workflow, task) -> None:
+        """With ``--validate``: every check the trainer would make of the parsed settings with ``workflow``, on
+        ``task``'s dataset (validation.py), then exit; without it, nothing. A training recipe calls it once its
+        workflow is built, before it loads anything."""
+        if not self.validating:
+            return
+        script_args, args, model_args = (
+            next(output for output in self.outputs if isinstance(output, kind))
+            for kind in (ScriptArguments, TrainingArguments, ModelConfig)
+        )
+        validate_run(
+            args,
+            workflow,
+            model=model_args.model_name_or_path,
+            peft_config=get_peft_config(model_args),
+            dataset=rows_for_checks(
+                task, script_args.dataset_name, split=script_args.dataset_train_split, seed=args.seed
+            ),
+            settings=self.settings,
+        )
 
     @contextmanager
     def _settings_only(self, on: bool) -> Iterator[None]:

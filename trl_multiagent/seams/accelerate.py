@@ -39,7 +39,9 @@ def planned_launch(argv: Sequence[str]) -> tuple[str, argparse.Namespace, dict[s
     1.16): ``launch_command`` merges the config file into the flags (``_validate_launch_command``) and calls one of the
     module's launchers, each of which builds its environment with ``accelerate.utils.prepare_*`` and starts the
     processes. Here the launchers are swapped, for the call, for ones that only record which was picked; the
-    environment comes from the same ``prepare_*`` function that launcher calls."""
+    environment comes from the same ``prepare_*`` function that launcher calls. Those functions also ask whether the
+    rendezvous port is free here (``is_port_in_use``, as imported into ``accelerate.utils.launch``, 1.10.1 to 1.16),
+    which concerns the machine that starts the processes when it starts them: it is answered "free"."""
     from accelerate.commands import launch
     from accelerate.utils import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env
 
@@ -63,9 +65,10 @@ def planned_launch(argv: Sequence[str]) -> tuple[str, argparse.Namespace, dict[s
     with mock.patch.multiple(launch, **launchers, **others):
         launch.launch_command(args)
     ((name, launch_args),) = picked.items()
-    if name == "multi_gpu_launcher":
-        env = prepare_multi_gpu_env(launch_args)
-    else:
-        prepare = prepare_deepspeed_cmd_env if name == "deepspeed_launcher" else prepare_simple_launcher_cmd_env
-        _, env = prepare(launch_args)
+    with mock.patch("accelerate.utils.launch.is_port_in_use", return_value=False):
+        if name == "multi_gpu_launcher":
+            env = prepare_multi_gpu_env(launch_args)
+        else:
+            prepare = prepare_deepspeed_cmd_env if name == "deepspeed_launcher" else prepare_simple_launcher_cmd_env
+            _, env = prepare(launch_args)
     return name, launch_args, {key: value for key, value in env.items() if os.environ.get(key) != value}
