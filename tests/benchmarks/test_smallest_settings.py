@@ -18,9 +18,9 @@ from harness import ROOT, offline_env, run_offline
 
 BENCHMARKS = ROOT / "benchmarks"
 SMALLEST = {  # the flags of each benchmark's smallest run
-    "step_overhead.py": "--rounds 2 --steps 1 --warmup 1 --completion-length 8",
+    "step_overhead.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
     "rollout_batching.py": "--episodes 4 --rounds 1 --sequential-rounds 1 --completion-length 8",
-    "sharing_cost.py": "--rounds 2 --steps 1 --warmup 1 --completion-length 8",
+    "sharing_cost.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
     "memory_scaling.py": "--prompts 2 --num-layers 2 --completion-length 8 --budget 512",
     "sandbox_throughput.py": "--programs 8 --tests 3",
     "gpu_profile.py": "--cpu-smoke",
