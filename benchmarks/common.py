@@ -14,7 +14,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import logging  # noqa: E402
 import random  # noqa: E402
+import shlex  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -30,6 +33,20 @@ warnings.filterwarnings("ignore")
 logging.getLogger("transformers").setLevel(logging.ERROR)
 logging.getLogger("trl").setLevel(logging.ERROR)
 transformers.utils.logging.disable_progress_bar()
+
+
+def child_output(command: list[str], env: dict[str, str] | None = None) -> str:
+    """The stdout of ``command``, a child process this benchmark measures in; when it fails, the child's own error
+    (the end of its stderr) is printed and the benchmark exits with the child's exit code."""
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        print(
+            f"{shlex.join(command)}\nexited {done.returncode}; the end of its stderr:\n{done.stderr[-4000:]}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(done.returncode)
+    return done.stdout
 
 
 def tiny_model(output_dir: str, hidden_size: int, num_layers: int) -> str:

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 
 import torch
-from common import prompt_rows, report, tiny_model, token_parity_reward
+from common import child_output, prompt_rows, report, tiny_model, token_parity_reward
 from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoTokenizer, PrinterCallback
@@ -45,7 +44,10 @@ class ParallelCalls(Workflow):
 
     def __init__(self, calls: int) -> None:
         self.calls = calls
-        self.parallel = {"generator": calls}
+
+    @property
+    def parallel(self) -> dict[str, int]:  # a property: a checkpoint rebuilds the workflow from `calls` alone
+        return {"generator": self.calls}
 
     async def run(self, prompt: Messages, generate: Generate) -> str:
         answers = await asyncio.gather(*(generate("generator", prompt, instance=i) for i in range(self.calls)))
@@ -98,7 +100,7 @@ def peak_rss_mb(args, model_dir: str, calls: int, budget: int | None) -> float:
     # glibc otherwise keeps freed buffers in its heap by the order of allocations; serving every buffer above 64 KiB
     # from mmap makes RSS track live memory (as in sharing_cost.py).
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    return float(subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout.split()[-1])
+    return float(child_output(command, env).split()[-1])
 
 
 def rss_child(args) -> None:

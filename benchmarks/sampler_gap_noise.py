@@ -3,6 +3,7 @@ weights, on the toy model, per role; what `adapter_mismatch_gap`'s defaults are 
 
     python benchmarks/sampler_gap_noise.py float32
     python benchmarks/sampler_gap_noise.py bfloat16
+    python benchmarks/sampler_gap_noise.py float32 --questions 4 --max-tokens 8   # the smallest run (CI)
 
 The toy Qwen3 (trl_multiagent/toy) with two LoRA role adapters (r=16 on every linear layer, B ~ N(0, 0.02)), loaded in
 the given dtype by both sides; vLLM (colocated, CPU) samples 48 arithmetic questions per role at temperature 0.7, at
@@ -24,10 +25,10 @@ A first run with other question wording ("Put the answer in \boxed{}") gave fp32
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
-import sys
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -62,7 +63,13 @@ def gap_stats(model, router, results, adapter: str) -> dict[str, float]:
     return {"mean": flat.mean().item(), "max": flat.max().item(), "ratio_std": ratios.std().item()}
 
 
-def main(dtype: str) -> None:
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("dtype", nargs="?", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--questions", type=int, default=48, help="arithmetic questions sampled per role")
+    parser.add_argument("--max-tokens", type=int, default=80, help="most tokens sampled per question")
+    args = parser.parse_args()
+    dtype = args.dtype
     torch.set_num_threads(1)
     path = os.path.join(os.path.dirname(toy.__file__), "model")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -77,7 +84,7 @@ def main(dtype: str) -> None:
                 param.copy_((torch.randn(param.shape, generator=generator) * 0.02).to(param.dtype))
     model.eval()
     router = AdapterRouter(model)
-    sampling = dict(max_tokens=80, temperature=TEMPERATURE)
+    sampling = dict(max_tokens=args.max_tokens, temperature=TEMPERATURE)
     backend = VLLMBackend(
         path,
         tokenizer,
@@ -91,7 +98,8 @@ def main(dtype: str) -> None:
     )
     backend.sync_adapters(model)
     questions = [
-        [{"role": "user", "content": f"What is {i} + {3 * i % 17}? Answer in \\boxed{{}}."}] for i in range(48)
+        [{"role": "user", "content": f"What is {i} + {3 * i % 17}? Answer in \\boxed{{}}."}]
+        for i in range(args.questions)
     ]
     report = {}
     for role, other in (ROLES, ROLES[::-1]):
@@ -110,4 +118,4 @@ def main(dtype: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "float32")
+    main()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from common import (
     FixedBackend,
     FixedCompletions,
     alternate,
+    child_output,
     medians,
     prompt_rows,
     report,
@@ -95,7 +95,7 @@ def peak_rss_mb(args, model_dir: str, sharing: str) -> tuple[float, int]:
     # glibc otherwise keeps freed activation buffers in its heap, and the retained amount varies with the order of
     # allocations by 100-200 MB here; serving every buffer above 64 KiB from mmap makes RSS track live memory.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout.split()
+    output = child_output(command, env).split()
     return float(output[-2]), int(output[-1])
 
 

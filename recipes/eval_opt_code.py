@@ -9,8 +9,10 @@ all-linear, 8 episodes per problem, lr 2e-5, T=0.7, 2048-token completions, Deep
         --output_dir runs/eval_opt_code --policy_sharing isolated
 
 A `--config` file stands in for it: one that names no `base:` starts from the library's defaults
-(docs/configuration.md), one with `base: paper_code` from that file. `--print-config` prints every setting with
-where it came from (library default, which preset file, command line) and exits without training.
+(docs/configuration.md), one with `base: paper_code` from that file. `--print_config` prints every setting with
+where it came from (library default, which preset file, command line) and exits without training;
+`--validate` makes every check the trainer would make of these settings under this launch, loads nothing, and
+exits (1 if refused).
 
 CPU, offline, minutes (tiny model, toy stdin/stdout problems):
 
@@ -53,23 +55,26 @@ class RewardArguments:
 
 if __name__ == "__main__":
     parser = RecipeParser(
-        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments, RewardArguments)
+        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments, RewardArguments),
+        validates=True,
     )
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"))
     script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
 
     task = get_task("code")  # DeepCoder, or `toy_code`: the offline toy task for CPU runs
+    workflow = EvalOpt(
+        max_iterations=workflow_args.max_iterations,
+        task="code",
+        prompts=options.prompts,
+        parsing=options.parsing,
+        history=options.history,
+    )
+    parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
     train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
-        workflow=EvalOpt(
-            max_iterations=workflow_args.max_iterations,
-            task="code",
-            prompts=options.prompts,
-            parsing=options.parsing,
-            history=options.history,
-        ),
+        workflow=workflow,
         reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
         args=training_args,
         train_dataset=train_dataset,

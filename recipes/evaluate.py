@@ -8,7 +8,7 @@ sampled at 0.7, Qwen3's thinking off, the held-out split, up to 8,192 tokens per
     python recipes/evaluate.py --run_dir runs/voting_math --task math --limit 500
 
 A `--config` file stands in for paper_eval.yaml: one that names no `base:` starts from EvalSettings' defaults (greedy,
-the tokenizer's chat template), one with `base: paper_eval` from that file; `--print-config` prints every setting with
+the tokenizer's chat template), one with `base: paper_eval` from that file; `--print_config` prints every setting with
 where it came from and exits without evaluating.
 
 4 episodes per problem (pass@1 = mean over the 4, and pass@4); greedy with --temperature 0:

@@ -11,8 +11,9 @@ Your workflow (a `trl_multiagent.workflows.Workflow` subclass) and rewards (TRL'
 Without `--reward_funcs` the task's reward is used (`--task math`: math_reward; `code`: CodeReward()).
 Without `--config` the paper's math settings apply (recipes/configs/paper_math.yaml); another `--config` stands in
 for them: one that names no `base:` starts from the library's defaults (docs/configuration.md), one with
-`base: paper_math` (or `base: toy`, ...) from that preset. `--print-config` prints every setting with where it came
-from and exits without training.
+`base: paper_math` (or `base: toy`, ...) from that preset. `--print_config` prints every setting with where it came
+from and exits without training; `--validate` makes every check the trainer would make of these settings under this
+launch, loads nothing, and exits (1 if refused).
 """
 
 import json
@@ -55,13 +56,17 @@ class WorkflowArguments:
     task: str = field(default="math", metadata={"help": "The default reward and datasets.", "choices": list(TASKS)})
 
 
-def train_dataset(script_args: ScriptArguments, seed: int):
-    name = script_args.dataset_name
-    if name is None:
+def dataset_name(script_args: ScriptArguments) -> str:
+    if script_args.dataset_name is None:
         raise ValueError(
             "Set --dataset_name (or dataset_name in the --config file): arithmetic, mod_search, toy_code, a file or a "
             "Hub id."
         )
+    return script_args.dataset_name
+
+
+def train_dataset(script_args: ScriptArguments, seed: int):
+    name = dataset_name(script_args)
     for task in TASKS.values():  # a built-in task's dataset or offline generator, whichever --task is
         if task.generator(name) is not None or name == task.dataset_id:
             return task.train_dataset(name, script_args.dataset_train_split, seed)
@@ -71,7 +76,9 @@ def train_dataset(script_args: ScriptArguments, seed: int):
 
 
 if __name__ == "__main__":
-    parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    parser = RecipeParser(
+        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments), validates=True
+    )
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
@@ -81,6 +88,8 @@ if __name__ == "__main__":
         reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
     else:
         reward_funcs = get_task(workflow_args.task).make_reward()
+    dataset_name(script_args)  # none given: stop now, before --validate says all is well
+    parser.validate_if_asked(workflow, get_task(workflow_args.task))  # --validate: the trainer's checks, then exit
     dataset = train_dataset(script_args, training_args.seed)
     checker = get_task(workflow_args.task).answer_checker  # per-role regrading against the ground truth
     regrade = checker is not None and get_task(workflow_args.task).ground_truth in dataset.column_names

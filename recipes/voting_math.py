@@ -7,8 +7,10 @@ all-linear, 8 episodes per problem, lr 2e-5, T=0.7):
         --output_dir runs/voting_math --policy_sharing isolated
 
 A `--config` file stands in for it: one that names no `base:` starts from the library's defaults
-(docs/configuration.md), one with `base: paper_math` from that file. `--print-config` prints every setting with
-where it came from (library default, which preset file, command line) and exits without training.
+(docs/configuration.md), one with `base: paper_math` from that file. `--print_config` prints every setting with
+where it came from (library default, which preset file, command line) and exits without training;
+`--validate` makes every check the trainer would make of these settings under this launch, loads nothing, and
+exits (1 if refused).
 
 CPU, offline, minutes (tiny model, toy arithmetic task):
 
@@ -39,20 +41,24 @@ class WorkflowArguments:
 
 
 if __name__ == "__main__":
-    parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments))
+    parser = RecipeParser(
+        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments), validates=True
+    )
     argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
     script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
 
     task = get_task("math")  # DAPO-Math-17K, or `arithmetic`: the offline toy task for CPU runs
+    workflow = Voting(
+        n_voters=workflow_args.n_voters,
+        prompts=options.prompts,
+        parsing=options.parsing,
+    )
+    parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
     train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),
-        workflow=Voting(
-            n_voters=workflow_args.n_voters,
-            prompts=options.prompts,
-            parsing=options.parsing,
-        ),
+        workflow=workflow,
         reward_funcs=task.make_reward(),
         args=training_args,
         train_dataset=train_dataset,

@@ -1,7 +1,8 @@
 """`trl-multiagent`: train, evaluate, run the paper's grid, serve roles with vLLM, report on a run: from a pip install.
 
     trl-multiagent train eval_opt --config toy --output_dir outputs/toy-eval-opt       # the shipped toy preset
-    trl-multiagent train eval_opt --config toy --max_steps 3 --print-config            # its settings, nothing trained
+    trl-multiagent train eval_opt --config toy --max_steps 3 --print_config            # its settings, nothing trained
+    trl-multiagent train eval_opt --config toy --accelerate_config deepspeed_zero3 --validate  # would it start?
     trl-multiagent train voting --accelerate_config single_gpu --output_dir runs/voting  # paper settings, one GPU
     trl-multiagent train --workflow my_pkg.flows:DraftCritique --reward_funcs my_pkg.rewards.score --config toy
     trl-multiagent eval --run_dir runs/voting --task math --limit 500
@@ -17,9 +18,12 @@ flag goes to the recipe's TrlParser (`--config x.yaml` and any `MultiAgentGRPOCo
 `deepspeed_zero2`, `deepspeed_zero3`). Without `--config` a recipe reads its task's paper preset
 (recipes/configs/paper_<task>.yaml). A `--config` file stands in for it: one that names no `base:` starts from the
 library's defaults, one with `base: paper_math` (or `base: toy`, a path, ...) from that preset, of which it replaces
-what it sets; the flags given win over both. `--print-config` prints every setting with where it came from (library
-default, which preset file, command line) and exits without training. With `--accelerate_config` the recipe starts
-under `accelerate launch`; without, in one plain process.
+what it sets; the flags given win over both. `--print_config` (alias `--print-config`) prints every setting with
+where it came from (library default, which preset file, command line) and exits without training. `--validate` makes
+every check the trainer would make of the settings under that launch (DeepSpeed stage, processes, machines, mixed
+precision), on any machine, without loading the model: it prints what would run and exits, 1 if refused. With
+`--accelerate_config` the recipe starts under `accelerate launch` (for `--validate` and `--print_config`, one process
+with the environment accelerate would give it); without, in one plain process.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 from . import serve_process, vllm_serve
 from .shipped import shipped_dir, shipped_file
+from .validation import SETTINGS_ONLY, one_process_launch
 from .vllm_serve import ServeCommand
 
 # What a failed run's error tells the user to run again with --resume_from_checkpoint (read by
@@ -57,11 +62,16 @@ def import_object(spec: str) -> Any:
         raise ValueError(f"Cannot import {spec!r}: {error}. Is its package on PYTHONPATH (or installed)?") from error
 
 
-def _launch(script: Path, args: Sequence[str], accelerate_config: str | None) -> list[str]:
+def _launch(script: Path, args: Sequence[str], accelerate_config: str | None) -> tuple[list[str], dict[str, str]]:
+    """The command that starts ``script args`` under ``accelerate_config`` (None: one plain process), and the
+    environment variables it adds. ``--validate`` and ``--print_config`` train nothing: one process stands for the
+    launch, with the environment accelerate would give each of its processes (validation.py)."""
     if accelerate_config is None:
-        return [sys.executable, str(script), *args]
+        return [sys.executable, str(script), *args], {}
     config = shipped_file(accelerate_config, "accelerate_configs")
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, str(script), *args]
+    if any(arg in SETTINGS_ONLY for arg in args):
+        return one_process_launch(script, args, ["--config_file", config])
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, str(script), *args], {}
 
 
 def _with_shipped_config(args: list[str]) -> list[str]:
@@ -80,6 +90,11 @@ def _with_shipped_config(args: list[str]) -> list[str]:
 
 def train_command(argv: Sequence[str]) -> list[str]:
     """The command `trl-multiagent train ...` runs."""
+    return train_run(argv)[0]
+
+
+def train_run(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The command `trl-multiagent train ...` runs, and the environment variables it adds."""
     name = argv[0] if argv and not argv[0].startswith("-") else None
     if name is not None and name not in BUILT_IN:
         raise SystemExit(
@@ -175,8 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rest[:1] in (["-h"], ["--help"]):
             print(__doc__.strip())
             return 0
-        run = train_command(rest)
-        env = {**os.environ, RESUME_COMMAND_VARIABLE: shlex.join(["trl-multiagent", *argv])}
+        run, launch_env = train_run(rest)
+        env = {**os.environ, **launch_env, RESUME_COMMAND_VARIABLE: shlex.join(["trl-multiagent", *argv])}
     elif command in ("eval", "grid"):
         script = shipped_dir("recipes") / ("evaluate.py" if command == "eval" else "grid.py")
         run = [sys.executable, str(script), *rest]

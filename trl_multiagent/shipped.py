@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .validation import SETTINGS_ONLY
+
 BASE = "base"  # the key by which a preset names the preset it builds on
 
 
@@ -109,13 +111,14 @@ def recipe_argv(argv: list[str], *, paper_preset: Path, cpu_preset: Path) -> lis
 
     The paper presets train in bf16, which needs an accelerator; without one, transformers would stop while parsing
     them with "Your setup doesn't support bf16/gpu", naming neither the preset nor the way out. Stop here
-    instead, naming the CPU preset. ``--bf16`` or ``--use_cpu`` on the command line is the user's own choice: no check.
+    instead, naming the CPU preset. ``--bf16`` or ``--use_cpu`` on the command line is the user's own choice: no check;
+    ``--print_config`` and ``--validate`` train nothing, so they need no device either.
     """
     script, args = argv[0], list(argv[1:])
     if "--config" in args:
         return args
     paper = read_preset(str(paper_preset))
-    chose = any(arg.split("=")[0] in ("--bf16", "--use_cpu") for arg in args)
+    chose = any(arg.split("=")[0] in ("--bf16", "--use_cpu", *SETTINGS_ONLY) for arg in args)
     if paper.get("bf16", False) and not chose and not bf16_device_available():
         raise SystemExit(
             f"{_shown(script)} without --config runs the paper's settings ({_shown(paper_preset)}: "

@@ -23,13 +23,12 @@ import torch
 from accelerate.utils import gather, gather_object
 
 from .adapters.bases import Bases
-from .adapters.routing import BASE_MODEL, resolve_role_adapters
+from .adapters.routing import BASE_MODEL
 from .adapters.updates import AdapterUpdates
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.resume_command import resume_advice
 from .checkpoints.run import RunCheckpoints
-from .checkpoints.workflow_config import check_workflow_config
-from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
+from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
 from .model_names import resolve_model_name
 from .monitoring import monitoring_callbacks
@@ -42,9 +41,9 @@ from .rollout.ahead import RolloutsAhead
 from .rollout.backends.adapter_sync import AdapterSync
 from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
 from .rollout.engine import RolloutEngine
-from .rollout.environments import EMPTY_PROMPT, Environments, check_environment_run
-from .rollout.probe import check_prompt_column, probe_first_row
+from .rollout.environments import Environments
 from .rollout.tool_loop import build_role_tools
+from .run_checks import check_run
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.trl import disable_gradient_checkpointing, score_like_trl
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
@@ -53,7 +52,7 @@ from .training.early_rewards import EarlyRewards, final_completion_ids, final_co
 from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss, role_weights
-from .training.mini_batches import bounded_logps, check_schedule, micro_steps, mini_batch_plan, split_for_memory
+from .training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .training.row_layout import EndAligned
 from .workflows.base import Workflow
@@ -108,14 +107,20 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     ):
         if isinstance(model, str):  # a registered name ("toy", or one a user registered) stands for its folder
             model = resolve_model_name(model)
-        args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
-        check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
-        if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
-            check_prompt_column(train_dataset, "train_dataset")
-        else:
-            check_environment_run(workflow.roles, rollout_ahead=args.rollout_ahead)
+        # Every check of the settings that needs no weights, before any is loaded (`--validate` makes the same ones).
+        checked = check_run(
+            args,
+            workflow,
+            model=model,
+            peft_config=peft_config,
+            train_dataset=train_dataset,
+            role_reward_funcs=role_reward_funcs,
+            environment_factory=environment_factory,
+            unsupported=unsupported,
+        )
+        args = checked.args
         self.workflow = workflow
-        self.role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
+        self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
 
         super().__init__(
@@ -144,14 +149,16 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             score_like_trainer=lambda model: score_like_trl(model, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
-        probe_rows = train_dataset if environment_factory is None else [{"prompt": EMPTY_PROMPT}]
-        probe_first_row(workflow, self.role_adapters, probe_rows)  # an undeclared role fails now
-        check_schedule(args, deepspeed=self.is_deepspeed_enabled)
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         self._install_adapters(args)
         self._build_rollouts(
-            args, rollout_backend, tools=tools, role_tools=role_tools, environments=environment_factory
+            args,
+            rollout_backend,
+            tools=tools,
+            role_tools=role_tools,
+            environments=environment_factory,
+            ahead=checked.rollout_ahead,
         )
         self.answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
@@ -193,8 +200,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
 
-    def _build_rollouts(self, args: MultiAgentGRPOConfig, backend, *, tools, role_tools, environments) -> None:
-        """The rollout backend, the roles' tools, the environments, the engine, and the rollouts run ahead."""
+    def _build_rollouts(
+        self, args: MultiAgentGRPOConfig, backend, *, tools, role_tools, environments, ahead: bool
+    ) -> None:
+        """The rollout backend, the roles' tools, the environments, the engine, and the rollouts run ahead (``ahead``:
+        whether the next batch's run during this step, as `check_run` found)."""
         self.rollout_backend = backend or build_backend(args, self._backend_context())
         self.role_tools = self._build_role_tools(tools, role_tools)
         self.environment_runs, self.episode_tools = None, None
@@ -226,7 +236,6 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             is_main_process=self.accelerator.is_main_process,
             wait_for_everyone=self.accelerator.wait_for_everyone,
         )
-        ahead = check_rollout_ahead(args, self.accelerator.num_processes)
         self.rollouts = RolloutsAhead(self._run_episodes, sync, self._more_steps, ahead=ahead)
 
     def _build_monitoring(self, args: MultiAgentGRPOConfig) -> None:

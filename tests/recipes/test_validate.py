@@ -1,0 +1,151 @@
+"""`--validate`: a recipe (or `trl-multiagent train`) makes every check the trainer would make of its settings, under
+the launch the command asks for, on this CPU machine, without the model, the Hub or a GPU; and `--print_config` is the
+flag's spelling, `--print-config` an alias."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+
+import pytest
+from harness import ROOT
+from peft import LoraConfig
+from presets import ON_CPU
+from trl import ModelConfig, ScriptArguments
+
+import trl_multiagent.shipped
+from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
+from trl_multiagent.cli import train_run
+from trl_multiagent.recipe_parser import RecipeParser
+from trl_multiagent.validation import LAUNCH_VARIABLE, one_process_launch, planned_launch_of_this_process
+from trl_multiagent.workflows.options import WorkflowOptions
+
+# vLLM rollouts of the next batch during this step: a setting whose check depends on the number of processes.
+AHEAD = ["--rollout_backend", "vllm", "--vllm_mode", "server", "--vllm_server_base_url", "http://127.0.0.1:8000"]
+AHEAD += ["--rollout_ahead", "1", "--update_schedule", "merged"]
+TOY_AHEAD = ["--config", "toy", *AHEAD]
+TRAINING = (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions)  # a training recipe's, less its own
+
+
+def validate(recipe: str, *argv: str, env: dict[str, str] | None = None, monkeypatch, capsys) -> tuple[int, str, str]:
+    """Run ``recipes/<recipe>.py argv --validate`` here: its exit code, stdout and stderr."""
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", [f"recipes/{recipe}.py", *argv, "--validate"])
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(ROOT / "recipes" / f"{recipe}.py"), run_name="__main__")
+    printed = capsys.readouterr()
+    return stop.value.code, printed.out, printed.err
+
+
+def launched(accelerate_config: str, recipe: str, *argv: str) -> dict[str, str]:
+    """The environment `accelerate launch --config_file accelerate_configs/<config>.yaml` gives the recipe."""
+    _, env = one_process_launch(
+        f"recipes/{recipe}.py", argv, ["--config_file", f"accelerate_configs/{accelerate_config}.yaml"]
+    )
+    return env
+
+
+def test_the_paper_preset_validates_on_a_machine_without_a_gpu(monkeypatch, capsys):
+    """Bare, a recipe runs the paper preset in bf16: on CPU it stops naming the toy preset; `--validate` checks it."""
+    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    code, out, err = validate("voting_math", "--output_dir", "runs/voting", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "validate: every check the trainer makes of these settings passed" in out
+    assert "mixed precision bf16, GPU" in out and "Qwen/Qwen3-1.7B (not here" in out
+    assert "open-r1/DAPO-Math-17k-Processed (the Hub: not downloaded" in out  # no download: a stand-in row
+    assert "Voting(" in out and "settings  library defaults + paper_math.yaml + command line" in out
+
+
+def test_a_launch_dependent_check_sees_the_launchs_processes(monkeypatch, capsys):
+    """rollout_ahead needs one training process: accepted as one process, refused under the 8-GPU launch, whose
+    processes the settings count with (8 prompts per process there: the paper's 64 per step)."""
+    code, out, _ = validate("eval_opt_math", "--config", "toy", *AHEAD, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0 and "1 process(es) on 1 machine(s)" in out and "the next batch's during this step" in out
+    env = launched("multi_gpu", "eval_opt_math")
+    code, _, err = validate(
+        "eval_opt_math", "--config", "toy", *AHEAD, env=env, monkeypatch=monkeypatch, capsys=capsys
+    )
+    assert code == 1
+    assert "validate: the trainer would refuse these settings" in err and "one training process (got 8)" in err
+
+
+def test_a_deepspeed_launch_is_validated_as_deepspeed(monkeypatch, capsys):
+    env = launched("deepspeed_zero3", "eval_opt_math")
+    assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
+    argv = ("--config", "toy", "--update_schedule", "merged", "--max_tokens_per_micro_batch", "null")
+    argv += ("--lr_scheduler_steps", "per_training_step")
+    code, out, err = validate("eval_opt_math", *argv, env=env, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "DeepSpeed ZeRO-3, 8 process(es) on 1 machine(s), mixed precision bf16" in out
+    assert "as accelerate launch (DeepSpeed) would start it" in out
+
+
+def test_the_trainer_refuses_what_validation_refuses_before_loading_the_model(monkeypatch, capsys):
+    """One check, two callers: the same refusal, and the trainer makes it before it reads the model's folder."""
+    argv = [*AHEAD, "--vllm_importance_sampling_correction", "false"]
+    code, _, err = validate("eval_opt_math", "--config", "toy", *argv, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1
+    refusal = err.split("validate: the trainer would refuse these settings when it is built: ")[1].strip()
+    args = MultiAgentGRPOConfig(
+        output_dir="unused",
+        use_cpu=True,
+        bf16=False,
+        rollout_backend="vllm",
+        vllm_mode="server",
+        vllm_server_base_url="http://127.0.0.1:8000",
+        rollout_ahead=1,
+        update_schedule="merged",
+        vllm_importance_sampling_correction=False,
+    )
+    with pytest.raises(ValueError) as refused:
+        MultiAgentGRPOTrainer(
+            model="no/such/model/folder",
+            workflow=EvalOpt(),
+            reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+            args=args,
+            train_dataset=[{"prompt": [{"role": "user", "content": "1 + 1?"}]}],
+            peft_config=LoraConfig(r=4),
+        )
+    assert str(refused.value) == refusal
+
+
+def test_trl_multiagent_train_validates_in_one_process_with_the_launchs_environment():
+    command, env = train_run(["eval_opt", "--config", "toy", "--accelerate_config", "deepspeed_zero2", "--validate"])
+    assert command[:2] == [sys.executable, str(ROOT / "recipes" / "eval_opt_math.py")] and command[-1] == "--validate"
+    assert "accelerate.commands.launch" not in command  # no processes started: one stands for them
+    assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "2"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(LAUNCH_VARIABLE, env[LAUNCH_VARIABLE])
+        planned = planned_launch_of_this_process()
+    assert (planned.processes, planned.machines) == (8, 1)
+    command, env = train_run(["voting", "--accelerate_config", "multi_node", "--print_config"])
+    assert "accelerate.commands.launch" not in command and '"processes": 16, "machines": 2' in env[LAUNCH_VARIABLE]
+    command, env = train_run(["voting", "--accelerate_config", "multi_node", "--max_steps", "3"])
+    assert "accelerate.commands.launch" in command and env == {}  # training: accelerate starts the processes
+
+
+@pytest.mark.parametrize("flag", ["--print_config", "--print-config"])
+def test_print_config_is_spelled_with_an_underscore_and_the_hyphen_is_an_alias(flag, capsys):
+    parser = RecipeParser(TRAINING)
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args_and_config(["--config", "paper_math", *ON_CPU, "--output_dir", "x", flag])
+    assert stop.value.code == 0
+    assert "temperature: 0.7  # paper_math.yaml" in capsys.readouterr().out.splitlines()
+    assert "--print_config (alias --print-config)" in parser.format_help().replace("\n", " ")
+
+
+def test_print_config_reads_a_gpu_preset_on_this_machine(capsys):
+    """The paper preset's bf16 needs a GPU to train, not to be printed."""
+    with pytest.raises(SystemExit):
+        RecipeParser(TRAINING).parse_args_and_config(
+            ["--config", "recipes/configs/paper_math.yaml", "--output_dir", "x", "--print_config"]
+        )
+    assert "bf16: true  # paper_math.yaml" in capsys.readouterr().out.splitlines()
+
+
+def test_a_script_without_validation_refuses_the_flag_rather_than_run(capsys):
+    with pytest.raises(SystemExit) as stop:
+        RecipeParser((ScriptArguments,)).parse_args_and_config(["--validate"])
+    assert stop.value.code == 2 and "--validate checks a training run's settings" in capsys.readouterr().err
