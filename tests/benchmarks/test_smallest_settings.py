@@ -23,7 +23,7 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "sharing_cost.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
     "memory_scaling.py": "--prompts 2 --num-layers 2 --completion-length 8 --budget 512",
     "sandbox_throughput.py": "--programs 8 --tests 3",
-    "gpu_profile.py": "--cpu-smoke",
+    "padding_share.py": "--problems 4 --episodes-per-problem 4 --accumulation 2 --mini-batch-prompts 4",
     "vllm_vs_hf.py": "--requests 4 --completion-length 8 --rounds 1",
     "rollout_async.py": "--problems 2 --episodes-per-problem 2 --rounds 1 --cap 16 --sim-problems 2 --sim-episodes 2 "
     "--sim-cap 64 --sim-generator-median 16 --sim-evaluator-median 4",
