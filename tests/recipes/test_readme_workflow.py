@@ -87,7 +87,7 @@ def test_readme_commands_run_what_ci_runs():
         "accelerate launch --config_file accelerate_configs/cpu.yaml recipes/eval_opt_math.py "
         "--config recipes/configs/toy.yaml --output_dir outputs/toy-eval-opt"
     )
-    assert tests.endswith('pip install -e ".[test]" && python -m pytest -q')
-    assert "\npython -m pytest -q\n" in (ROOT / ".ci" / "run").read_text()
+    assert tests.endswith('pip install -e ".[test]" && python -m pytest -q -n auto')
+    assert "\npython -m pytest -q -n auto\n" in (ROOT / ".ci" / "run").read_text()
     for command in (toy, tests):
         shlex.split(command)  # quoting as a shell reads it
