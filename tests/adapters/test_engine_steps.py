@@ -156,12 +156,17 @@ def test_what_each_adapter_clipped_in_the_engine_cannot_do_is_refused_with_the_s
     assert groups_for(installed, clip_merged, plugin(stage=3, sub_group_size=size))
 
 
-def test_deepspeed_optimizer_and_scheduler_sections_are_refused_where_they_would_step_otherwise():
+def test_deepspeed_optimizers_and_schedulers_of_its_own_are_refused_where_they_would_step_otherwise():
     paper = settings(update_schedule="mini_batches", lr_scheduler_steps="per_update")
     with pytest.raises(ValueError, match="Remove that section: the Trainer's optimizer"):
         check_schedule(paper, deepspeed=True, deepspeed_config={"optimizer": {"type": "AdamW"}})
     with pytest.raises(ValueError, match="Remove that section: the Trainer's scheduler"):
         check_schedule(paper, deepspeed=True, deepspeed_config={"scheduler": {"type": "WarmupLR"}})
+    partial_offload = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}}
+    with pytest.raises(ValueError, match="Set the ratio to 1"):
+        check_schedule(paper, deepspeed=True, deepspeed_config=partial_offload)
+    partial_offload["zero_optimization"]["offload_optimizer"]["ratio"] = 1.0
+    check_schedule(paper, deepspeed=True, deepspeed_config=partial_offload)
     check_schedule(settings(), deepspeed=True, deepspeed_config={"optimizer": {}, "scheduler": {}})  # merged, per step
     check_schedule(paper, deepspeed=True)  # the config unknown (a check from settings alone): nothing to refuse
     check_schedule(paper, deepspeed=False, deepspeed_config={"optimizer": {}})

@@ -15,6 +15,13 @@ torch's public step hooks:
   group's gradient is clipped to ``max_grad_norm`` by its own norm (its partitions' squares summed over processes),
   and the engine's clipping, one norm over every group, is switched off (``engine_clipping_off``). A mini-batch
   step clips its adapter the engine's way: the others have no gradient, so the norm over all is its own.
+
+No private name of DeepSpeed is read or written here; what is relied on is how ZeRO calls the client optimizer:
+stages 1 and 2 with ``param_groups`` set to the one group being stepped, stage 3 with every group but that one empty,
+each group's dict (our ``ADAPTER_KEY`` in it) kept and its ``params`` the flat fp32 partition with its gradient
+(``_optimizer_step`` of ``runtime/zero/stage_1_and_2.py`` and ``stage3.py``, alike in DeepSpeed 0.18.6, setup.cfg's
+floor, and 0.19.8). A partial optimizer offload, which ZeRO-3 steps with an optimizer of its own, is refused
+(``training/mini_batches.check_schedule``).
 """
 
 from __future__ import annotations
@@ -90,9 +97,11 @@ class AdapterGroups:
 def engine_clipping_off(deepspeed_plugin) -> None:
     """Switch off the engine's own clipping (``gradient_clipping`` of the DeepSpeed config, which the Trainer filled
     with ``max_grad_norm``) for the engine about to be built: the optimizer's groups clip themselves. Called from
-    ``create_optimizer``, which the Trainer runs once it has finalised the config and before accelerate builds the
-    engine from ``deepspeed_plugin.deepspeed_config``. A copy replaces that dict, so the Trainer's own config (which
-    another trainer of this process would check ``max_grad_norm`` against) keeps the value."""
+    ``create_optimizer``, which the Trainer runs once it has finalised the config (``deepspeed_init`` in
+    ``transformers.integrations.deepspeed``: finalise, then ask for the optimizer; so from 5.3, setup.cfg's floor, to
+    5.25) and before accelerate builds the engine from ``deepspeed_plugin.deepspeed_config``. A copy replaces that
+    dict, so the Trainer's own config (which another trainer of this process would check ``max_grad_norm`` against)
+    keeps the value."""
     deepspeed_plugin.deepspeed_config = {**deepspeed_plugin.deepspeed_config, "gradient_clipping": 0.0}
 
 

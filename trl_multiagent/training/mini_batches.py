@@ -254,12 +254,22 @@ def check_schedule(args, deepspeed: bool, deepspeed_config: Mapping | None = Non
     """The update schedule's settings under DeepSpeed (``deepspeed_config``: its config, where known). The engine
     takes each mini-batch's optimizer step through the optimizer the Trainer builds, one param group per adapter
     (adapters/engine_steps.py), and the Trainer's scheduler steps as ``lr_scheduler_steps`` says: an ``optimizer``
-    or ``scheduler`` section of the config, which puts DeepSpeed's own in their place, is refused where they would
+    or ``scheduler`` section of the config, which puts DeepSpeed's own in their place, and a partial optimizer
+    offload, which steps part of the parameters with an optimizer ZeRO-3 builds itself, are refused where they would
     step other than without DeepSpeed."""
     if not deepspeed or deepspeed_config is None:
         return
     mini_batches = args.update_schedule == "mini_batches"
-    if "optimizer" in deepspeed_config and (mini_batches or args.clip_grad_norm_per_adapter):
+    per_adapter = mini_batches or args.clip_grad_norm_per_adapter
+    offload = deepspeed_config.get("zero_optimization", {}).get("offload_optimizer") or {}
+    if per_adapter and float(offload.get("ratio", 1.0)) != 1.0:
+        raise ValueError(
+            f"The DeepSpeed config's zero_optimization.offload_optimizer.ratio={offload['ratio']} steps part of the "
+            "parameters with an AdamW that ZeRO-3 builds itself, over every adapter, which cannot step an adapter "
+            "alone (update_schedule='mini_batches') nor clip each on its own (clip_grad_norm_per_adapter). Set the "
+            "ratio to 1 (offload all of the optimizer) or leave it out."
+        )
+    if "optimizer" in deepspeed_config and per_adapter:
         raise ValueError(
             "The DeepSpeed config's `optimizer` section makes DeepSpeed build its own optimizer, one group over every "
             "adapter, which cannot step an adapter alone (update_schedule='mini_batches') nor clip each on its own "
