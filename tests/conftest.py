@@ -18,6 +18,13 @@ torch.set_num_threads(1)  # a tiny GRPO step is ~10x faster with one thread than
 
 
 @pytest.fixture(scope="session")
+def extensions_dir(tmp_path_factory) -> str:
+    """`TORCH_EXTENSIONS_DIR` of every DeepSpeed child process: the ops DeepSpeed compiles on first use (its CPU
+    accelerator's shared-memory communication, one to two minutes here) are compiled once per session."""
+    return str(tmp_path_factory.mktemp("torch_extensions"))
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     from trl_multiagent.testing import build_tiny_qwen3
 

@@ -33,11 +33,6 @@ TOLERANCE = 2e-4
 
 
 @pytest.fixture(scope="module")
-def extensions_dir(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("torch_extensions"))  # DeepSpeed's CPU ops compile once per module
-
-
-@pytest.fixture(scope="module")
 def without_deepspeed(tiny_model_dir, tmp_path_factory):
     """Every case trained in one plain process: what the engine must reproduce."""
     folder = tmp_path_factory.mktemp("plain")

@@ -143,11 +143,6 @@ def test_two_machines_train_like_one_machine_with_two_processes(tiny_model_dir, 
             assert_same(load(nodes, case, rank), reference)
 
 
-@pytest.fixture(scope="module")
-def extensions_dir(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("torch_extensions"))  # DeepSpeed's CPU ops compile once per module
-
-
 # Voting gives every process the same number of calls per adapter, Eval-Opt does not (its rounds vary).
 ZERO_CASES = ["Voting:merged", "EvalOpt:merged", *PAPER_CASES]
 
