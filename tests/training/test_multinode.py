@@ -5,7 +5,9 @@ shipped `accelerate_configs/multi_node.yaml` (DeepSpeed) starts two ranks the sa
 they end with the adapters of the two-process DDP run, to float rounding (docs/scaling.md: what differs and why).
 
 Measured on a 2-core CPU machine shared with other jobs (2026-12-01): the eight DDP cases (two launches, one of them
-the module's reference for ZeRO too) 2.2 minutes, ZeRO-2 (first, compiling DeepSpeed's ops) 1.9, ZeRO-3 0.7.
+the module's reference for ZeRO too) 2.2 minutes, ZeRO-2 (first, compiling DeepSpeed's ops) 1.9, ZeRO-3 0.7. With the
+paper's update added to the ZeRO cases (2026-12-04, load average about 3, DeepSpeed's ops compiled earlier in the
+session): the one-machine reference of eleven cases 0.8 minutes, ZeRO-2 0.8, ZeRO-3 1.4.
 """
 
 from __future__ import annotations
