@@ -18,10 +18,14 @@ torch.set_num_threads(1)  # a tiny GRPO step is ~10x faster with one thread than
 
 
 @pytest.fixture(scope="session")
-def extensions_dir(tmp_path_factory) -> str:
-    """`TORCH_EXTENSIONS_DIR` of every DeepSpeed child process: the ops DeepSpeed compiles on first use (its CPU
-    accelerator's shared-memory communication, one to two minutes here) are compiled once per session."""
-    return str(tmp_path_factory.mktemp("torch_extensions"))
+def extensions_dir() -> str:
+    """`TORCH_EXTENSIONS_DIR` of every DeepSpeed child process: the op DeepSpeed compiles on first use (its CPU
+    accelerator's shared-memory communication, one to two minutes here) is compiled once per checkout, into the
+    folder tests/recipes/test_documented_commands.py uses too (torch's JIT builds it again when its sources or flags
+    change)."""
+    folder = Path(__file__).resolve().parent.parent / ".pytest_cache" / "extensions"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
 
 
 @pytest.fixture(scope="session")
