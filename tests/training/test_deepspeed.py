@@ -7,7 +7,8 @@ without DeepSpeed: one engine optimizer step per optimizer update, each moving i
 Two CPU processes under ZeRO-2 and ZeRO-3 (two machine ranks of `accelerate launch`): tests/training/test_multinode.py.
 
 Measured on a 2-core CPU machine shared with other jobs (2026-12-04, load average about 3): the runs without
-DeepSpeed 0.3 minutes, ZeRO-2 1.8 (the session's first DeepSpeed launch, compiling its CPU ops), ZeRO-3 0.7.
+DeepSpeed 0.3 minutes, ZeRO-2 1.8 (compiling DeepSpeed's CPU op, which every later launch of the checkout reuses),
+ZeRO-3 0.7.
 """
 
 from __future__ import annotations
