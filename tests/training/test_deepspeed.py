@@ -21,19 +21,19 @@ import sys
 import pytest
 import torch
 from harness import TESTS, run_offline
-from tiny import TINY_TOKEN_BOUND
+from tiny import TINY_TOKEN_BOUND, update_gap
 
 pytest.importorskip("deepspeed", reason="install the test extras: pip install -e '.[test]'")
 
 WORKER = TESTS / "workers" / "deepspeed_worker.py"
 CASES = ["EvalOpt:isolated:paper", "Voting:shared:paper", "EvalOpt:isolated:clip_merged"]
-# Max |difference| of any adapter weight after 2 steps (learning rate 1e-2, so one Adam step moves a weight ~1e-2)
-# from the run without DeepSpeed. Measured (2026-12-04): ZeRO-2 2.0e-5, ZeRO-3 4.5e-5 (DeepSpeed divides by its clip
-# factor where torch multiplies, and sums the norms in another order; Adam's division by a gradient's running
-# magnitude enlarges that where a gradient is near zero). The bound is 2% of one Adam step. With the other adapters
-# stepped along with each mini-batch's (their gradients zero), the paper cases were 0.06 to 0.09 off; with the
-# engine's one clipping norm over both adapters instead of each adapter's own, the merged case was 1.9e-3 to 2.2e-3.
-TOLERANCE = 2e-4
+# Each adapter's update after 2 steps against the run without DeepSpeed (`tiny.update_gap`: the norm of the
+# difference over the norm of the update). Measured (2026-12-04): ZeRO-2 at most 7.8e-6, ZeRO-3 3.8e-5 (the largest
+# single weight 2.0e-5 and 4.5e-5 off, at learning rate 1e-2: DeepSpeed divides by its clip factor where torch
+# multiplies and sums norms in another order, and Adam enlarges that where a gradient is near zero). With the other
+# adapters stepped along with each mini-batch's (their gradients zero), the paper case was 0.63 and 0.80 off; with the
+# engine's one clipping norm over both adapters instead of each adapter's own, the merged case 0.044 and 0.052.
+TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -75,5 +75,5 @@ def test_zero_single_process_trains_the_paper_update_as_without_deepspeed(
         assert trained["before"].keys() == reference["after"].keys()
         for adapter, weights in reference["after"].items():
             assert max((trained["after"][adapter][n] - trained["before"][adapter][n]).abs().max() for n in weights) > 0
-            worst = max((trained["after"][adapter][n] - w).abs().max().item() for n, w in weights.items())
-            assert worst <= TOLERANCE, f"{case}: ZeRO-{stage}'s {adapter} is {worst} off the run without DeepSpeed"
+            gap = update_gap(trained["after"][adapter], weights, reference["before"][adapter])
+            assert gap <= TOLERANCE, f"{case}: ZeRO-{stage}'s {adapter} update is {gap} off the one without DeepSpeed"

@@ -20,6 +20,7 @@ import sys
 import pytest
 import torch
 from harness import ROOT, TESTS, launch_offline, run_offline, tail
+from tiny import update_gap
 
 WORKER = TESTS / "workers" / "multinode_worker.py"
 ACCELERATE = os.path.join(os.path.dirname(sys.executable), "accelerate")
@@ -149,13 +150,17 @@ def test_two_machines_train_like_one_machine_with_two_processes(tiny_model_dir, 
 ZERO_CASES = ["Voting:merged", "EvalOpt:merged", *PAPER_CASES]
 
 
-# Max |difference| from DDP's adapters: 3 times the largest measured after 2 steps at learning rate 5e-2 (ZeRO-2
-# 3.5e-7, ZeRO-3 3.2e-5: float rounding, docs/scaling.md). The errors this test caught were 1.9e-2 to 4e-1.
-ZERO_TOLERANCE = {2: 1e-6, 3: 1e-4}
-# The paper cases clip (DeepSpeed divides by its clip factor where torch multiplies, and sums the norms in another
-# order), which Adam enlarges where a gradient is near zero: measured (2026-12-04) ZeRO-2 3.7e-5, ZeRO-3 3.6e-4. The
-# bound is 2% of one Adam step (~5e-2). Each mini-batch step moving every adapter was 0.06 to 0.09 off (one process).
-PAPER_TOLERANCE = 1e-3
+# Each adapter's update after 2 steps at learning rate 5e-2 against DDP's (`tiny.update_gap`: the norm of the
+# difference over the norm of the update). Measured (2026-12-04): ZeRO-2 at most 1.2e-5, ZeRO-3 2.2e-4 (float
+# rounding, docs/scaling.md; Adam enlarges it where a gradient is near zero: ZeRO-3's largest single weight was 1.0e-3
+# off in the merged case with per-adapter clipping, 1.3e-4 in merged Eval-Opt since rows are grouped by length). The
+# errors this test caught were 1.9e-2 to 4e-1 in single weights (merged; several optimizer steps where one was due),
+# and, in one process, 0.63 to 0.80 of the update (each mini-batch step moving every adapter) and 0.044 to 0.052
+# (the merged case clipped by one norm over both adapters).
+UPDATE_TOLERANCE = 1e-3
+# ZeRO-2 reduces in another order only: under the merged schedule every weight is within 1e-6 of DDP's (largest
+# measured 3.5e-7 on 2026-12-01, 1.9e-7 on 2026-12-04).
+ZERO2_MERGED_TOLERANCE = 1e-6
 
 
 def assert_close_to(weights: dict, reference: dict, atol: float) -> None:
@@ -187,8 +192,12 @@ def test_multi_node_config_under_zero_trains_like_ddp(tiny_model_dir, tmp_path, 
             assert seen[case]["updates"] == ddp[case]["updates"]
     assert min(ddp["EvalOpt:paper"]["updates"]) > 2
     for case in ZERO_CASES:
-        weights = load(tmp_path, case, 0)
+        weights, reference = load(tmp_path, case, 0), load(one_machine, case, 0)
         assert_trained(weights)
         assert_same(load(tmp_path, case, 1), weights)
-        tolerance = PAPER_TOLERANCE if case in PAPER_CASES else ZERO_TOLERANCE[stage]
-        assert_close_to(weights, load(one_machine, case, 0), tolerance)
+        before = torch.load(one_machine / f"{case.replace(':', '-')}-rank0-before.pt")
+        for adapter in reference:
+            gap = update_gap(weights[adapter], reference[adapter], before[adapter])
+            assert gap <= UPDATE_TOLERANCE, f"{case}: ZeRO-{stage}'s {adapter} update is {gap} off DDP's"
+        if stage == 2 and case not in PAPER_CASES:
+            assert_close_to(weights, reference, ZERO2_MERGED_TOLERANCE)
