@@ -52,7 +52,7 @@ def test_zero_single_process_trains_the_paper_update_as_without_deepspeed(
     launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
     env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
     config = str(TESTS / "fixtures" / f"zero{stage}.json")
-    command = [launcher, "--num_gpus", "1", "--master_port", str(29530 + stage), str(WORKER), tiny_model_dir]
+    command = [launcher, "--num_gpus", "1", "--master_port", str(29560 + stage), str(WORKER), tiny_model_dir]
     run_offline([*command, str(tmp_path), config, *CASES], cwd=tmp_path, env=env, timeout=900)
     outcome = json.loads((tmp_path / "result.json").read_text())
     expected = json.loads((without_deepspeed / "result.json").read_text())
