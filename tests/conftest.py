@@ -18,6 +18,17 @@ torch.set_num_threads(1)  # a tiny GRPO step is ~10x faster with one thread than
 
 
 @pytest.fixture(scope="session")
+def extensions_dir() -> str:
+    """`TORCH_EXTENSIONS_DIR` of every DeepSpeed child process: the op DeepSpeed compiles on first use (its CPU
+    accelerator's shared-memory communication, one to two minutes here) is compiled once per checkout, into the
+    folder tests/recipes/test_documented_commands.py uses too (torch's JIT builds it again when its sources or flags
+    change)."""
+    folder = Path(__file__).resolve().parent.parent / ".pytest_cache" / "extensions"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     from trl_multiagent.testing import build_tiny_qwen3
 

@@ -24,6 +24,59 @@ CPU_SETTINGS = dict(
 )
 
 
+# The paper preset's update (recipes/configs/paper_math.yaml): sequential mini-batches per adapter in verl's order,
+# each adapter clipped on its own, the scheduler stepped once per adapter update call, GRPO groups per call, weight
+# decay, its loss's clip-high and ratio cap.
+PAPER_UPDATE = (
+    "update_schedule",
+    "mini_batch_order",
+    "clip_grad_norm_per_adapter",
+    "max_grad_norm",
+    "lr_scheduler_steps",
+    "advantage_groups",
+    "weight_decay",
+    "epsilon_high",
+    "delta",
+)
+# The tiny runs' model calls hold 81 to 266 tokens: one to three of them per forward.
+TINY_TOKEN_BOUND = 300
+
+
+def update_settings(update: str) -> dict:
+    """The settings of an update a test names: ``"merged"`` or ``"mini_batches"`` (that schedule, the rest the
+    trainer's defaults); ``"paper"``: the paper preset's update (``PAPER_UPDATE``) at tiny size: mini-batches of one
+    prompt's episodes (several per adapter and step), at most ``TINY_TOKEN_BOUND`` tokens per forward (the preset's
+    51,200 at its scale), and a cosine that ends at half the rate (the preset's reaches 0 by the second of two steps
+    when stepped per update call, and nothing would move then); ``"clip_merged"``: the merged schedule with the
+    paper's per-adapter clipping (at a norm the tiny runs reach), token bound and scheduler."""
+    if update in ("merged", "mini_batches"):
+        return {"update_schedule": update}
+    from presets import preset
+
+    paper = {name: preset("paper_math")[name] for name in PAPER_UPDATE}
+    sizes = dict(
+        mini_batch_prompts=1,
+        max_tokens_per_micro_batch=TINY_TOKEN_BOUND,
+        lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": 0.5},
+    )
+    if update == "paper":
+        return {**paper, **sizes}
+    if update == "clip_merged":  # one step's norms are ~0.1 to 0.2 per adapter: some are clipped, some not
+        return {**paper, **sizes, "update_schedule": "merged", "max_grad_norm": 0.1}
+    raise ValueError(f"No update named {update!r}.")
+
+
+def update_gap(after: dict, reference: dict, before: dict) -> float:
+    """How far one adapter's update is from a reference update of the same weights: the norm of ``after -
+    reference`` over the norm of ``reference - before``, over every tensor of the adapter (name -> tensor). Float
+    rounding that Adam enlarges where a gradient is near zero moves a few weights by up to ~2% of an optimizer step,
+    which this hardly sees; an adapter stepped when it should not be, or clipped by another norm, moves them all."""
+    off = sum(float((after[name] - weights).pow(2).sum()) for name, weights in reference.items())
+    update = sum(float((weights - before[name]).pow(2).sum()) for name, weights in reference.items())
+    return (off / update) ** 0.5
+
+
 def tiny_config(output_dir, **overrides) -> MultiAgentGRPOConfig:
     """``CPU_SETTINGS`` with ``overrides`` on top."""
     return MultiAgentGRPOConfig(output_dir=str(output_dir), **{**CPU_SETTINGS, **overrides})

@@ -87,8 +87,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
             mini-batch is one optimizer step at the current weights (log-probs recorded once, before the first), one
             adapter after the other, each clipped on its own; a short last mini-batch is scaled by its size over the
             full size. A parallel role then takes several steps per training step from its data volume (three
-            voters: three steps). Needs `num_iterations=1` and no DeepSpeed; the learning-rate scheduler steps as
-            `lr_scheduler_steps` says. Under either schedule the logged gradient norms are the training step's:
+            voters: three steps). Needs `num_iterations=1`; under DeepSpeed each mini-batch's last backward steps the
+            engine, its adapter alone (docs/scaling.md). The learning-rate scheduler steps as `lr_scheduler_steps`
+            says. Under either schedule the logged gradient norms are the training step's:
             `grad_norm` is the norm over every adapter's gradient of all the step's updates before clipping (the
             square root of the sum of each update's squared norm), each `adapter/<name>/grad_norm` is over its
             updates the same way, and the step's `grad_norm_share`s add up to 1 (docs/monitoring.md).
@@ -112,7 +113,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
             same `max_steps` horizon, and the cosine is not clamped past its end, so a 500-step cosine reaches 0 at
             step 250 with k = 2 and rises back to the peak by step 500. Under `update_schedule="mini_batches"` each
             adapter's run of mini-batches is one call (the next adapter trains at the next rate); under `"merged"`
-            the one optimizer step counts as k calls. Not with DeepSpeed, nor `reduce_lr_on_plateau`.
+            the one optimizer step counts as k calls. Not with `reduce_lr_on_plateau`.
         prompts_per_step (`int`, *optional*):
             Prompts per training step over all processes. When set, `per_device_train_batch_size` is derived from it:
             `prompts_per_step * num_generations / (num_processes * gradient_accumulation_steps)` episodes per process
@@ -130,7 +131,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
             mixed-batch path, fewer forwards, more gather/scatter). Gradients are the same either way.
         clip_grad_norm_per_adapter (`bool`, *optional*, defaults to `False`):
             Clip each adapter's gradient to `max_grad_norm` on its own instead of the norm over all adapters. Always
-            the case under `update_schedule="mini_batches"`, where every step updates one adapter.
+            the case under `update_schedule="mini_batches"`, where every step updates one adapter. Under DeepSpeed
+            with `"merged"`, each adapter's param group is clipped in the engine's optimizer step and the engine's own
+            clipping is off (docs/scaling.md).
         role_beta (`dict[str, float]`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
         role_coherence_lambda (`dict[str, float]`, *optional*):

@@ -31,13 +31,16 @@ class Launch:
 
     deepspeed: bool  # a DeepSpeed engine will hold the model
     num_processes: int  # training processes over every machine
+    deepspeed_config: Mapping[str, Any] | None = None  # the engine's config, as DeepSpeed's plugin holds it
 
     @classmethod
     def of(cls, args: MultiAgentGRPOConfig) -> Launch:
         """Read from the parsed settings, which the Trainer builds its accelerator from: TrainingArguments make a
         ``deepspeed_plugin`` when given ``deepspeed`` or when accelerate launched DeepSpeed (its environment says so),
         and ``world_size`` is the number of processes."""
-        return cls(deepspeed=args.deepspeed_plugin is not None, num_processes=args.world_size)
+        plugin = args.deepspeed_plugin
+        config = None if plugin is None else plugin.deepspeed_config
+        return cls(deepspeed=plugin is not None, num_processes=args.world_size, deepspeed_config=config)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,6 @@ def check_run(
     rows = train_dataset if environment_factory is None else [{"prompt": EMPTY_PROMPT}]
     probe = probe_first_row(workflow, role_adapters, rows)  # an undeclared role fails now
     launch = Launch.of(args)
-    check_schedule(args, deepspeed=launch.deepspeed)
+    check_schedule(args, deepspeed=launch.deepspeed, deepspeed_config=launch.deepspeed_config)
     ahead = check_rollout_ahead(args, launch.num_processes)
     return CheckedRun(args, launch, role_adapters, ahead, probe)

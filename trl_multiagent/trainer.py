@@ -23,6 +23,7 @@ import torch
 from accelerate.utils import gather, gather_object
 
 from .adapters.bases import Bases
+from .adapters.engine_steps import engine_clipping_off
 from .adapters.routing import BASE_MODEL
 from .adapters.updates import AdapterUpdates
 from .checkpoints.atomic import resume_checkpoint
@@ -44,6 +45,7 @@ from .rollout.engine import RolloutEngine
 from .rollout.environments import Environments
 from .rollout.tool_loop import build_role_tools
 from .run_checks import check_run
+from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.trl import disable_gradient_checkpointing, score_like_trl
 from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
@@ -182,6 +184,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             bases=self.bases,
             measure_gradients=not self.is_deepspeed_enabled,
             accelerator=self.accelerator,
+            decay_parameter_names=self.get_decay_parameter_names,
         )
         self.installed_adapters = updates.installed  # each base's adapters, shadows and router
         self.adapter_routing = updates.routing  # the adapter of every sample of a forward
@@ -544,14 +547,19 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             loss_type=self.loss_type,
         )
 
-    def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch) -> torch.Tensor:
+    def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch, engine_steps=False) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes (and, under
-        DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed)."""
+        DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed, or, with
+        ``engine_steps``, one after these parts, as a mini-batch's step)."""
         loss = torch.zeros((), device=self.accelerator.device)
         for i, part in enumerate(parts):
-            with self._accumulating(model) if i < len(parts) - 1 else nullcontext():
+            if i < len(parts) - 1:
+                context = self._accumulating(model)
+            else:
+                context = gradients_synced(self.accelerator) if engine_steps else nullcontext()
+            with context:
                 loss = loss + super().training_step(model, part, num_items_in_batch)
-        if self.is_deepspeed_enabled and self.accelerator.sync_gradients:  # the engine stepped on the last backward
+        if engine_steps or (self.is_deepspeed_enabled and self.accelerator.sync_gradients):  # the engine stepped
             clear_zero3_gradients(model)
         return loss
 
@@ -576,11 +584,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             gather_object=gather_object,
         )
         loss = torch.zeros((), device=self.accelerator.device)
-        for k, (_, part) in enumerate(plan):
+        for k, (adapter, part) in enumerate(plan):
             if k:
-                self._single_adapter_step(plan[k - 1][0])
+                self._single_adapter_step(model, plan[k - 1][0])
+            if self.is_deepspeed_enabled:  # the engine steps at this mini-batch's last backward: this adapter alone
+                self.adapter_optimizer.keep_only(adapter)
             parts = self._micro_batches(loss_ready(part, self.loss_type))
-            loss = loss + self._accumulate(model, parts, num_items_in_batch)
+            loss = loss + self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
         self.adapter_optimizer.keep_only(plan[-1][0])
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
         self._record_metrics("train", steps)
@@ -588,9 +598,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self._micro_step = step + 1
         return loss
 
-    def _single_adapter_step(self, adapter: str) -> None:
+    def _single_adapter_step(self, model, adapter: str) -> None:
         """An optimizer step of one mini-batch: its adapter alone, clipped on its own; its norm before clipping counts
-        in the training step's `grad_norm` (`_step_grad_norm`)."""
+        in the training step's `grad_norm` (`_step_grad_norm`). Under DeepSpeed the engine took that step at the
+        mini-batch's last backward (`_accumulate`): its norm is the engine's."""
+        if self.is_deepspeed_enabled:
+            self.earlier_update_norms.append(float(self._clip_gradients(model)))
+            return
         self._before_optimizer_step()
         self.adapter_optimizer.keep_only(adapter)
         if self.args.max_grad_norm > 0:
@@ -660,6 +674,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             optimizer = super().create_optimizer(model)
             self.adapter_optimizer.extend(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
         self.adapter_optimizer.attach(optimizer)
+        groups = self.adapter_optimizer.groups
+        if groups is not None and groups.clip_norm > 0:  # each adapter's group clips itself in the engine's step
+            engine_clipping_off(self.accelerator.state.deepspeed_plugin)
         return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
@@ -668,6 +685,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _clip_gradients(self, model):
         self._before_optimizer_step()
+        if self.is_deepspeed_enabled:  # the engine clipped (or its optimizer's groups did: adapters/engine_steps.py)
+            return super()._clip_gradients(model)  # and stepped already; this is its norm before clipping
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
             return self.gradient_accounts.clip(self.args.max_grad_norm)
         extra = self.installed_adapters.extra_parameters()

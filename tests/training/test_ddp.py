@@ -69,7 +69,9 @@ def uneven_ranks_under_ddp(tiny_model_dir, tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [2, 3])
-def test_uneven_ranks_under_zero_train_as_under_ddp(tiny_model_dir, tmp_path, uneven_ranks_under_ddp, stage):
+def test_uneven_ranks_under_zero_train_as_under_ddp(
+    tiny_model_dir, tmp_path, extensions_dir, uneven_ranks_under_ddp, stage
+):
     """The same uneven Eval-Opt ranks, each through its DeepSpeed engine (`accelerate launch --use_deepspeed`): both
     ranks end with the adapters DDP ends with, whatever the forwards' padding and stand-ins."""
     pytest.importorskip("deepspeed", reason="install the test extras: pip install -e '.[test]'")
@@ -79,7 +81,7 @@ def test_uneven_ranks_under_zero_train_as_under_ddp(tiny_model_dir, tmp_path, un
     launch = [accelerate, "launch", "--use_deepspeed", "--zero_stage", str(stage), "--num_processes", "2"]
     launch += ["--mixed_precision", "no", "--main_process_port", str(29542 + stage)]
     worker = str(TESTS / "workers" / "uneven_ranks_worker.py")
-    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
+    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
     run_offline([*launch, worker, tiny_model_dir, str(zero_dir)], env=env, timeout=900)
     ddp = json.loads((ddp_dir / "rank0.json").read_text())
     for rank in range(2):

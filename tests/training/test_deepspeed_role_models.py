@@ -38,11 +38,6 @@ TWO_PROCESS_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
-def extensions_dir(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("torch_extensions"))  # DeepSpeed's CPU ops compile once per module
-
-
-@pytest.fixture(scope="module")
 def without_deepspeed(tiny_model_dir, tiny_judge_dir, tmp_path_factory):
     """The same run in one plain process, per gradient checkpointing setting."""
     runs = {}

@@ -1,5 +1,6 @@
 """Run by tests/training/test_multinode.py, one process per rank (two `accelerate launch` "nodes", or one launch of
-two processes): 2 steps of each built-in workflow under each update schedule, every rank's adapters saved.
+two processes): 2 steps of each case, every rank's adapters saved. A case is `Workflow:update` or
+`Workflow:update:sharing` (`update` as `tiny.update_settings` names it; isolated policy unless named).
 
 One launch trains every case in turn, so the distributed start-up is paid once; each case is a fresh trainer with
 the same seed, and each rank scripts its rollouts from its own global rank, so a run on two machines and a run of
@@ -12,7 +13,7 @@ import sys
 
 import torch
 from scripted import addition_dataset
-from tiny import half_right_answers, tiny_trainer
+from tiny import half_right_answers, tiny_trainer, update_settings
 
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.checkpoints import BUILT_IN_WORKFLOWS
@@ -34,15 +35,15 @@ model_dir, out_dir, *cases = sys.argv[1:]
 rank = int(os.environ["RANK"])
 topology = {}
 for case in cases:
-    workflow, schedule = case.split(":")
+    workflow, update, *sharing = case.split(":")
     settings = dict(
         max_steps=2,
         logging_steps=1,
         learning_rate=5e-2,
         save_strategy="no",
-        policy_sharing="isolated",
+        policy_sharing=sharing[0] if sharing else "isolated",
         seed=0,
-        update_schedule=schedule,
+        **update_settings(update),
     )
     trainer = tiny_trainer(
         model_dir,
@@ -53,9 +54,11 @@ for case in cases:
         respond_seed=100 + rank,
         **settings,
     )
+    before = {adapter: adapter_weights(trainer, adapter) for adapter in trainer.adapter_names}
     trainer.train()
     weights = {adapter: adapter_weights(trainer, adapter) for adapter in trainer.adapter_names}
     torch.save(weights, os.path.join(out_dir, f"{case.replace(':', '-')}-rank{rank}.pt"))
+    torch.save(before, os.path.join(out_dir, f"{case.replace(':', '-')}-rank{rank}-before.pt"))
     state = trainer.accelerator.state
     topology[case] = {
         "steps": trainer.state.global_step,
@@ -67,6 +70,12 @@ for case in cases:
         "zero_stage": trainer.model_wrapped.zero_optimization_stage() if trainer.is_deepspeed_enabled else None,
         # the optimizer steps DeepSpeed's engine took (it steps after a backward made while gradients sync)
         "engine_steps": trainer.model_wrapped.global_steps if trainer.is_deepspeed_enabled else None,
+        # each step's optimizer updates: one, or one per mini-batch (`adapter/<name>/optimizer_steps` adds them up)
+        "updates": [
+            sum(v for k, v in h.items() if k.endswith("/optimizer_steps")) or 1
+            for h in trainer.state.log_history
+            if "loss" in h
+        ],
     }
 with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
     json.dump(topology, f)

@@ -3,7 +3,9 @@
 One optimizer steps every adapter of every base (the extra bases' parameters are added to it); before a step that
 must move one adapter alone (a mini-batch of ``update_schedule="mini_batches"``) every other gradient is dropped;
 after each step the shadows take the new weights; under ``lr_scheduler_steps="per_update"`` the schedule advances
-once per adapter update call (``UpdateCallScheduler``).
+once per adapter update call (``UpdateCallScheduler``). Under DeepSpeed, whose engine steps its own copies of the
+parameters, one adapter steps alone, and each is clipped on its own, through param groups per adapter
+(``AdapterGroups``, engine_steps.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .engine_steps import ADAPTER_KEY, AdapterGroups, group_by_adapter
 from .installed import InstalledAdapters
 from .lr_steps import UpdateCallScheduler
 
@@ -21,11 +24,16 @@ class AdapterOptimizer:
     Args:
         installed: the run's adapters, their bases and shadows.
         lr_per_update: step the learning-rate scheduler once per adapter update call (``lr_scheduler_steps``).
+        groups: one param group per adapter and the hooks that step them (under DeepSpeed; None: the Trainer's
+            groups, and gradients dropped from the parameters themselves).
     """
 
-    def __init__(self, installed: InstalledAdapters, *, lr_per_update: bool = False):
+    def __init__(
+        self, installed: InstalledAdapters, *, lr_per_update: bool = False, groups: AdapterGroups | None = None
+    ):
         self.installed = installed
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
+        self.groups = groups
         self._hooked = None  # the optimizer `attach` hooked
 
     @contextmanager
@@ -42,7 +50,8 @@ class AdapterOptimizer:
 
     def extend(self, optimizer, weight_decay: float, decay_parameter_names) -> None:
         """Add the extra bases' trainable parameters to ``optimizer`` (one optimizer steps every base), with the
-        Trainer's weight-decay split (``decay_parameter_names(model)``); those already in it are left alone."""
+        Trainer's weight-decay split (``decay_parameter_names(model)``); those already in it are left alone. With
+        ``groups``, every group is then cut into one per adapter (``group_by_adapter``)."""
         present = {id(p) for group in optimizer.param_groups for p in group["params"]}
         for model in list(self.installed.models.values())[1:]:
             decay = set(decay_parameter_names(model))
@@ -51,6 +60,9 @@ class AdapterOptimizer:
                 group = [p for n, p in params if (n in decay) == wanted]
                 if group:
                     optimizer.add_param_group({"params": group, "weight_decay": rate})
+        if self.groups is not None and ADAPTER_KEY not in optimizer.param_groups[0]:
+            adapters = self.installed.adapter_names
+            group_by_adapter(optimizer, {p: a for a in adapters for p in self.installed.parameters(a).values()})
 
     def attach(self, optimizer) -> None:
         """Run ``after_step`` after every step of ``optimizer`` (the Trainer calls ``step()`` itself; under DeepSpeed
@@ -62,6 +74,8 @@ class AdapterOptimizer:
             inner = inner.optimizer
         if inner is not self._hooked:
             optimizer.register_step_post_hook(lambda _optimizer, _args, _kwargs: self.after_step())
+            if self.groups is not None:
+                self.groups.attach(optimizer)
             self._hooked = optimizer
 
     def after_step(self) -> None:
@@ -73,9 +87,13 @@ class AdapterOptimizer:
 
     def keep_only(self, adapter: str) -> None:
         """Drop every gradient but ``adapter``'s, so the next optimizer step moves that adapter alone (an optimizer
-        skips parameters without gradient; a zero gradient would still move them through its momentum)."""
+        skips parameters without gradient; a zero gradient would still move them through its momentum). Under
+        DeepSpeed, called before the backward passes whose last one steps the engine: the optimizer's groups of the
+        other adapters sit out its steps."""
         if self.lr_calls is not None:
             self.lr_calls.starts(adapter)
+        if self.groups is not None:
+            self.groups.alone = adapter
         keep = set(self.installed.parameters(adapter).values())
         for model in self.installed.models.values():
             for param in model.parameters():

@@ -16,9 +16,24 @@ def gradients_unsynced(accelerator) -> Iterator[None]:
     a DeepSpeed engine nor syncs gradients. The Trainer sets ``GradientState.sync_gradients`` for the whole last
     micro-step of an accumulation through the private setter ``GradientState._set_sync_gradients`` (since 0.11; it
     also arms XLA's gradient sync), and so does this, restoring the value after."""
+    with _sync_gradients(accelerator, False):
+        yield
+
+
+@contextmanager
+def gradients_synced(accelerator) -> Iterator[None]:
+    """While it lasts, ``accelerator`` treats backward passes as ending an accumulation, as on the Trainer's last
+    micro-step: under DeepSpeed its ``backward`` marks the engine's accumulation boundary and steps the engine
+    (``DeepSpeedEngineWrapper.backward``). Set and restored as ``gradients_unsynced`` does."""
+    with _sync_gradients(accelerator, True):
+        yield
+
+
+@contextmanager
+def _sync_gradients(accelerator, value: bool) -> Iterator[None]:
     state = accelerator.gradient_state
     synced = state.sync_gradients
-    state._set_sync_gradients(False)
+    state._set_sync_gradients(value)
     try:
         yield
     finally:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import torch
@@ -250,24 +250,36 @@ def _stand_in(batch: TrainingBatch, adapter: str) -> TrainingBatch:
     return replace(one, adapters=[adapter])
 
 
-def check_schedule(args, deepspeed: bool) -> None:
-    """DeepSpeed runs the backward passes and the optimizer step of a micro-step itself: none of these fit in it."""
-    if not deepspeed:
+def check_schedule(args, deepspeed: bool, deepspeed_config: Mapping | None = None) -> None:
+    """The update schedule's settings under DeepSpeed (``deepspeed_config``: its config, where known). The engine
+    takes each mini-batch's optimizer step through the optimizer the Trainer builds, one param group per adapter
+    (adapters/engine_steps.py), and the Trainer's scheduler steps as ``lr_scheduler_steps`` says: an ``optimizer``
+    or ``scheduler`` section of the config, which puts DeepSpeed's own in their place, and a partial optimizer
+    offload, which steps part of the parameters with an optimizer ZeRO-3 builds itself, are refused where they would
+    step other than without DeepSpeed."""
+    if not deepspeed or deepspeed_config is None:
         return
-    asked = [
-        name
-        for name, on in (
-            ("update_schedule='mini_batches'", args.update_schedule == "mini_batches"),
-            ("max_tokens_per_micro_batch", args.max_tokens_per_micro_batch is not None),
-            ("clip_grad_norm_per_adapter", args.clip_grad_norm_per_adapter),
-            ("lr_scheduler_steps='per_update'", args.lr_scheduler_steps == "per_update"),
-        )
-        if on
-    ]
-    if asked:
+    mini_batches = args.update_schedule == "mini_batches"
+    per_adapter = mini_batches or args.clip_grad_norm_per_adapter
+    offload = deepspeed_config.get("zero_optimization", {}).get("offload_optimizer") or {}
+    if per_adapter and float(offload.get("ratio", 1.0)) != 1.0:
         raise ValueError(
-            f"{', '.join(asked)} need(s) several backward passes, optimizer or scheduler steps per micro-step, which "
-            "the DeepSpeed engine does not allow. Train without DeepSpeed (DDP through accelerate), or use "
-            "update_schedule='merged' and lr_scheduler_steps='per_training_step' with per_device_train_batch_size as "
-            "the memory bound."
+            f"The DeepSpeed config's zero_optimization.offload_optimizer.ratio={offload['ratio']} steps part of the "
+            "parameters with an AdamW that ZeRO-3 builds itself, over every adapter, which cannot step an adapter "
+            "alone (update_schedule='mini_batches') nor clip each on its own (clip_grad_norm_per_adapter). Set the "
+            "ratio to 1 (offload all of the optimizer) or leave it out."
+        )
+    if "optimizer" in deepspeed_config and per_adapter:
+        raise ValueError(
+            "The DeepSpeed config's `optimizer` section makes DeepSpeed build its own optimizer, one group over every "
+            "adapter, which cannot step an adapter alone (update_schedule='mini_batches') nor clip each on its own "
+            "(clip_grad_norm_per_adapter). Remove that section: the Trainer's optimizer (`optim`, `learning_rate`, "
+            "`weight_decay`, `adam_beta1`/`adam_beta2`/`adam_epsilon`) takes its place."
+        )
+    if "scheduler" in deepspeed_config and (mini_batches or args.lr_scheduler_steps == "per_update"):
+        raise ValueError(
+            "The DeepSpeed config's `scheduler` section makes the engine step its own schedule once per optimizer "
+            "step, which is once per mini-batch under update_schedule='mini_batches', and never per adapter update "
+            "call (lr_scheduler_steps='per_update'). Remove that section: the Trainer's scheduler "
+            "(`lr_scheduler_type`, `warmup_steps`) takes its place."
         )
