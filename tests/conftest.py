@@ -17,6 +17,18 @@ import torch  # noqa: E402
 torch.set_num_threads(1)  # a tiny GRPO step is ~10x faster with one thread than with two on these machines
 
 
+@pytest.fixture(autouse=True)
+def no_deepspeed_config_left_behind():
+    """A ZeRO-3 ``TrainingArguments`` built in this process (``--validate`` under a DeepSpeed launch, say) makes
+    transformers' module-level DeepSpeed config live until the garbage collector frees it; while it lives, every
+    later ``from_pretrained`` of this process partitions the model with ``deepspeed.zero.Init``, which needs a
+    distributed launch. A process starts each test without one."""
+    yield
+    from transformers.integrations import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+
+
 @pytest.fixture(scope="session")
 def extensions_dir() -> str:
     """`TORCH_EXTENSIONS_DIR` of every DeepSpeed child process: the op DeepSpeed compiles on first use (its CPU
