@@ -21,6 +21,7 @@ from .model_names import model_name
 from .rollout.environments import EMPTY_PROMPT, check_environment_run
 from .rollout.probe import check_prompt_column, probe_first_row
 from .rollout.records import Episode
+from .seams.trl import check_lm_head_cast
 from .training.mini_batches import check_schedule
 from .workflows.base import Workflow
 
@@ -69,6 +70,8 @@ def check_run(
     trainer makes them; the first that fails raises, naming the fix. ``model``: a name or folder (or a loaded model);
     the other arguments are the trainer's."""
     args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
+    if args.cast_lm_head_to_fp32:
+        check_lm_head_cast(cast_lm_head_to_fp32=True, tied_embeddings=ties_embeddings(model, args.model_init_kwargs))
     check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
     if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
         check_prompt_column(train_dataset, "train_dataset")
@@ -83,3 +86,23 @@ def check_run(
     check_schedule(args, deepspeed=launch.deepspeed, deepspeed_config=launch.deepspeed_config)
     ahead = check_rollout_ahead(args, launch.num_processes)
     return CheckedRun(args, launch, role_adapters, ahead, probe)
+
+
+def ties_embeddings(model: Any, model_init_kwargs: Mapping[str, Any] | None) -> bool:
+    """Whether ``model`` (loaded, or a name or folder) has its LM head tied to its input embeddings, as it will be
+    loaded. A name whose config cannot be read here (``--validate`` without the Hub, say) counts as untied: validation
+    cannot tell, and the trainer, which must read it to load the model, can."""
+    kwargs = dict(model_init_kwargs or {})
+    if "tie_word_embeddings" in kwargs:
+        return bool(kwargs["tie_word_embeddings"])
+    if not isinstance(model, str):
+        return bool(getattr(model.config, "tie_word_embeddings", False))
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            model, revision=kwargs.get("revision"), trust_remote_code=bool(kwargs.get("trust_remote_code", False))
+        )
+    except OSError:
+        return False
+    return bool(getattr(config, "tie_word_embeddings", False))

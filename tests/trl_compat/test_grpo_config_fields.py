@@ -194,6 +194,33 @@ def test_cast_lm_head_to_fp32_casts_the_trainers_head(tiny_model_dir, tmp_path):
     assert cast(torch.ones(1, cast.in_features, dtype=torch.bfloat16)).dtype == torch.float32
 
 
+def test_cast_lm_head_to_fp32_on_a_tied_head_is_refused_before_trl_fails_on_it(tiny_model_dir, tmp_path):
+    """The tiny model ties its head to its embeddings, as Qwen3-0.6B/1.7B/4B do: TRL's own cast of a PEFT model stops
+    with an AttributeError, so the trainer refuses first, naming the fix, also in `--validate`'s checks."""
+    from peft import get_peft_model
+
+    from trl_multiagent.run_checks import check_run
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    with pytest.raises(AttributeError, match="embed_tokens"):  # what a user would meet without the refusal
+        trl.GRPOTrainer(
+            model=get_peft_model(model, tiny_lora()),
+            reward_funcs=boxed_answer_reward,
+            args=trl.GRPOConfig(str(tmp_path / "trl"), cast_lm_head_to_fp32=True, use_cpu=True, report_to=[]),
+            train_dataset=addition_dataset(),
+        )
+    refusal = "cast_lm_head_to_fp32.*tied to its embeddings.*Set `cast_lm_head_to_fp32=False`"
+    with pytest.raises(ValueError, match=refusal):
+        tiny_trainer(tiny_model_dir, tmp_path / "ours", SingleAgent(), cast_lm_head_to_fp32=True)
+    args = tiny_config(tmp_path / "checks", cast_lm_head_to_fp32=True)
+    with pytest.raises(ValueError, match=refusal):
+        check_run(args, SingleAgent(), model=tiny_model_dir, peft_config=tiny_lora(), train_dataset=addition_dataset())
+    untied = tiny_config(
+        tmp_path / "untied", cast_lm_head_to_fp32=True, model_init_kwargs={"tie_word_embeddings": False}
+    )
+    check_run(untied, SingleAgent(), model=tiny_model_dir, peft_config=tiny_lora(), train_dataset=addition_dataset())
+
+
 def test_router_aux_loss_coef_weighs_the_moe_auxiliary_loss(tiny_moe_dir, tmp_path):
     def first_step(coef: float) -> dict:
         trainer = tiny_trainer(

@@ -40,6 +40,7 @@ __all__ = [
     "TRL_VERSION",
     "LossScale",
     "aggregate_like_trl",
+    "check_lm_head_cast",
     "check_loss_type",
     "create_model_from_path",
     "disable_dropout_in_model",
@@ -97,6 +98,20 @@ def check_loss_type(loss_type: str) -> None:
     """Refuse a ``loss_type`` whose reduction is not known here: TRL itself fails on one only at the first loss."""
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"`loss_type` must be one of {list(LOSS_TYPES)} (TRL's), got {loss_type!r}.")
+
+
+def check_lm_head_cast(*, cast_lm_head_to_fp32: bool, tied_embeddings: bool) -> None:
+    """Refuse what TRL's ``cast_lm_head_to_fp32`` fails on, on our always-PEFT model: an LM head tied to the input
+    embeddings (Qwen3-0.6B, 1.7B and 4B are). ``GRPOTrainer.__init__`` (checked in 1.16.0) then hooks
+    ``model.model.embed_tokens``, which on a ``PeftModel`` names the causal LM, not its decoder, and stops with
+    ``AttributeError: ... has no attribute 'embed_tokens'``."""
+    if cast_lm_head_to_fp32 and tied_embeddings:
+        raise ValueError(
+            f"`cast_lm_head_to_fp32=True` fails inside TRL {TRL_VERSION} when the model's LM head is tied to its "
+            "embeddings (`tie_word_embeddings=True`, as in Qwen3-0.6B, 1.7B and 4B) and the model carries PEFT "
+            "adapters, as every model here does. Set `cast_lm_head_to_fp32=False`, or use a model saved with an "
+            "LM head of its own (`tie_word_embeddings=False`)."
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
