@@ -498,7 +498,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
-        # last takes its optimizer step here, the last one takes the Trainer's own step.
+        # last takes its optimizer step here (adapters/adapter_steps.py), the last one takes the Trainer's own step.
         step = self._micro_step
         self._micro_step = step + 1
         if self._micro_step % self.args.steps_per_generation:
@@ -516,22 +516,19 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             order=self.args.mini_batch_order,
             gather_object=gather_object,
         )
-        loss = torch.zeros((), device=self.accelerator.device)
-        for k, (adapter, part) in enumerate(plan):
-            if k:  # the previous mini-batch's adapter takes its optimizer step (adapters/adapter_steps.py)
-                clip = functools.partial(self._clip_gradients, model)
-                norm = self._adapter_steps.adapter_step(plan[k - 1][0], optimizer=self.optimizer, clip=clip)
-                self.earlier_update_norms.append(norm)
-            if self.is_deepspeed_enabled:  # the engine steps at this mini-batch's last backward: this adapter alone
-                self.adapter_optimizer.keep_only(adapter)
+
+        def train(part: TrainingBatch) -> torch.Tensor:
             parts = self._micro_batches(loss_ready(part, self.loss_type))
-            loss = loss + self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
-        self.adapter_optimizer.keep_only(plan[-1][0])
+            return self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
+
+        clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
+        losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
+        self.earlier_update_norms.extend(norms)
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
         self._record_metrics("train", steps)
         self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
         self._micro_step = step + 1
-        return loss
+        return sum(losses, torch.zeros((), device=self.accelerator.device))
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -78,6 +79,28 @@ class AdapterSteps:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    def mini_batch_updates(
+        self,
+        plan: list[tuple[str, Any]],
+        *,
+        train: Callable[[Any], torch.Tensor],
+        optimizer: torch.optim.Optimizer,
+        clip: Callable[[], torch.Tensor],
+    ) -> tuple[list[torch.Tensor], list[float]]:
+        """``update_schedule="mini_batches"``: each ``(adapter, samples)`` of ``plan`` in order, ``train(samples)``
+        its forwards and backwards, then its adapter's own optimizer step (`adapter_step`) once the next one starts;
+        the last mini-batch's step is the Trainer's own, after this returns, with that adapter's gradients alone.
+        Returns each mini-batch's loss and the norms before clipping of the steps taken here."""
+        losses, norms = [], []
+        for k, (adapter, samples) in enumerate(plan):
+            if k:
+                norms.append(self.adapter_step(plan[k - 1][0], optimizer=optimizer, clip=clip))
+            if self.engine_steps:  # the engine steps at this mini-batch's last backward: this adapter alone
+                self.updates.optimizer.keep_only(adapter)
+            losses.append(train(samples))
+        self.updates.optimizer.keep_only(plan[-1][0])
+        return losses, norms
 
     def unclipped_norm(self, model: torch.nn.Module) -> torch.Tensor | None:
         """Without clipping, the preparation `clip` makes, and the norm over every base's adapters when there are
