@@ -10,6 +10,10 @@ One training step, in order (mirrored by the numbered comments below):
        exact per-sample weights (role weights, role balance, uneven micro-batches);
     5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`SampleRouting`), plus the
        per-role KL term.
+
+Each step calls into the rooms below with what it needs; what the trainer is assembled from is built in
+trainer_parts.py, the optimizer steps over the adapters are adapters/adapter_steps.py's, and what a checkpoint holds
+is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
 """
 
 from __future__ import annotations
