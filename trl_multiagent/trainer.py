@@ -10,20 +10,23 @@ One training step, in order (mirrored by the numbered comments below):
        exact per-sample weights (role weights, role balance, uneven micro-batches);
     5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`SampleRouting`), plus the
        per-role KL term.
+
+Each step calls into the rooms below with what it needs; what the trainer is assembled from is built in
+trainer_parts.py, the optimizer steps over the adapters are adapters/adapter_steps.py's, and what a checkpoint holds
+is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import math
 from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
 
+from .adapters.adapter_steps import AdapterSteps, step_norm
 from .adapters.bases import Bases
-from .adapters.engine_steps import engine_clipping_off
 from .adapters.routing import BASE_MODEL
 from .adapters.updates import AdapterUpdates
 from .checkpoints.atomic import resume_checkpoint
@@ -32,28 +35,21 @@ from .checkpoints.run import RunCheckpoints
 from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
 from .model_names import resolve_model_name
-from .monitoring import monitoring_callbacks
 from .monitoring.adapter_check import AdapterCheck
-from .monitoring.console import compact_console
-from .monitoring.learning_signal import LearningSignalCheck
-from .monitoring.training_metrics import TrainingMetrics
 from .renamed_hooks import RenamedTrainerNames
-from .rollout.ahead import RolloutsAhead
-from .rollout.backends.adapter_sync import AdapterSync
 from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
-from .rollout.engine import RolloutEngine
-from .rollout.environments import Environments
-from .rollout.tool_loop import build_role_tools
 from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.trl import disable_gradient_checkpointing, score_like_trl
-from .training.advantages import call_advantages, outcome_advantages, weighted_rewards
-from .training.batch import TrainingBatch, calls_to_batch
-from .training.early_rewards import EarlyRewards, final_completion_ids, final_completions
+from .trainer_parts import MonitoringParts, RolloutParts
+from .training.advantages import outcome_advantages, weighted_rewards
+from .training.batch import TrainingBatch
+from .training.early_rewards import final_completion_ids, final_completions
+from .training.episode_samples import episode_samples
 from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
-from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss, role_weights
+from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
 from .training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .training.row_layout import EndAligned
@@ -153,31 +149,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.role_adapters = self.bases.role_adapters  # placed on the bases
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
-        self._install_adapters(args)
-        self._build_rollouts(
-            args,
-            rollout_backend,
-            tools=tools,
-            role_tools=role_tools,
-            environments=environment_factory,
-            ahead=checked.rollout_ahead,
-        )
-        self.answer_checker = answer_checker
-        self.role_reward_funcs = role_reward_funcs
-        if args.role_rewards is not None:
-            self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
-        self._build_monitoring(args)
-        self._checkpoints = RunCheckpoints(
-            workflow,
-            self.role_adapters,
-            policy_sharing=args.policy_sharing,
-            bases=self.bases,
-            installed=self.installed_adapters,
-            update_state=self.gradient_accounts,
-        )
 
-    def _install_adapters(self, args: MultiAgentGRPOConfig) -> None:
-        """Every role adapter on its base, the router of each sample's adapter, and the parts of an update."""
+        # Every role adapter on its base, the router of each sample's adapter, and the parts of an update.
         updates = AdapterUpdates.from_config(
             self.model,
             args,
@@ -191,6 +164,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
         self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
         self.gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
+        engine_steps = self.is_deepspeed_enabled
+        clip = self.accelerator.clip_grad_norm_
+        self._adapter_steps = AdapterSteps(updates, args, engine_steps=engine_steps, clip_grad_norm=clip)
         self.earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
         if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
             self.bases.hold_in(self.model)
@@ -203,75 +179,55 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
 
-    def _build_rollouts(
-        self, args: MultiAgentGRPOConfig, backend, *, tools, role_tools, environments, ahead: bool
-    ) -> None:
-        """The rollout backend, the roles' tools, the environments, the engine, and the rollouts run ahead (``ahead``:
-        whether the next batch's run during this step, as `check_run` found)."""
-        self.rollout_backend = backend or build_backend(args, self._backend_context())
-        self.role_tools = self._build_role_tools(tools, role_tools)
-        self.environment_runs, self.episode_tools = None, None
-        if environments is not None:
-            (role,) = self.workflow.roles
-            self.environment_runs = Environments(
-                environments if isinstance(environments, dict) else {None: environments},
-                self._environment_instances,
-                role=role,
-                build_tools=lambda methods: self._build_role_tools([*(tools or ()), *methods], role_tools)[role],
-            )
-        self.engine = RolloutEngine(
-            self.workflow,
-            self.rollout_backend,
-            self.role_adapters,
-            args.role_generation_kwargs,
-            mode=args.rollout_mode,
-            base_for_role=self.bases.role_base,
-            role_tools=self.role_tools,
-            max_prompt_length=args.prompt_limit_for(type(self.workflow)),
-        )
-        # Reward funcs that `scores_each_episode` start as episodes end (wrapped in place in `reward_funcs`).
-        self.early_rewards = EarlyRewards(self.reward_funcs, lambda: self.state)
-        sync = AdapterSync(
-            self.rollout_backend,
+        # The rollout backend, and what runs episodes over it (trainer_parts.py).
+        self.rollout_backend = rollout_backend or build_backend(args, self._backend_context())
+        rollouts = RolloutParts.build(
+            args,
+            workflow=workflow,
+            backend=self.rollout_backend,
+            bases=self.bases,
+            installed=self.installed_adapters,
+            tokenizer=self._text_tokenizer,
+            reward_funcs=self.reward_funcs,
+            tools=tools,
+            role_tools=role_tools,
+            environments=environment_factory,
+            environment_instances=self._environment_instances,
+            accelerator=self.accelerator,
             unwrapped_model=self._unwrapped_for_generation,
-            adapters_by_base=self.installed_adapters.by_base,
-            weights_step=lambda: self.state.global_step,
-            is_main_process=self.accelerator.is_main_process,
-            wait_for_everyone=self.accelerator.wait_for_everyone,
+            trainer_state=lambda: self.state,
+            run_episodes=self._run_episodes,
+            more_steps=self._more_steps,
+            ahead=checked.rollout_ahead,
         )
-        self.rollouts = RolloutsAhead(self._run_episodes, sync, self._more_steps, ahead=ahead)
+        self.role_tools, self.engine = rollouts.role_tools, rollouts.engine
+        self.environment_runs, self.episode_tools = rollouts.environment_runs, None
+        self.early_rewards, self.rollouts = rollouts.early_rewards, rollouts.rollouts
+        self.answer_checker = answer_checker
+        self.role_reward_funcs = role_reward_funcs
+        if args.role_rewards is not None:
+            self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
 
-    def _build_monitoring(self, args: MultiAgentGRPOConfig) -> None:
-        """The metrics recorded each step, the learning-signal check, and the callbacks: drift alarms, the summary."""
-        self._step_metrics = TrainingMetrics(
-            self.workflow,
+        # What each step records and checks, and the callbacks: drift alarms, the summary (trainer_parts.py).
+        monitoring = MonitoringParts.build(
+            args,
+            workflow=workflow,
+            callback_handler=self.callback_handler,
+            accelerator=self.accelerator,
             record=self._record_metrics,
             record_column=self._record_completion_column,
-            gather=gather,
-            reduce_sum=lambda t: self.accelerator.reduce(t, reduction="sum"),
-            device=self.accelerator.device,
             reward_names=self.reward_func_names,
-            answer_checker=self.answer_checker,
+            answer_checker=answer_checker,
         )
-        formats = self.workflow.formats
-        first, last = monitoring_callbacks(args, formats, trackers=self.callback_handler.callbacks)
-        main = self.accelerator.is_main_process
-        self.learning_signal = LearningSignalCheck(formats, self.workflow.config_dict(), main_process=main)
-        # First in line, so the report_to integrations that log after them see the alarm metrics.
-        self.callback_handler.callbacks[:0] = first
-        for callback in last:
-            self.add_callback(callback)
-        compact_console(self.callback_handler.callbacks)  # one line per step; every metric still goes to report_to
-
-    def _build_role_tools(self, tools, role_tools) -> dict:
-        extra = self.bases.extra
-        role_base = self.bases.role_base or {}
-
-        def tokenizer_for_role(role: str):
-            base = role_base.get(role)
-            return extra[base].tokenizer if base in extra else self._text_tokenizer
-
-        return build_role_tools(self.workflow, self.args, tokenizer_for_role, tools=tools, role_tools=role_tools)
+        self._step_metrics, self.learning_signal = monitoring.step_metrics, monitoring.learning_signal
+        self._checkpoints = RunCheckpoints(
+            workflow,
+            self.role_adapters,
+            policy_sharing=args.policy_sharing,
+            bases=self.bases,
+            installed=self.installed_adapters,
+            update_state=self.gradient_accounts,
+        )
 
     def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""
@@ -335,46 +291,27 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
         # 3. One training sample per model call, carrying its episode's (or its role trajectory's) advantage.
         role_rewards = self._role_rewards(episodes, inputs, outcome=local_rewards, mode=mode)
-        advantages = call_advantages(
+        batch = episode_samples(
             episodes,
             first_episode=start,
             episode_advantages=all_advantages,
             rewards=rewards,
+            role_rewards=role_rewards,
             group_key=self.workflow.group_key,
             num_generations=num_generations,
             scale_rewards=self.scale_rewards,
-            groups=self.args.advantage_groups,
-            gather_object=gather_object,
-            role_rewards=role_rewards,
+            advantage_groups=self.args.advantage_groups,
             role_reward_weight=self.args.role_reward_weight,
-        )
-        calls = [c for e in episodes for c in e.calls]
-        if not calls and any(e.dropped for e in episodes):
-            raise ValueError(
-                "Every episode of this batch ended on a prompt over max_prompt_length="
-                f"{self.engine.max_prompt_length} tokens, so nothing is left to train on: raise the limit, or train "
-                "on shorter problems."
-            )
-        episode_ids = [start + e.index for e in episodes for _ in e.calls]
-        batch = calls_to_batch(
-            calls,
-            advantages,
-            episode_ids,
-            pad_token_id=self.bases.pad_token_ids(calls, self._text_tokenizer),
-            device=self.accelerator.device,
-            mask_truncated_completions=self.args.mask_truncated_completions,
-        )
-        tokens = batch.completion_mask.sum(dim=1)
-        batch.sample_weights = role_weights(
-            batch.roles,
-            tokens,
             role_loss_weights=self.role_loss_weights,
-            balance=self.args.role_loss_balance,
+            role_loss_balance=self.args.role_loss_balance,
             loss_type=self.loss_type,
+            mask_truncated_completions=self.args.mask_truncated_completions,
+            max_prompt_length=self.engine.max_prompt_length,
+            pad_token_ids=lambda calls: self.bases.pad_token_ids(calls, self._text_tokenizer),
+            device=self.accelerator.device,
+            gather=gather,
+            gather_object=gather_object,
         )
-        totals = gather(torch.stack([batch.num_samples_in_batch, batch.num_items_in_batch])[None]).sum(dim=0)
-        batch.num_samples_in_batch = totals[0]
-        batch.num_items_in_batch = totals[1]
         # Logged as TRL logs `reward`: the weighted sum of the functions' own outputs, under either aggregation.
         logged = weighted_rewards(rewards_per_func, self.reward_weights)
         tool_roles = self._tool_roles()
@@ -565,7 +502,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
-        # last takes its optimizer step here, the last one takes the Trainer's own step.
+        # last takes its optimizer step here (adapters/adapter_steps.py), the last one takes the Trainer's own step.
         step = self._micro_step
         self._micro_step = step + 1
         if self._micro_step % self.args.steps_per_generation:
@@ -583,37 +520,19 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             order=self.args.mini_batch_order,
             gather_object=gather_object,
         )
-        loss = torch.zeros((), device=self.accelerator.device)
-        for k, (adapter, part) in enumerate(plan):
-            if k:
-                self._single_adapter_step(model, plan[k - 1][0])
-            if self.is_deepspeed_enabled:  # the engine steps at this mini-batch's last backward: this adapter alone
-                self.adapter_optimizer.keep_only(adapter)
+
+        def train(part: TrainingBatch) -> torch.Tensor:
             parts = self._micro_batches(loss_ready(part, self.loss_type))
-            loss = loss + self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
-        self.adapter_optimizer.keep_only(plan[-1][0])
+            return self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
+
+        clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
+        losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
+        self.earlier_update_norms.extend(norms)
         steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
         self._record_metrics("train", steps)
         self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
         self._micro_step = step + 1
-        return loss
-
-    def _single_adapter_step(self, model, adapter: str) -> None:
-        """An optimizer step of one mini-batch: its adapter alone, clipped on its own; its norm before clipping counts
-        in the training step's `grad_norm` (`_step_grad_norm`). Under DeepSpeed the engine took that step at the
-        mini-batch's last backward (`_accumulate`): its norm is the engine's."""
-        if self.is_deepspeed_enabled:
-            self.earlier_update_norms.append(float(self._clip_gradients(model)))
-            return
-        self._before_optimizer_step()
-        self.adapter_optimizer.keep_only(adapter)
-        if self.args.max_grad_norm > 0:
-            norm = self.gradient_accounts.clip(self.args.max_grad_norm)
-        else:
-            norm = self.gradient_accounts.norm()
-        self.earlier_update_norms.append(float(norm))
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        return sum(losses, torch.zeros((), device=self.accelerator.device))
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):
@@ -669,50 +588,32 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         return loss
 
     # ---------------------------------------------------------------------------------------- the optimizer step
+    # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
     def create_optimizer(self, model=None):
-        with self.adapter_optimizer.shadows_frozen():
-            optimizer = super().create_optimizer(model)
-            self.adapter_optimizer.extend(optimizer, self.args.weight_decay, self.get_decay_parameter_names)
-        self.adapter_optimizer.attach(optimizer)
-        groups = self.adapter_optimizer.groups
-        if groups is not None and groups.clip_norm > 0:  # each adapter's group clips itself in the engine's step
-            engine_clipping_off(self.accelerator.state.deepspeed_plugin)
-        return optimizer
+        return self.adapter_optimizer.create(
+            functools.partial(super().create_optimizer, model),
+            weight_decay=self.args.weight_decay,
+            decay_parameter_names=self.get_decay_parameter_names,
+            deepspeed_plugin=self.accelerator.state.deepspeed_plugin,
+        )
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
         self.lr_scheduler = self.adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
     def _clip_gradients(self, model):
-        self._before_optimizer_step()
-        if self.is_deepspeed_enabled:  # the engine clipped (or its optimizer's groups did: adapters/engine_steps.py)
-            return super()._clip_gradients(model)  # and stepped already; this is its norm before clipping
-        if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
-            return self.gradient_accounts.clip(self.args.max_grad_norm)
-        extra = self.installed_adapters.extra_parameters()
-        if extra:  # the norm over every base's adapters
-            return self.accelerator.clip_grad_norm_([*model.parameters(), *extra], self.args.max_grad_norm)
-        return super()._clip_gradients(model)
+        return self._adapter_steps.clip(model, functools.partial(super()._clip_gradients, model))
 
     def _step_grad_norm(self, model, grad_norm=None):
-        """The training step's `grad_norm`, before clipping, over every optimizer update of the step: the last
-        update's norm, with the earlier mini-batch updates' (`update_schedule="mini_batches"`) added in squares. The
-        Trainer calls it once a step, before the last update; the step's gradient metrics are recorded here."""
+        """The training step's `grad_norm`, before clipping, over every optimizer update of the step (the earlier
+        mini-batch updates' added in squares). The Trainer calls it once a step, before the last update; the step's
+        gradient metrics are recorded here."""
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
-            self._before_optimizer_step()
-            extra = self.installed_adapters.extra_parameters()
-            if extra:
-                grad_norm = self.accelerator.clip_grad_norm_([*model.parameters(), *extra], float("inf"))
-        grad_norm = super()._step_grad_norm(model, grad_norm=grad_norm)
-        if self.earlier_update_norms:
-            grad_norm = math.sqrt(sum(n**2 for n in self.earlier_update_norms) + float(grad_norm) ** 2)
-            self.earlier_update_norms = []
+            grad_norm = self._adapter_steps.unclipped_norm(model)
+        grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self.earlier_update_norms)
+        self.earlier_update_norms = []
         self._step_metrics.updates(self.gradient_accounts.step_measured(), self.role_adapters)
         return grad_norm
-
-    def _before_optimizer_step(self) -> None:
-        self.process_alignment.average_extra_gradients()  # DDP averages the trainer's model's only
-        self.gradient_accounts.before_optimizer_step()
 
     # ------------------------------------------------------------------------------------------ checkpoints
     # What a run saves beside TRL's checkpoint and reads back on resume: checkpoints/run.py (`RunCheckpoints`).

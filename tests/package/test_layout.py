@@ -15,7 +15,7 @@ from harness import run_offline
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
-TRAINER = ("trainer", "grpo_seam")  # the trainer and its base class over TRL
+TRAINER = ("trainer", "grpo_seam", "trainer_parts")  # the trainer, its base class over TRL, what it is built from
 
 # room -> rooms (first component under trl_multiagent) it must never import
 FORBIDDEN = {

@@ -66,6 +66,28 @@ def test_end_aligned_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path):
     assert ours[0][mask].abs().max() > 1.0  # a real forward: random weights give no log-prob near 0
 
 
+def test_end_aligned_rows_narrower_than_the_completions(tiny_model_dir, tmp_path):
+    """The longest completion of a forward masked whole (truncated) and every row no wider than the completion
+    columns: the forward still gets a column before the first completion token, and scores as TRL's (a voting run
+    under mini-batches failed here with an index error)."""
+    trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), respond=uneven_answers, policy_sharing="shared")
+    prompt_ids, prompt_mask = padded([[7, 8, 9], [10, 11]], 0, side="left")
+    completion_ids, completion_mask = padded([list(range(20, 30)), [31, 32, 33, 34]], 0, side="right")
+    completion_mask[0] = 0  # the 10-token completion, masked whole: the rows hold 3 and 6 tokens
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+
+    assert EndAligned.of(input_ids, attention_mask, 10).input_ids.shape == (2, 11)
+    trainer.router.set(None)
+    with trainer.router.route(["shared"] * 2):
+        ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, 10)[0]
+        trls = GRPOSeam._logps_and_entropies(trainer, trainer.model, input_ids, attention_mask, 10)[0]
+    mask = completion_mask.bool()
+    assert ours.shape == trls.shape == (2, 10)
+    assert torch.allclose(ours[mask], trls[mask], atol=1e-5, rtol=1e-5)
+    assert (ours[~mask] == 0).all()
+
+
 def test_micro_steps_sort_rows_within_each_optimizer_step():
     """Four micro-steps per generation batch, two per optimizer step: each optimizer step keeps the samples it held
     when cut in order, sorted longest first across its two micro-steps, and each micro-step as many samples."""

@@ -10,10 +10,12 @@ parameters, one adapter steps alone, and each is clipped on its own, through par
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .engine_steps import ADAPTER_KEY, AdapterGroups, group_by_adapter
+import torch
+
+from .engine_steps import ADAPTER_KEY, AdapterGroups, engine_clipping_off, group_by_adapter
 from .installed import InstalledAdapters
 from .lr_steps import UpdateCallScheduler
 
@@ -35,6 +37,25 @@ class AdapterOptimizer:
         self.lr_per_update, self.lr_calls = lr_per_update, None  # the scheduler wrapper, once `scheduled` made it
         self.groups = groups
         self._hooked = None  # the optimizer `attach` hooked
+
+    def create(
+        self,
+        create_optimizer: Callable[[], torch.optim.Optimizer],
+        *,
+        weight_decay: float,
+        decay_parameter_names: Callable,
+        deepspeed_plugin=None,
+    ) -> torch.optim.Optimizer:
+        """The Trainer's optimizer (``create_optimizer()``) as every adapter's: made while the shadows are frozen,
+        the extra bases' parameters added (`extend`), hooked (`attach`); with per-adapter param groups that clip
+        themselves, the clipping of ``deepspeed_plugin``'s engine off."""
+        with self.shadows_frozen():
+            optimizer = create_optimizer()
+            self.extend(optimizer, weight_decay, decay_parameter_names)
+        self.attach(optimizer)
+        if self.groups is not None and self.groups.clip_norm > 0:  # each adapter's group clips itself in the step
+            engine_clipping_off(deepspeed_plugin)
+        return optimizer
 
     @contextmanager
     def shadows_frozen(self) -> Iterator[None]:

@@ -1,1 +1,2 @@
-"""The small arithmetic the trainer owns: advantages, the typed training batch, loss weights, importance sampling."""
+"""The small arithmetic the trainer owns: advantages, the samples of a step's episodes, the typed training batch, loss
+weights, importance sampling."""

@@ -24,7 +24,7 @@ import torch
 class EndAligned:
     """One forward's rows end-aligned, and where each of TRL's completion columns went."""
 
-    input_ids: torch.Tensor  # [N, W] each row's own tokens last, in order; W = max(longest row, C)
+    input_ids: torch.Tensor  # [N, W] each row's own tokens last, in order; W = max(longest row, C + 1)
     attention_mask: torch.Tensor  # [N, W]
     columns: torch.Tensor  # [N, C] where each completion column's token is among the last C columns (0 if padding)
     kept: torch.Tensor  # [N, C] bool: the completion columns that hold a token of the row (attention mask 1)
@@ -36,7 +36,9 @@ class EndAligned:
         tokens included (a completion masked whole, e.g. under ``mask_truncated_completions``), moves left."""
         mask = attention_mask.bool()
         own = mask.sum(dim=1)  # [N] tokens of each row
-        width = max(int(own.max()), completion_width) if len(own) else completion_width
+        # TRL's forward reads the logits before each of the last C columns, so it needs C + 1 columns: when every
+        # completion as long as the forward's is masked whole, the longest row may be narrower than that.
+        width = max(int(own.max()), completion_width + 1) if len(own) else completion_width + 1
         rank = mask.cumsum(dim=1) - 1  # [N, P + C] place of each own token among its row's own tokens
         column = width - own.unsqueeze(1) + rank  # [N, P + C] its column once end-aligned (own tokens only)
         rows = torch.arange(len(own), device=own.device).unsqueeze(1).expand_as(mask)
