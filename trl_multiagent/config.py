@@ -444,6 +444,17 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "the same update, at the cost of mixed-adapter forwards.",
         },
     )
+    monitor_update_size: bool = field(
+        default=False,
+        metadata={
+            "help": "Log `role/<role>/update_ratio` and `update_chi_square` every training step: the mean ratio of "
+            "the policy after the step's optimizer updates to the policy before its first, over the step's own "
+            "sampled tokens, and the mean of (ratio - 1)^2. That is the policy ratio the role's next forward on these "
+            "tokens would start from: the size of the step's update, comparable under both `update_schedule`s "
+            "(under `'merged'` the logged `policy_ratio` is exactly 1). Costs one or two no-grad forward passes of "
+            "the generation batch; the update is unchanged.",
+        },
+    )
     monitor_kl_to_base: bool = field(
         default=False,
         metadata={
