@@ -84,3 +84,13 @@ def test_seed_interval_is_a_student_t_interval():
     assert one[0] == 4.0 and math.isnan(one[1]) and math.isnan(one[2])
     with pytest.raises(ValueError, match="2 to 11 seeds"):
         seed_interval([1.0] * 12)
+
+
+def test_geometric_seed_interval_for_sizes_over_orders_of_magnitude():
+    mean, low, high = seed_interval([0.001, 0.01, 0.1], log=True)
+    assert mean == pytest.approx(0.01)
+    assert high / mean == pytest.approx(mean / low)  # a factor either side
+    assert high / mean == pytest.approx(10 ** (4.303 * 1.0 / math.sqrt(3)))  # sd of log10 is 1
+    assert seed_interval([0.0, 0.0], log=True) == (0.0, 0.0, 0.0)  # the loss's chi-square under one update
+    with pytest.raises(ValueError, match="positive values"):
+        seed_interval([0.0, 0.1], log=True)

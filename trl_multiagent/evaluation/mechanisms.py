@@ -9,7 +9,7 @@
   (`role/<role>/grad_norm_share`, logged with `monitor_role_grad_norms`) against its share of the step's outputs and
   of its completion tokens (`role_shares`); how fast success rises and where it peaks (`rise_and_peak`).
 
-Seeds are summarised by their mean and a 95% Student-t interval (`seed_interval`).
+Seeds are summarised by their mean and a 95% Student-t interval (`seed_interval`), geometric for update sizes.
 """
 
 from __future__ import annotations
@@ -117,11 +117,22 @@ def alarm_steps(log_history: list[dict[str, Any]]) -> list[tuple[int, str, str]]
     ]
 
 
-def seed_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, low, high): the mean over seeds and its 95% Student-t interval; with one seed, no interval (NaN)."""
+def seed_interval(values: Sequence[float], *, log: bool = False) -> tuple[float, float, float]:
+    """(mean, low, high): the mean over seeds and its 95% Student-t interval; with one seed, no interval (NaN).
+
+    ``log=True`` for a positive quantity spread over orders of magnitude (a chi-square): the geometric mean and its
+    interval, the t interval of the logarithms taken back (a factor either side); all zero gives (0, 0, 0).
+    """
     n = len(values)
     if not n:
         raise ValueError("seed_interval needs at least one value.")
+    if log:
+        if all(v == 0 for v in values):
+            return 0.0, 0.0, 0.0
+        if any(v <= 0 for v in values):
+            raise ValueError(f"seed_interval(log=True) needs positive values, got {list(values)}.")
+        mean, low, high = seed_interval([math.log(v) for v in values])
+        return math.exp(mean), math.exp(low), math.exp(high)
     mean = sum(values) / n
     if n == 1:
         return mean, math.nan, math.nan

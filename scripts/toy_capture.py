@@ -1,0 +1,243 @@
+"""Draw docs/images/toy_capture.png, the capture figure of docs/toy.md, from docs/data/toy_capture.csv.
+
+    python scripts/toy_capture.py                         # needs matplotlib (pip install -e ".[plots]")
+    python scripts/toy_capture.py --out /tmp/toy_capture.png
+    python scripts/toy_capture.py --collect outputs/capture
+
+`--collect` rebuilds the CSV from the run folders under the folders it names (shared-policy runs trained with
+`monitor_role_grad_norms`; each run's `trainer_state.json`, `multiagent_config.json` and `training_args.bin`); the
+records are in docs/toy-records.md (record M4). One row per (run, step, role, metric): each role's share of the
+shared adapter's squared gradient norm (`gradient_share`), of the step's model calls (`output_share`) and of their
+completion tokens (`token_share`), its `completion_length`, `unparseable` and `entropy`; per run (role empty)
+`success` and the judges' own accuracy, `verdict_accuracy` (Eval-Opt) or `selection_accuracy` (Voting).
+
+The figure: per workflow, each role's gradient share over the steps under per-output averaging and under per-role
+balance (`role_loss_balance`), beside its share of outputs and of tokens; success over the steps under both; and
+the judge's own metrics under both. Lines are means over seeds of a 5-step running mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from trl_multiagent.evaluation.instability import read_log_history
+from trl_multiagent.evaluation.mechanisms import rise_and_peak, role_shares, running_mean, seed_interval, step_series
+from trl_multiagent.report import load_training_args
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "docs" / "data" / "toy_capture.csv"
+OUT = ROOT / "docs" / "images" / "toy_capture.png"
+COLUMNS = ("workflow", "balance", "seed", "step", "role", "metric", "value")
+ROLE_METRICS = ("completion_length", "unparseable", "entropy")
+RUN_METRICS = ("success", "verdict_accuracy", "selection_accuracy")
+# Per workflow: the role whose share is drawn (the other's is one minus it) and the judge with its own accuracy.
+WORKFLOWS = {
+    "Voting": ("generator", "aggregator", "selection_accuracy"),
+    "EvalOpt": ("generator", "evaluator", "verdict_accuracy"),
+}
+BALANCES = {"per_output": ("C3", "per-output averaging"), "per_role": ("C0", "per-role balance")}
+WINDOW = 5
+
+
+def run_rows(run_dir: Path) -> list[dict]:
+    config = json.loads((run_dir / "multiagent_config.json").read_text())
+    args = load_training_args(run_dir / "training_args.bin")
+    if config["policy_sharing"] != "shared":
+        raise ValueError(
+            f"{run_dir} trained with policy_sharing={config['policy_sharing']!r}: capture needs 'shared'."
+        )
+    history = read_log_history(run_dir)
+    run = {"workflow": config["workflow"]["workflow"], "balance": args.role_loss_balance, "seed": args.seed}
+    roles = list(config["role_to_adapter"])
+    rows = []
+    for share in role_shares(history, roles):
+        for name, metric in (("gradient", "gradient_share"), ("outputs", "output_share"), ("tokens", "token_share")):
+            if share[name] is not None:
+                rows.append(
+                    {**run, "step": share["step"], "role": share["role"], "metric": metric, "value": share[name]}
+                )
+    for role in roles:
+        for metric in ROLE_METRICS:
+            rows += [
+                {**run, "step": s, "role": role, "metric": metric, "value": v}
+                for s, v in step_series(history, f"role/{role}/{metric}")
+            ]
+    for metric in RUN_METRICS:
+        rows += [
+            {**run, "step": s, "role": "", "metric": metric, "value": v}
+            for s, v in step_series(history, f"workflow/{metric}")
+        ]
+    return rows
+
+
+def collect(roots: list[Path], out: Path = DATA) -> Path:
+    rows = [
+        row for root in roots for state in sorted(root.glob("*/trainer_state.json")) for row in run_rows(state.parent)
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    return out
+
+
+def read_rows(path: Path = DATA) -> list[dict]:
+    with path.open() as f:
+        return [
+            {**row, "seed": int(row["seed"]), "step": int(row["step"]), "value": float(row["value"])}
+            for row in csv.DictReader(f)
+        ]
+
+
+def seed_mean_curve(
+    rows: list[dict], *, workflow: str, balance: str, role: str, metric: str
+) -> tuple[list[int], list[float]]:
+    """Steps and the mean over seeds of each seed's running mean of ``metric`` (steps every seed logged)."""
+    by_seed: dict[int, dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        if (row["workflow"], row["balance"], row["role"], row["metric"]) == (workflow, balance, role, metric):
+            by_seed[row["seed"]][row["step"]] = row["value"]
+    if not by_seed:
+        return [], []
+    steps = sorted(set.intersection(*(set(values) for values in by_seed.values())))
+    curves = [running_mean([values[s] for s in steps], WINDOW) for values in by_seed.values()]
+    return steps, [sum(values) / len(values) for values in zip(*curves)]
+
+
+def draw(rows: list[dict], out: Path = OUT) -> Path:
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    style = {"font.size": 11, "axes.titlesize": 12, "legend.fontsize": 9}
+    with rc_context(style):
+        figure = Figure(figsize=(11, 11), dpi=100, layout="constrained")
+        axes = figure.subplots(3, 2)
+        for column, (workflow, (solver, judge, accuracy)) in enumerate(WORKFLOWS.items()):
+            shares, success, own = axes[0][column], axes[1][column], axes[2][column]
+            for balance, (color, label) in BALANCES.items():
+                steps, values = seed_mean_curve(
+                    rows, workflow=workflow, balance=balance, role=solver, metric="gradient_share"
+                )
+                shares.plot(steps, values, color=color, label=f"gradient, {label}")
+                for metric, style_ in (("output_share", "--"), ("token_share", ":")):
+                    steps, values = seed_mean_curve(
+                        rows, workflow=workflow, balance=balance, role=solver, metric=metric
+                    )
+                    if balance == "per_output":
+                        shares.plot(
+                            steps,
+                            values,
+                            style_,
+                            color="0.3",
+                            label=metric.replace("_", " ").replace("share", "share"),
+                        )
+                steps, values = seed_mean_curve(rows, workflow=workflow, balance=balance, role="", metric="success")
+                success.plot(steps, values, color=color, label=label)
+                steps, values = seed_mean_curve(rows, workflow=workflow, balance=balance, role="", metric=accuracy)
+                own.plot(steps, values, color=color, label=f"{accuracy.replace('_', ' ')}, {label}")
+                steps, values = seed_mean_curve(
+                    rows, workflow=workflow, balance=balance, role=judge, metric="unparseable"
+                )
+                own.plot(steps, values, ":", color=color, label=f"{judge} unparseable, {label}")
+            shares.set_title(f"{workflow}, shared adapter: the {solver}'s share")
+            shares.set_ylim(0, 1)
+            shares.set_ylabel(f"share of the step (the rest: the {judge})")
+            shares.legend(loc="lower left")
+            success.set_title(f"{workflow}: success")
+            success.set_ylabel("success (running mean of 5 steps)")
+            success.legend(loc="lower right")
+            own.set_title(f"{workflow}: the {judge}'s own metrics")
+            own.set_xlabel("training step")
+            own.legend(loc="center right")
+        figure.savefig(out)
+    return out
+
+
+def run_values(rows: list[dict], *, workflow: str, balance: str, role: str, metric: str) -> dict[int, list]:
+    """Seed -> ``[(step, value), ...]`` of ``metric``, in step order."""
+    found: dict[int, list] = defaultdict(list)
+    for row in rows:
+        if (row["workflow"], row["balance"], row["role"], row["metric"]) == (workflow, balance, role, metric):
+            found[row["seed"]].append((row["step"], row["value"]))
+    return {seed: sorted(points) for seed, points in sorted(found.items())}
+
+
+def _cell(values: list[float], digits: str) -> str:
+    mean, low, high = seed_interval(values)
+    return f"{mean:{digits}}" if math.isnan(low) else f"{mean:{digits}} [{low:{digits}}, {high:{digits}}]"
+
+
+def _edges(points: list) -> tuple[float, float]:
+    """The means of the first and of the last ``WINDOW`` values."""
+    values = [value for _, value in points]
+    return statistics.fmean(values[:WINDOW]), statistics.fmean(values[-WINDOW:])
+
+
+def capture_table(rows: list[dict]) -> str:
+    """The records' capture table: per workflow and balance, the means over seeds (95% interval) of the solver's
+    shares over the run, of how success rose (`rise_and_peak` over a running mean of ``WINDOW`` steps), and of the
+    judge's own metrics over the first and the last ``WINDOW`` steps."""
+    header = (
+        "| workflow | balance | seeds | solver's gradient share | output share | token share | success, first 5 steps "
+        "| peak (running mean of 5) | step of the peak | step of half the rise | judge's accuracy, first -> last 5 "
+        "| judge's length (tokens), first -> last 5 | judge unparseable, first -> last 5 |"
+    )
+    lines = [header, "| --- " * 13 + "|"]
+    for workflow, (solver, judge, accuracy) in WORKFLOWS.items():
+        for balance in BALANCES:
+            per_seed = functools.partial(run_values, rows, workflow=workflow, balance=balance)
+            success = per_seed(role="", metric="success")
+            if not success:
+                continue
+            rises = [rise_and_peak(points, window=WINDOW) for points in success.values()]
+            shares = [
+                [statistics.fmean(v for _, v in points) for points in per_seed(role=solver, metric=metric).values()]
+                for metric in ("gradient_share", "output_share", "token_share")
+            ]
+            judged = []
+            for role, metric, digits in (
+                ("", accuracy, ".2f"),
+                (judge, "completion_length", ".1f"),
+                (judge, "unparseable", ".2f"),
+            ):
+                first, last = zip(*(_edges(points) for points in per_seed(role=role, metric=metric).values()))
+                judged.append(f"{_cell(list(first), digits)} -> {_cell(list(last), digits)}")
+            cells = [
+                *(_cell(values, ".2f") for values in shares),
+                _cell([r["start"] for r in rises], ".2f"),
+                _cell([r["peak"] for r in rises], ".2f"),
+                _cell([r["peak_step"] for r in rises], ".0f"),
+                _cell([r["half_rise_step"] for r in rises], ".0f"),
+                *judged,
+            ]
+            lines.append(f"| {workflow} | {balance} | {len(success)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--collect", type=Path, nargs="*", default=None, help="run roots: rebuild the CSV first")
+    parser.add_argument("--table", action="store_true", help="print the records' table, draw nothing")
+    args = parser.parse_args()
+    if args.collect is not None:
+        print(f"wrote {collect(args.collect, args.data)}")
+    rows = read_rows(args.data)
+    if args.table:
+        print(capture_table(rows))
+        return
+    print(f"wrote {draw(rows, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
