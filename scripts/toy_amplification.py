@@ -5,13 +5,13 @@
     python scripts/toy_amplification.py --collect outputs/amplification --long outputs/amplification-long
 
 `--collect` rebuilds the CSV from the run folders under the folders it names (each run's `trainer_state.json`,
-`multiagent_config.json` and `training_args.bin`), the `--long` runs' every step kept; the records are in
-docs/toy-records.md (records M1-M3). The CSV holds one row per (run, role, metric): for the sweep runs, the metric's
-mean over the run's steps (`step` empty); for the long runs, its value at each step. Metrics: `update_ratio` and
-`update_chi_square` (how far the step's updates moved the role's policy on the step's own tokens,
-`monitor_update_size`), the loss's own `policy_ratio` and `chi_square`, `grad_norm` (before clipping, over the step's
-updates of the role's adapter) and `grad_norm_per_update`, `entropy`; per run `success` (role empty) and each drift
-alarm (`alarm/<kind>`, value 1 at its step).
+`multiagent_config.json` and `training_args.bin`, from its newest checkpoint if it stopped before its end), the
+`--long` runs' kept apart; the records are in docs/toy-records.md (records M1-M3). The CSV holds one row per (run,
+step, role, metric), `part` `sweep` or `long`. Metrics: `update_ratio` and `update_chi_square` (how far the step's
+updates moved the role's policy on the step's own tokens, `monitor_update_size`), the loss's own `policy_ratio` and
+`chi_square`, `grad_norm` (before clipping, over the step's updates of the role's adapter) and
+`grad_norm_per_update`, `entropy`; per run `success` (role empty) and each drift alarm (`alarm/<kind>`, value 1 at
+its step).
 
 The figure: per role with several instances (Voting's voters, Orch-Workers' workers) the update size against the
 instance count under both update schedules, the mean over seeds with its 95% interval and each seed as a dot, the
@@ -46,14 +46,29 @@ ROLE_METRICS = ("update_ratio", "update_chi_square", "policy_ratio", "chi_square
 # The role with several instances per episode, and its workflow's parameter counting them.
 PARALLEL = {"Voting": ("generator", "n_voters"), "OrchWorkers": ("worker", "n_workers")}
 INSTANCE = {"generator": "voter", "worker": "worker"}  # what one instance of the parallel role is called
-SWEEP_STEPS = 8  # steps per sweep run (records M1, M2)
+SWEEP_STEPS = 8  # most steps per sweep run (record M1: 8; record M2: 6)
 SCHEDULES = {"mini_batches": ("C3", "-", "mini_batches"), "merged": ("C0", "--", "merged")}
 
 
+def saved_file(run_dir: Path, name: str) -> Path:
+    """``name`` in the run folder, or in its newest checkpoint (a run stopped before its end saves only there)."""
+    checkpoints = sorted(run_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    for folder in (run_dir, *checkpoints):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"{run_dir} holds no {name}, nor any checkpoint of it.")
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The run folders under ``root``: finished (``trainer_state.json``) or stopped after a checkpoint."""
+    states = [*root.glob("*/trainer_state.json"), *root.glob("*/checkpoint-*/trainer_state.json")]
+    return sorted({state.parent if state.parent.parent == root else state.parent.parent for state in states})
+
+
 def run_rows(run_dir: Path, part: str) -> list[dict]:
-    """The CSV rows of one run folder: per role the sweep means (``part="sweep"``) or every step (``"long"``)."""
-    config = json.loads((run_dir / "multiagent_config.json").read_text())
-    args = load_training_args(run_dir / "training_args.bin")
+    """The CSV rows of one run folder: per role every step's value (``part="sweep"`` or ``"long"``)."""
+    config = json.loads(saved_file(run_dir, "multiagent_config.json").read_text())
+    args = load_training_args(saved_file(run_dir, "training_args.bin"))
     history = read_log_history(run_dir)
     workflow = config["workflow"]["workflow"]
     parallel, count = PARALLEL[workflow]
@@ -92,8 +107,8 @@ def collect(
     rows = []
     for part, roots in (("sweep", sweep_roots), ("long", long_roots)):
         for root in roots:
-            for state in sorted(root.glob("*/trainer_state.json")):
-                rows.extend(run_rows(state.parent, part))
+            for run_dir in run_folders(root):
+                rows.extend(run_rows(run_dir, part))
     # Three seed-1 runs ran 12 steps before the sweep was cut to 8: with a constant learning rate their first 8
     # steps are an 8-step run's.
     rows = [
@@ -259,42 +274,74 @@ def _cell(values: list[float], *, log: bool) -> str:
 
 
 def sweep_table(rows: list[dict], workflow: str) -> str:
-    """The sweep's table of docs/toy-records.md: per instance count and schedule, the mean over seeds of each seed's
-    median over its steps, with the 95% interval over seeds."""
+    """The sweep's table of docs/toy-records.md: per instance count and schedule, the geometric mean over seeds of
+    each seed's median over its steps with its 95% interval (success: the mean of its steps), and the largest step's
+    update chi-square of any seed."""
     parallel = PARALLEL[workflow][0]
     single = {"Voting": "aggregator", "OrchWorkers": "synthesizer"}[workflow]
+    name = INSTANCE[parallel]
     columns = [
-        (parallel, "update_chi_square", f"{INSTANCE[parallel]}s' update chi-square"),
-        (parallel, "chi_square", f"{INSTANCE[parallel]}s' chi-square in the loss"),
-        (parallel, "grad_norm", f"{INSTANCE[parallel]}s' gradient norm (step)"),
-        (parallel, "grad_norm_per_update", "per update"),
-        (single, "update_chi_square", f"{single}'s update chi-square"),
-        ("", "success", "success"),
+        (parallel, "update_chi_square", f"{name}s' update chi-square", statistics.median),
+        (parallel, "update_chi_square", "largest step's (any seed)", max),
+        (parallel, "chi_square", f"{name}s' chi-square in the loss", statistics.median),
+        (parallel, "grad_norm", f"{name}s' gradient norm (step)", statistics.median),
+        (parallel, "grad_norm_per_update", "per update", statistics.median),
+        (single, "update_chi_square", f"{single}'s update chi-square", statistics.median),
+        ("", "success", "success", statistics.fmean),
     ]
-    found = {
-        column: sweep_points(
-            rows, workflow, *column[:2], statistics.fmean if column[1] == "success" else statistics.median
-        )
-        for column in columns
-    }
-    counts = sorted({n for points in found.values() for by in points.values() for n in by})
+    found = [sweep_points(rows, workflow, role, metric, statistic) for role, metric, _, statistic in columns]
+    counts = sorted({n for points in found for by in points.values() for n in by})
     lines = [
-        f"| {INSTANCE[parallel]}s | schedule | seeds | " + " | ".join(title for *_, title in columns) + " |",
+        f"| {name}s | schedule | seeds | " + " | ".join(title for _, _, title, _ in columns) + " |",
         "| --- " * (len(columns) + 3) + "|",
     ]
     for n in counts:
         for schedule in SCHEDULES:
-            cells = [found[column].get(schedule, {}).get(n, []) for column in columns]
-            if not cells[0]:
-                continue
-            lines.append(
-                f"| {n} | {schedule} | {len(cells[0])} | "
-                + " | ".join(
-                    _cell(values, log=column[1] != "success") if values else "-"
-                    for column, values in zip(columns, cells)
-                )
-                + " |"
-            )
+            cells = []
+            for (_, metric, _, statistic), points in zip(columns, found):
+                values = points.get(schedule, {}).get(n, [])
+                if not values:
+                    cells.append("-")
+                elif statistic is max:
+                    cells.append(f"{max(values):.2g}")
+                else:
+                    cells.append(_cell(values, log=metric != "success"))
+            seeds = len(found[0].get(schedule, {}).get(n, []))
+            if seeds:
+                lines.append(f"| {n} | {schedule} | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def long_table(rows: list[dict], window: int = 20) -> str:
+    """The long run's table of docs/toy-records.md: per window of ``window`` steps, the mean success, the median
+    update chi-square and the mean entropy of the parallel role and of the one-call judge, and the alarms raised."""
+    long = [row for row in rows if row["part"] == "long"]
+    workflow = long[0]["workflow"]
+    parallel, single = PARALLEL[workflow][0], {"Voting": "aggregator", "OrchWorkers": "synthesizer"}[workflow]
+    name = INSTANCE[parallel]
+    columns = [
+        ("", "success", "success", statistics.fmean, ".2f"),
+        (parallel, "update_chi_square", f"{name}s' update chi-square (median)", statistics.median, ".2g"),
+        (single, "update_chi_square", f"{single}'s (median)", statistics.median, ".2g"),
+        (parallel, "entropy", f"{name}s' entropy", statistics.fmean, ".3f"),
+        (single, "entropy", f"{single}'s entropy", statistics.fmean, ".3f"),
+    ]
+    last = max(row["step"] for row in long)
+    lines = [
+        "| steps | " + " | ".join(title for _, _, title, _, _ in columns) + " | alarms (role: kind at step) |",
+        "| --- " * (len(columns) + 2) + "|",
+    ]
+    for first in range(1, last + 1, window):
+        inside = [row for row in long if first <= row["step"] < first + window]
+        cells = []
+        for role, metric, _, statistic, digits in columns:
+            values = [row["value"] for row in inside if (row["role"], row["metric"]) == (role, metric)]
+            cells.append(f"{statistic(values):{digits}}" if values else "-")
+        alarms = sorted(
+            (row["step"], row["role"], row["metric"]) for row in inside if row["metric"].startswith("alarm")
+        )
+        said = ", ".join(f"{role}: {metric.removeprefix('alarm/')} at {step}" for step, role, metric in alarms)
+        lines.append(f"| {first}-{min(first + window - 1, last)} | " + " | ".join(cells) + f" | {said or '-'} |")
     return "\n".join(lines)
 
 
@@ -312,6 +359,8 @@ def main() -> None:
     if args.tables:
         for workflow in sorted({row["workflow"] for row in rows if row["part"] == "sweep"}, reverse=True):
             print(f"{workflow}:\n\n{sweep_table(rows, workflow)}\n")
+        if any(row["part"] == "long" for row in rows):
+            print(f"The long run:\n\n{long_table(rows)}\n")
         return
     print(f"wrote {draw(rows, args.out)}")
 

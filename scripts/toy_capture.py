@@ -42,8 +42,28 @@ WORKFLOWS = {
     "Voting": ("generator", "aggregator", "selection_accuracy"),
     "EvalOpt": ("generator", "evaluator", "verdict_accuracy"),
 }
-BALANCES = {"per_output": ("C3", "per-output averaging"), "per_role": ("C0", "per-role balance")}
+BALANCES = {
+    "per_output": ("C3", "per-output averaging"),
+    "per_role": ("C0", "per-role balance"),
+    "evaluator_x5": ("C2", "evaluator's loss x5"),
+}
+# What the figure compares per workflow. Eval-Opt's per-role balance is per-output averaging exactly (one evaluator
+# call per generator call, and the toy's loss is a sequence mean): its evaluator is equalised by weight instead.
+COMPARED = {"Voting": ("per_output", "per_role"), "EvalOpt": ("per_output", "evaluator_x5")}
 WINDOW = 5
+
+
+def balance_label(args) -> str:
+    """How a run set its roles' shares of the loss: `role_loss_balance`, or the `role_loss_weights` it set
+    (``{"evaluator": 5.0}`` -> ``evaluator_x5``) on top of per-output averaging."""
+    weights = args.role_loss_weights
+    if isinstance(weights, str):
+        weights = json.loads(weights)
+    if not weights:
+        return args.role_loss_balance
+    if args.role_loss_balance != "per_output":
+        raise ValueError(f"{args.output_dir}: role_loss_weights on top of {args.role_loss_balance!r} has no label.")
+    return "+".join(f"{role}_x{weight:g}" for role, weight in sorted(weights.items()))
 
 
 def run_rows(run_dir: Path) -> list[dict]:
@@ -54,7 +74,7 @@ def run_rows(run_dir: Path) -> list[dict]:
             f"{run_dir} trained with policy_sharing={config['policy_sharing']!r}: capture needs 'shared'."
         )
     history = read_log_history(run_dir)
-    run = {"workflow": config["workflow"]["workflow"], "balance": args.role_loss_balance, "seed": args.seed}
+    run = {"workflow": config["workflow"]["workflow"], "balance": balance_label(args), "seed": args.seed}
     roles = list(config["role_to_adapter"])
     rows = []
     for share in role_shares(history, roles):
@@ -122,44 +142,43 @@ def draw(rows: list[dict], out: Path = OUT) -> Path:
         figure = Figure(figsize=(11, 11), dpi=100, layout="constrained")
         axes = figure.subplots(3, 2)
         for column, (workflow, (solver, judge, accuracy)) in enumerate(WORKFLOWS.items()):
-            shares, success, own = axes[0][column], axes[1][column], axes[2][column]
-            for balance, (color, label) in BALANCES.items():
-                steps, values = seed_mean_curve(
-                    rows, workflow=workflow, balance=balance, role=solver, metric="gradient_share"
-                )
-                shares.plot(steps, values, color=color, label=f"gradient, {label}")
-                for metric, style_ in (("output_share", "--"), ("token_share", ":")):
-                    steps, values = seed_mean_curve(
-                        rows, workflow=workflow, balance=balance, role=solver, metric=metric
-                    )
-                    if balance == "per_output":
-                        shares.plot(
-                            steps,
-                            values,
-                            style_,
-                            color="0.3",
-                            label=metric.replace("_", " ").replace("share", "share"),
-                        )
-                steps, values = seed_mean_curve(rows, workflow=workflow, balance=balance, role="", metric="success")
-                success.plot(steps, values, color=color, label=label)
-                steps, values = seed_mean_curve(rows, workflow=workflow, balance=balance, role="", metric=accuracy)
-                own.plot(steps, values, color=color, label=f"{accuracy.replace('_', ' ')}, {label}")
-                steps, values = seed_mean_curve(
-                    rows, workflow=workflow, balance=balance, role=judge, metric="unparseable"
-                )
-                own.plot(steps, values, ":", color=color, label=f"{judge} unparseable, {label}")
-            shares.set_title(f"{workflow}, shared adapter: the {solver}'s share")
-            shares.set_ylim(0, 1)
-            shares.set_ylabel(f"share of the step (the rest: the {judge})")
-            shares.legend(loc="lower left")
-            success.set_title(f"{workflow}: success")
-            success.set_ylabel("success (running mean of 5 steps)")
-            success.legend(loc="lower right")
-            own.set_title(f"{workflow}: the {judge}'s own metrics")
-            own.set_xlabel("training step")
-            own.legend(loc="center right")
+            _workflow_column(
+                [row[column] for row in axes], rows, workflow=workflow, solver=solver, judge=judge, accuracy=accuracy
+            )
         figure.savefig(out)
     return out
+
+
+def _workflow_column(axes, rows: list[dict], *, workflow: str, solver: str, judge: str, accuracy: str) -> None:
+    """One workflow's panels: the solver's shares of the shared adapter, success, and the judge's own metrics, under
+    each balance of ``COMPARED``."""
+    shares, success, own = axes
+    length = own.twinx()
+
+    def curve(balance: str, role: str, metric: str) -> tuple[list[int], list[float]]:
+        return seed_mean_curve(rows, workflow=workflow, balance=balance, role=role, metric=metric)
+
+    for balance in COMPARED[workflow]:
+        color, label = BALANCES[balance]
+        shares.plot(*curve(balance, solver, "gradient_share"), color=color, label=f"gradient, {label}")
+        success.plot(*curve(balance, "", "success"), color=color, label=label)
+        own.plot(*curve(balance, "", accuracy), color=color, label=f"{accuracy.replace('_', ' ')}, {label}")
+        length.plot(*curve(balance, judge, "completion_length"), ":", color=color, label=f"{judge} length, {label}")
+    for metric, line in (("output_share", "--"), ("token_share", ":")):
+        shares.plot(*curve("per_output", solver, metric), line, color="0.3", label=metric.replace("_", " "))
+    shares.set_title(f"{workflow}, shared adapter: the {solver}'s share")
+    shares.set_ylim(0, 1)
+    shares.set_ylabel(f"share of the step (the rest: the {judge})")
+    shares.legend(loc="lower left")
+    success.set_title(f"{workflow}: success")
+    success.set_ylabel("success (running mean of 5 steps)")
+    success.legend(loc="lower right")
+    own.set_title(f"{workflow}: the {judge}'s own metrics")
+    own.set_xlabel("training step")
+    own.set_ylabel(accuracy.replace("_", " "))
+    length.set_ylabel(f"{judge} length (tokens)")
+    handles = [h for axis in (own, length) for h in axis.get_legend_handles_labels()[0]]
+    own.legend(handles=handles, loc="lower right")
 
 
 def run_values(rows: list[dict], *, workflow: str, balance: str, role: str, metric: str) -> dict[int, list]:

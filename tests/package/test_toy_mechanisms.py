@@ -95,6 +95,21 @@ def test_capture_rows_hold_each_roles_shares(tmp_path):
     assert values["", "selection_accuracy"] == 0.7
 
 
+def test_a_capture_run_with_role_weights_is_labelled_by_them(tmp_path):
+    history = [{"step": 1, "workflow/success": 0.5, "role/generator/calls": 32.0, "role/evaluator/calls": 32.0}]
+    run = write_run(
+        tmp_path / "runs" / "eval_opt-evaluator_x5-s2",
+        workflow={"workflow": "EvalOpt"},
+        roles=["generator", "evaluator"],
+        sharing="shared",
+        history=history,
+        role_loss_weights={"evaluator": 5.0},
+        seed=2,
+    )
+    rows = capture.run_rows(run)
+    assert {(row["balance"], row["seed"]) for row in rows} == {("evaluator_x5", 2)}
+
+
 def test_capture_refuses_an_isolated_run(tmp_path):
     run = write_run(
         tmp_path / "isolated",
@@ -112,3 +127,43 @@ def test_the_scripts_draw_the_checked_in_data(tmp_path, script):
     pytest.importorskip("matplotlib")
     png = script.draw(script.read_rows(), tmp_path / "figure.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_records_tables_are_the_checked_in_datas():
+    """docs/toy-records.md quotes the tables the scripts print from the CSVs (records M1, M2, M4)."""
+    records = (Path(__file__).resolve().parents[2] / "docs" / "toy-records.md").read_text()
+    rows = amplification.read_rows()
+    for workflow in ("Voting", "OrchWorkers"):
+        assert amplification.sweep_table(rows, workflow) in records, workflow
+    assert capture.capture_table(capture.read_rows()) in records
+
+
+def test_a_long_run_stopped_after_a_checkpoint_is_read_from_it(tmp_path):
+    """The long run may be cut at the session's end: its newest checkpoint holds what it logged."""
+    history = [
+        {
+            "step": step,
+            "workflow/success": 0.25 * step,
+            "role/generator/update_chi_square": 0.01 * step,
+            "role/aggregator/update_chi_square": 0.001,
+            **({"alarm/aggregator/entropy_rise": 1.0} if step == 3 else {}),
+        }
+        for step in (1, 2, 3, 4)
+    ]
+    run = voting_run(tmp_path / "long", 8, "mini_batches", 1, [])
+    checkpoint = write_run(
+        run / "checkpoint-4",
+        workflow={"workflow": "Voting", "n_voters": 8},
+        roles=["generator", "aggregator"],
+        sharing="isolated",
+        history=history,
+        update_schedule="mini_batches",
+        seed=1,
+    )
+    for name in ("trainer_state.json", "multiagent_config.json", "training_args.bin"):
+        (run / name).unlink()
+    rows = amplification.read_rows(amplification.collect([], [tmp_path / "long"], tmp_path / "long.csv"))
+    assert checkpoint.parent == run and {row["steps"] for row in rows} == {4}
+    table = amplification.long_table(rows, window=2).splitlines()
+    assert table[2].startswith("| 1-2 | 0.38 | 0.015 | 0.001 |") and table[2].endswith("| - |")
+    assert table[3].startswith("| 3-4 | 0.88 | 0.035 |") and table[3].endswith("| aggregator: entropy_rise at 3 |")
