@@ -45,11 +45,11 @@ WORKFLOWS = {
 BALANCES = {
     "per_output": ("C3", "per-output averaging"),
     "per_role": ("C0", "per-role balance"),
-    "evaluator_x5": ("C2", "evaluator's loss x5"),
+    "evaluator_x8": ("C2", "evaluator's loss x8"),
 }
 # What the figure compares per workflow. Eval-Opt's per-role balance is per-output averaging exactly (one evaluator
 # call per generator call, and the toy's loss is a sequence mean): its evaluator is equalised by weight instead.
-COMPARED = {"Voting": ("per_output", "per_role"), "EvalOpt": ("per_output", "evaluator_x5")}
+COMPARED = {"Voting": ("per_output", "per_role"), "EvalOpt": ("per_output", "evaluator_x8")}
 WINDOW = 5
 
 
