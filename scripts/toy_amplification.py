@@ -265,10 +265,11 @@ def _long_panel(ax, rows: list[dict]) -> None:
 
 
 def _cell(values: list[float], *, log: bool) -> str:
-    """The mean over seeds [95% interval]: geometric for sizes (``log``), two decimals otherwise."""
+    """The mean over seeds [95% interval]: geometric for sizes (``log``), two decimals otherwise; one seed, its
+    value."""
     digits = ".2g" if log else ".2f"
     mean, low, high = seed_interval(values, log=log)
-    if math.isnan(low):
+    if len(values) == 1 or math.isnan(low):
         return f"{mean:{digits}}"
     return f"{mean:{digits}} [{low:{digits}}, {high:{digits}}]"
 
