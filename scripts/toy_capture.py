@@ -8,7 +8,8 @@
 `monitor_role_grad_norms`; each run's `trainer_state.json`, `multiagent_config.json` and `training_args.bin`); the
 records are in docs/toy-records.md (record M4). One row per (run, step, role, metric): each role's share of the
 shared adapter's squared gradient norm (`gradient_share`), of the step's model calls (`output_share`) and of their
-completion tokens (`token_share`), its `completion_length`, `unparseable` and `entropy`; per run (role empty)
+completion tokens (`token_share`), its `completion_length`, `unparseable`, `entropy` and (a verdict role)
+`verdict_balanced_accuracy`, each drift alarm it raised (`alarm/<kind>`, value 1 at its step); per run (role empty)
 `success` and the judges' own accuracy, `verdict_accuracy` (Eval-Opt) or `selection_accuracy` (Voting).
 
 The figure: per workflow, each role's gradient share over the steps under per-output averaging and under per-role
@@ -28,14 +29,21 @@ from collections import defaultdict
 from pathlib import Path
 
 from trl_multiagent.evaluation.instability import read_log_history
-from trl_multiagent.evaluation.mechanisms import rise_and_peak, role_shares, running_mean, seed_interval, step_series
+from trl_multiagent.evaluation.mechanisms import (
+    alarm_steps,
+    rise_and_peak,
+    role_shares,
+    running_mean,
+    seed_interval,
+    step_series,
+)
 from trl_multiagent.report import load_training_args
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "toy_capture.csv"
 OUT = ROOT / "docs" / "images" / "toy_capture.png"
 COLUMNS = ("workflow", "balance", "seed", "step", "role", "metric", "value")
-ROLE_METRICS = ("completion_length", "unparseable", "entropy")
+ROLE_METRICS = ("completion_length", "unparseable", "entropy", "verdict_balanced_accuracy")
 RUN_METRICS = ("success", "verdict_accuracy", "selection_accuracy")
 # Per workflow: the role whose share is drawn (the other's is one minus it) and the judge with its own accuracy.
 WORKFLOWS = {
@@ -94,6 +102,10 @@ def run_rows(run_dir: Path) -> list[dict]:
             {**run, "step": s, "role": "", "metric": metric, "value": v}
             for s, v in step_series(history, f"workflow/{metric}")
         ]
+    rows += [
+        {**run, "step": step, "role": role, "metric": f"alarm/{kind}", "value": 1.0}
+        for step, role, kind in alarm_steps(history)
+    ]
     return rows
 
 
@@ -163,6 +175,9 @@ def _workflow_column(axes, rows: list[dict], *, workflow: str, solver: str, judg
         shares.plot(*curve(balance, solver, "gradient_share"), color=color, label=f"gradient, {label}")
         success.plot(*curve(balance, "", "success"), color=color, label=label)
         own.plot(*curve(balance, "", accuracy), color=color, label=f"{accuracy.replace('_', ' ')}, {label}")
+        steps, balanced = curve(balance, judge, "verdict_balanced_accuracy")
+        if steps:
+            own.plot(steps, balanced, "--", color=color, label=f"balanced accuracy, {label}")
         length.plot(*curve(balance, judge, "completion_length"), ":", color=color, label=f"{judge} length, {label}")
     for metric, line in (("output_share", "--"), ("token_share", ":")):
         shares.plot(*curve("per_output", solver, metric), line, color="0.3", label=metric.replace("_", " "))
@@ -201,6 +216,17 @@ def _edges(points: list) -> tuple[float, float]:
     return statistics.fmean(values[:WINDOW]), statistics.fmean(values[-WINDOW:])
 
 
+def _judge_alarms(rows: list[dict], *, workflow: str, balance: str, judge: str) -> dict[str, set[int]]:
+    """Alarm kind -> the seeds whose judge raised it at least once."""
+    found: dict[str, set[int]] = defaultdict(set)
+    for row in rows:
+        if (row["workflow"], row["balance"], row["role"]) == (workflow, balance, judge) and row["metric"].startswith(
+            "alarm/"
+        ):
+            found[row["metric"].removeprefix("alarm/")].add(row["seed"])
+    return dict(sorted(found.items()))
+
+
 def capture_table(rows: list[dict]) -> str:
     """The records' capture table: per workflow and balance, the means over seeds (95% interval) of the solver's
     shares over the run, of how success rose (`rise_and_peak` over a running mean of ``WINDOW`` steps), and of the
@@ -208,9 +234,10 @@ def capture_table(rows: list[dict]) -> str:
     header = (
         "| workflow | balance | seeds | solver's gradient share | output share | token share | success, first 5 steps "
         "| peak (running mean of 5) | step of the peak | step of half the rise | judge's accuracy, first -> last 5 "
-        "| judge's length (tokens), first -> last 5 | judge unparseable, first -> last 5 |"
+        "| balanced accuracy, first -> last 5 | judge's length (tokens), first -> last 5 "
+        "| judge unparseable, first -> last 5 | seeds with a judge alarm |"
     )
-    lines = [header, "| --- " * 13 + "|"]
+    lines = [header, "| --- " * 15 + "|"]
     for workflow, (solver, judge, accuracy) in WORKFLOWS.items():
         for balance in BALANCES:
             per_seed = functools.partial(run_values, rows, workflow=workflow, balance=balance)
@@ -225,11 +252,20 @@ def capture_table(rows: list[dict]) -> str:
             judged = []
             for role, metric, digits in (
                 ("", accuracy, ".2f"),
+                (judge, "verdict_balanced_accuracy", ".2f"),
                 (judge, "completion_length", ".1f"),
                 (judge, "unparseable", ".2f"),
             ):
-                first, last = zip(*(_edges(points) for points in per_seed(role=role, metric=metric).values()))
+                found = per_seed(role=role, metric=metric).values()
+                if not found:
+                    judged.append("-")
+                    continue
+                first, last = zip(*(_edges(points) for points in found))
                 judged.append(f"{_cell(list(first), digits)} -> {_cell(list(last), digits)}")
+            alarms = _judge_alarms(rows, workflow=workflow, balance=balance, judge=judge)
+            judged.append(
+                ", ".join(f"{kind}: {len(seeds)} of {len(success)}" for kind, seeds in alarms.items()) or "-"
+            )
             cells = [
                 *(_cell(values, ".2f") for values in shares),
                 _cell([r["start"] for r in rises], ".2f"),

@@ -76,6 +76,7 @@ def test_capture_rows_hold_each_roles_shares(tmp_path):
             "role/aggregator/completion_length": 30.0,
             "role/generator/grad_norm_share": 0.9,
             "role/aggregator/grad_norm_share": 0.1,
+            "alarm/aggregator/judge_base_rate": 1.0,
         }
     ]
     run = write_run(
@@ -93,6 +94,7 @@ def test_capture_rows_hold_each_roles_shares(tmp_path):
     assert values["generator", "gradient_share"] == 0.9
     assert values["generator", "output_share"] == 0.75 and values["aggregator", "token_share"] == 0.5
     assert values["", "selection_accuracy"] == 0.7
+    assert values["aggregator", "alarm/judge_base_rate"] == 1.0
 
 
 def test_a_capture_run_with_role_weights_is_labelled_by_them(tmp_path):
