@@ -12,9 +12,11 @@ completion tokens (`token_share`), its `completion_length`, `unparseable`, `entr
 `verdict_balanced_accuracy`, each drift alarm it raised (`alarm/<kind>`, value 1 at its step); per run (role empty)
 `success` and the judges' own accuracy, `verdict_accuracy` (Eval-Opt) or `selection_accuracy` (Voting).
 
-The figure: per workflow, each role's gradient share over the steps under per-output averaging and under per-role
-balance (`role_loss_balance`), beside its share of outputs and of tokens; success over the steps under both; and
-the judge's own metrics under both. Lines are means over seeds of a 5-step running mean.
+The figure: per workflow, the solver's gradient share over the steps under per-output averaging and under the
+workflow's equalised shares (`COMPARED`: Voting's `role_loss_balance="per_role"`, Eval-Opt's evaluator weighted),
+beside its share of outputs and of tokens; success over the steps under both; and the judge's accuracy (and balanced
+verdict accuracy) under both; its length and format are in the table. Lines are means over seeds of a 5-step running
+mean.
 """
 
 from __future__ import annotations
@@ -165,7 +167,6 @@ def _workflow_column(axes, rows: list[dict], *, workflow: str, solver: str, judg
     """One workflow's panels: the solver's shares of the shared adapter, success, and the judge's own metrics, under
     each balance of ``COMPARED``."""
     shares, success, own = axes
-    length = own.twinx()
 
     def curve(balance: str, role: str, metric: str) -> tuple[list[int], list[float]]:
         return seed_mean_curve(rows, workflow=workflow, balance=balance, role=role, metric=metric)
@@ -178,7 +179,6 @@ def _workflow_column(axes, rows: list[dict], *, workflow: str, solver: str, judg
         steps, balanced = curve(balance, judge, "verdict_balanced_accuracy")
         if steps:
             own.plot(steps, balanced, "--", color=color, label=f"balanced accuracy, {label}")
-        length.plot(*curve(balance, judge, "completion_length"), ":", color=color, label=f"{judge} length, {label}")
     for metric, line in (("output_share", "--"), ("token_share", ":")):
         shares.plot(*curve("per_output", solver, metric), line, color="0.3", label=metric.replace("_", " "))
     shares.set_title(f"{workflow}, shared adapter: the {solver}'s share")
@@ -190,10 +190,8 @@ def _workflow_column(axes, rows: list[dict], *, workflow: str, solver: str, judg
     success.legend(loc="lower right")
     own.set_title(f"{workflow}: the {judge}'s own metrics")
     own.set_xlabel("training step")
-    own.set_ylabel(accuracy.replace("_", " "))
-    length.set_ylabel(f"{judge} length (tokens)")
-    handles = [h for axis in (own, length) for h in axis.get_legend_handles_labels()[0]]
-    own.legend(handles=handles, loc="lower right")
+    own.set_ylabel(f"{accuracy.replace('_', ' ')} (running mean of 5)")
+    own.legend(loc="lower left")
 
 
 def run_values(rows: list[dict], *, workflow: str, balance: str, role: str, metric: str) -> dict[int, list]:
