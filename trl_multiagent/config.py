@@ -261,6 +261,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Log `role/<role>/grad_norm` and its share also for roles that share an adapter (under shared policy):
             each such role trains a shadow copy of the adapter whose gradient is summed back before the step, so the
             update is unchanged, at the cost of mixed-adapter forward passes.
+        monitor_update_size (`bool`, *optional*, defaults to `False`):
+            Log `role/<role>/update_ratio` and `update_chi_square` every training step: the mean ratio of the policy
+            after the step's optimizer updates to the policy before its first, over the step's own sampled tokens,
+            and the mean of (ratio - 1)^2. That is the policy ratio the role's next forward on these tokens would
+            start from: the size of the step's update, comparable under both `update_schedule`s (under `'merged'`
+            the logged `policy_ratio` is exactly 1). Costs one or two no-grad forward passes of the generation batch;
+            the update is unchanged.
         monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
             forward pass of each generation batch.
@@ -442,6 +449,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Log `role/<role>/grad_norm` also for roles that share an adapter: a shadow copy per role, "
             "the same update, at the cost of mixed-adapter forwards.",
+        },
+    )
+    monitor_update_size: bool = field(
+        default=False,
+        metadata={
+            "help": "Log `role/<role>/update_ratio` and `update_chi_square`: the policy after the step's updates "
+            "against before its first, on the step's own tokens (the step's update size under either schedule).",
         },
     )
     monitor_kl_to_base: bool = field(

@@ -36,6 +36,7 @@ from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
 from .model_names import resolve_model_name
 from .monitoring.adapter_check import AdapterCheck
+from .monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
 from .renamed_hooks import RenamedTrainerNames
 from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
 from .run_checks import check_run
@@ -220,6 +221,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             answer_checker=answer_checker,
         )
         self._step_metrics, self.learning_signal = monitoring.step_metrics, monitoring.learning_signal
+        self._update_size_before = None  # (generation batch, its log-probs before the step's first update)
+        if args.monitor_update_size:
+            self.add_callback(UpdateSizeCallback(self._log_update_size))
         self._checkpoints = RunCheckpoints(
             workflow,
             self.role_adapters,
@@ -351,14 +355,30 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         mini_batches = self.args.update_schedule == "mini_batches"
         old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches
         reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
-        if old or reference:  # switching checkpointing off and on walks every module twice: only for a forward
+        size = self.args.monitor_update_size and mode == "train"  # kept apart: the loss sees what it would without
+        if old or reference or size:  # switching checkpointing off and on walks every module twice: only for a forward
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 if old:
                     batch.old_per_token_logps = self._routed_logps(batch, batch.adapters, mode)
+                if size:
+                    before = batch.old_per_token_logps if old else self._routed_logps(batch, batch.adapters, mode)
+                    self._update_size_before = (batch, before)
                 if reference:
                     batch.ref_per_token_logps = self._routed_logps(batch, [BASE_MODEL] * len(batch), mode)
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, self.args)
+
+    def _log_update_size(self) -> None:
+        """After a training step's updates: each role's policy ratio on the generation batch's tokens, now against
+        before its first update (`monitor_update_size`, monitoring/update_size.py)."""
+        if self._update_size_before is None:
+            return
+        batch, before = self._update_size_before
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            after = self._routed_logps(batch, batch.adapters, "train")
+        roles = self.workflow.roles
+        sums = update_size_sums(roles, batch.roles, before=before, after=after, mask=batch.completion_mask)
+        self._record_metrics("train", update_size_metrics(roles, self.accelerator.reduce(sums, reduction="sum")))
 
     def _check_adapters(self, episodes, batch: TrainingBatch, mode: str) -> None:
         """Each role served by its own adapter at the synced version, per the backend's stamps and the gap between

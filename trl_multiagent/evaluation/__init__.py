@@ -9,6 +9,8 @@
 - ``family_table(rows)``: a task family over seeds, residuals vs SA-RL with paired bootstrap intervals over problems
   (``bootstrap.py``, shared with the per-role attribution);
 - ``role_instability(read_log_history(run_dir))``: per-role policy ratio, gradient norm and entropy summaries;
+- ``mechanisms.py``: the paper's two mechanisms read from logged metrics (update sizes per role and update, role
+  shares of a shared adapter's gradient, outputs and tokens, the rise and peak of success, intervals over seeds);
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
 
