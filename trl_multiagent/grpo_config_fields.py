@@ -3,8 +3,8 @@
 One entry per field, the one place this is said: ``MultiAgentGRPOConfig`` refuses at construction a refused field
 set to a value that would change something, and warns for a field that does not apply here; docs/configuration.md's
 table is generated from it (scripts/config_reference.py); tests/trl_compat/test_grpo_config_fields.py fails when the
-installed TRL has a field this does not account for, and when an honoured field's test is missing. TRL 1.14.2 and
-1.16 have the same 77 fields.
+installed TRL has a field this does not account for, and when an honoured field's test is missing or never sets that
+field (read from the test's source, tests/settings_in_tests.py). TRL 1.14.2 and 1.16 have the same 77 fields.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     ),
     "chat_template_kwargs": honoured(
         "passed to the chat template of every call's prompt",
-        "tests/rollout/test_chat_rendering.py::test_trainer_builds_its_backend_with_the_configs_rendering",
+        "tests/rollout/test_chat_rendering.py::test_chat_template_kwargs_reach_the_prompts_the_trainer_trains_on",
     ),
     "repetition_penalty": honoured("repetition penalty of every call (a role's own overrides it)", SAMPLING),
     "cache_implementation": honoured("the KV cache `generate` builds in the transformers backend", SAMPLING),
@@ -171,7 +171,7 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     # > Parameters that control the training
     "beta": honoured(
         "KL coefficient toward the base model of every role without its own `role_beta`",
-        "tests/training/test_role_knobs.py::test_role_beta_acts_only_on_its_role",
+        "tests/training/test_role_knobs.py::test_beta_anchors_every_role_without_its_own_role_beta",
     ),
     "num_iterations": honoured(
         "passes over each generation batch (log-probs before the update recorded)",
@@ -226,11 +226,11 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     "entropy_target": not_applicable(ADAPTIVE_ENTROPY),
     "max_tool_calling_iterations": honoured(
         "most tool rounds of one role call",
-        "tests/rollout/test_tools.py::test_single_agent_with_tools_trains_as_grpo_trainer_with_tools",
+        "tests/rollout/test_tools.py::test_max_tool_calling_iterations_bounds_the_trainers_tool_loops",
     ),
     "vllm_importance_sampling_correction": honoured(
         "reweighs vLLM-sampled calls by the trainer's over the sampler's probability",
-        "test_vllm_importance_sampling_fields_shape_the_ratio",
+        "test_vllm_importance_sampling_correction_reweighs_the_sampled_calls",
     ),
     "vllm_importance_sampling_mode": honoured(
         "token or sequence ratios, truncated or masked", "test_vllm_importance_sampling_fields_shape_the_ratio"
@@ -250,7 +250,7 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     ),
     "use_bias_correction_kl": honoured(
         "the per-role KL term is multiplied by the importance ratio",
-        "tests/trl_compat/test_trl_seam.py::test_the_kl_bias_correction_changes_the_term",
+        "test_use_bias_correction_kl_weighs_the_kl_term_by_the_ratio",
     ),
     # > Parameters that control the logging
     "log_completions": honoured(

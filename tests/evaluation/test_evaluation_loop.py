@@ -49,7 +49,7 @@ def eval_trainer(model_dir, tmp_path, **overrides):
 
 
 def test_training_with_eval_strategy_steps_logs_eval_metrics_per_role(tiny_model_dir, tmp_path):
-    trainer = eval_trainer(tiny_model_dir, tmp_path, eval_strategy="steps", eval_steps=1)
+    trainer = eval_trainer(tiny_model_dir, tmp_path, eval_strategy="steps", eval_steps=1, num_generations_eval=2)
     eval_prompts = []
     run = trainer.engine.run
 

@@ -251,6 +251,22 @@ def test_trainer_builds_its_backend_with_the_configs_rendering(tiny_model_dir, t
     assert trainer.rollout_backend.tokenize(QUESTION) == reference_ids(trainer._text_tokenizer, QUESTION_PROMPT)
 
 
+def test_chat_template_kwargs_reach_the_prompts_the_trainer_trains_on(tool_model_dir, tmp_path):
+    """Qwen3's chat template (the tool model's) opens an empty thinking block when `enable_thinking` is false."""
+    from scripted import addition_dataset
+    from tiny import tiny_trainer
+
+    def first_prompt(**settings) -> str:
+        folder = tmp_path / str(bool(settings))
+        trainer = tiny_trainer(tool_model_dir, folder, SingleAgent(), max_completion_length=2, **settings)
+        batch = trainer._generate_and_score([row for row in addition_dataset(1) for _ in range(4)])
+        return trainer._text_tokenizer.decode(batch.prompt_ids[0][batch.prompt_mask[0].bool()])
+
+    thinking, not_thinking = first_prompt(), first_prompt(chat_template_kwargs={"enable_thinking": False})
+    assert thinking.endswith("<|im_start|>assistant\n")
+    assert not_thinking == thinking + "<think>\n\n</think>\n\n"
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     """Just the names the colocated vLLM backends import from vLLM; `LLM.generate` and `AsyncLLM.generate` record the

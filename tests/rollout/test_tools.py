@@ -375,6 +375,29 @@ def test_single_agent_with_tools_trains_as_grpo_trainer_with_tools(tool_model_di
     assert changed
 
 
+def test_max_tool_calling_iterations_bounds_the_trainers_tool_loops(tool_model_dir, tmp_path):
+    """One of three episodes calls the tool right and answers after its result; with no tool round allowed, its call
+    ends at the tool call, which is not run."""
+
+    def logs(**settings) -> dict:
+        trainer = MultiAgentGRPOTrainer(
+            model=tool_model_dir,
+            workflow=SingleAgent(template="raw"),
+            reward_funcs=done_reward,
+            args=tiny_config(tmp_path / str(settings), max_steps=1, **DROP_IN_SETTINGS, **settings),
+            train_dataset=drop_in_dataset(),
+            peft_config=tiny_lora(),
+            tools=[multiply],
+        )
+        with patch.object(trainer.model, "generate", side_effect=fake_generate(trainer._text_tokenizer, "multiply")):
+            trainer.train()
+        return trainer.state.log_history[0]
+
+    unbounded, none_allowed = logs(), logs(max_tool_calling_iterations=0)
+    assert unbounded["role/generator/calls"] == 4 and unbounded["tools/call_frequency"] > 0
+    assert none_allowed["role/generator/calls"] == 3 and none_allowed["tools/call_frequency"] == 0
+
+
 def test_the_reward_sees_the_tool_conversation_as_grpo_trainer_passes_it(tool_model_dir, tmp_path):
     # What GRPOTrainer(tools=...) documents for a conversational prompt: the completion is the list of messages the
     # episode added: the parsed assistant message (its tool calls as `tool_calls`), one `tool` message per call

@@ -56,6 +56,20 @@ def test_role_beta_acts_only_on_its_role(tiny_model_dir, tmp_path):
     assert logs and logs[-1]["role/aggregator/kl"] > 0
 
 
+def test_beta_anchors_every_role_without_its_own_role_beta(tiny_model_dir, tmp_path):
+    """TRL's `beta` is the default of every role's anchor; a role's `role_beta` (here 0 for the aggregator) wins."""
+    plain = voting_run(tiny_model_dir, tmp_path / "plain", max_grad_norm=0.0)
+    anchored = voting_run(
+        tiny_model_dir, tmp_path / "anchored", beta=1.0, role_beta={"aggregator": 0.0}, max_grad_norm=0.0
+    )
+    for role, should_differ in (("generator", True), ("aggregator", False)):
+        a, b = adapter_parameters(plain.model, role), adapter_parameters(anchored.model, role)
+        gap = max((a[n] - b[n]).abs().max().item() for n in a)
+        assert (gap > 1e-6) == should_differ, (role, gap)
+    logs = [h for h in anchored.state.log_history if "role/generator/kl" in h]
+    assert logs and logs[-1]["role/generator/kl"] > 0
+
+
 def test_zero_weight_under_shared_policy_equals_training_without_that_role(tiny_model_dir, tmp_path):
     """The shared adapter's update with aggregator weight 0 equals its update from the voters' samples alone."""
     # Plain SGD, so each update is the gradient itself: with weight 0 the aggregator's 8 samples still count in

@@ -4,7 +4,6 @@ apply; the installed TRL has no field the table leaves out."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import importlib
 import shutil
@@ -17,7 +16,8 @@ import transformers
 import trl
 from packaging.version import Version
 from peft import LoraConfig
-from scripted import addition_dataset, boxed_answer_reward
+from scripted import ScriptedBackend, addition_dataset, boxed_answer_reward
+from settings_in_tests import settings_a_test_sets
 from tiny import half_right_answers, tiny_config, tiny_lora, tiny_trainer
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
@@ -46,18 +46,47 @@ def test_every_field_trl_adds_is_accounted_for_once():
     assert sorted(set(GRPO_CONFIG_FIELDS) - set(TRL_FIELDS)) == [], "grpo_config_fields.py names fields TRL lacks"
 
 
-def test_each_entry_says_why_and_each_honoured_field_names_a_test_that_exists():
-    defined: dict[str, set[str]] = {}
+def test_each_entry_says_why_and_each_honoured_field_names_a_test_that_sets_it():
+    wrong = []
     for name, use in GRPO_CONFIG_FIELDS.items():
         assert use.status in (HONOURED, REFUSED, NOT_APPLICABLE) and use.why, name
         assert bool(use.instead) == (use.status == REFUSED), f"{name}: a refusal, and only one, says what instead"
         if use.status != HONOURED:
             continue
         path, test = use.test.split("::")
-        if path not in defined:
-            tree = ast.parse((ROOT / path).read_text())
-            defined[path] = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
-        assert test in defined[path], f"{name}: {use.test} does not exist"
+        try:
+            if name not in settings_a_test_sets(ROOT / path, test):
+                wrong.append(f"{name}: {use.test} never sets `{name}`, so it cannot show its effect")
+        except KeyError:
+            wrong.append(f"{name}: {use.test} does not exist")
+    assert wrong == []
+
+
+EXAMPLE_TEST = '''
+SETTINGS = dict(top_k=5)
+
+
+@pytest.mark.parametrize("switch", ["use_transformers_paged"])
+def test_example(switch):
+    """Says beta and --epsilon in its docstring."""
+    # sets temperature, in a comment only
+    args = tiny_config(top_p=0.9, **{"min_p": 0.1, switch: True}, **SETTINGS)
+    args.num_iterations = 2
+    monkeypatch.setattr(args, "delta", 1.5)
+    run(["--loss_type", "dapo", "--scale_rewards=none"])
+    print(args.steps_per_generation, "max_completion_length")
+'''
+
+
+def test_the_accounting_reads_what_a_test_sets_not_what_it_mentions(tmp_path):
+    source = tmp_path / "test_example.py"
+    source.write_text(EXAMPLE_TEST)
+    sets = settings_a_test_sets(source, "test_example")
+    assert {"top_k", "use_transformers_paged", "top_p", "min_p", "num_iterations", "delta", "loss_type"} <= sets
+    assert "scale_rewards" in sets
+    assert not {"beta", "epsilon", "temperature", "steps_per_generation", "max_completion_length"} & sets
+    with pytest.raises(KeyError):
+        settings_a_test_sets(source, "test_missing")
 
 
 # A value of each refused or inapplicable field that would change something
@@ -293,17 +322,19 @@ def test_shuffle_dataset_false_keeps_dataset_order(tiny_model_dir, tmp_path):
     assert first_problems(shuffle=True) != in_order
 
 
-def test_generation_batch_size_and_steps_per_generation_cut_the_batch(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("size", [dict(generation_batch_size=12), dict(steps_per_generation=3)], ids=str)
+def test_generation_batch_size_and_steps_per_generation_cut_the_batch(tiny_model_dir, tmp_path, size):
+    """Either field sets the other (TRL takes one of the two): 12 episodes of 4 per micro-step make 3 micro-steps."""
     trainer = tiny_trainer(
         tiny_model_dir,
         tmp_path,
         SingleAgent(),
         respond=half_right_answers,
-        generation_batch_size=12,
         gradient_accumulation_steps=3,
+        **size,
         **ONE_STEP,
     )
-    assert trainer.args.steps_per_generation == 3
+    assert (trainer.args.generation_batch_size, trainer.args.steps_per_generation) == (12, 3)
     runs = recorded_rows(trainer)
     trainer.train()
     assert [len(rows) for rows in runs] == [12]  # one rollout of 3 prompts x 4 episodes, cut in 3 micro-steps
@@ -409,6 +440,18 @@ def test_trl_loss_fields_change_the_trainers_loss(fixed_batch, tiny_model_dir, t
     assert after != pytest.approx(before, rel=1e-4)
 
 
+def test_use_bias_correction_kl_weighs_the_kl_term_by_the_ratio(fixed_batch, tiny_model_dir, tmp_path):
+    """TRL's default multiplies each token's KL to the base model by the policy's ratio to the log-probs before the
+    update; the fixed batch's ratios are away from 1, so the two losses differ."""
+    anchored = dataclasses.replace(fixed_batch, ref_per_token_logps=fixed_batch.old_per_token_logps - 0.3)
+
+    def loss(correction: bool) -> float:
+        settings = dict(loss_type="dapo", beta=0.5, use_bias_correction_kl=correction)
+        return loss_on(anchored, tiny_model_dir, tmp_path / str(correction), **settings)
+
+    assert loss(True) != pytest.approx(loss(False), rel=1e-4)
+
+
 def test_vllm_importance_sampling_fields_shape_the_ratio(tmp_path):
     old = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -2.0, -1.0]])
     batch = types.SimpleNamespace(
@@ -428,14 +471,56 @@ def test_vllm_importance_sampling_fields_shape_the_ratio(tmp_path):
         ratio(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0),
         torch.tensor([[2.0, e**-0.5, 1], [1, 1 / e, 1]]),
     )
-    assert torch.allclose(
+    assert torch.allclose(  # e stays under TRL's default upper bound, 3; 1/e falls under 0.5
         ratio(vllm_importance_sampling_mode="token_mask", vllm_importance_sampling_clip_min=0.5),
-        torch.tensor([[0.0 if e > 3 else e, e**-0.5, 1], [1, 0.0, 1]]),
+        torch.tensor([[e, e**-0.5, 1], [1, 0.0, 1]]),
+    )
+    assert torch.allclose(
+        ratio(vllm_importance_sampling_mode="token_mask", vllm_importance_sampling_clip_max=2.0),
+        torch.tensor([[0.0, e**-0.5, 1], [1, 1 / e, 1]]),
     )
     assert torch.allclose(ratio(vllm_importance_sampling_mode="sequence_mask"), torch.tensor([[e**0.5], [1 / e]]))
     with pytest.warns(FutureWarning, match="vllm_importance_sampling_cap"):  # TRL's deprecation, TRL's mapping
         capped = ratio(vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_cap=1.5)
     assert capped.max().item() == pytest.approx(1.5)
+
+
+class ReportsSamplerLogprobs(ScriptedBackend):
+    """Scripted rollouts reporting the sampler's log-prob of each completion token, as vLLM's do: -1 each."""
+
+    def generate(self, requests):
+        results = super().generate(requests)
+        for result in results:
+            result.sampling_logprobs = [-1.0] * len(result.completion_ids)
+        return results
+
+
+def test_vllm_importance_sampling_correction_reweighs_the_sampled_calls(tiny_model_dir, tmp_path):
+    """With the correction, each token's loss is weighed by TRL's ratio of the trainer's probability over the
+    sampler's; without it, the sampler's log-probs are kept but weigh nothing."""
+
+    def scored(correction: bool):
+        trainer = tiny_trainer(
+            tiny_model_dir,
+            tmp_path / str(correction),
+            SingleAgent(),
+            backend=ReportsSamplerLogprobs(AutoTokenizer.from_pretrained(tiny_model_dir), half_right_answers),
+            rollout_backend="vllm",
+            vllm_importance_sampling_correction=correction,
+            vllm_importance_sampling_mode="token_truncate",
+        )
+        trainer.model.train()
+        return trainer._generate_and_score([row for row in addition_dataset(1) for _ in range(4)])
+
+    corrected, plain = scored(True), scored(False)
+    assert plain.sampling_per_token_logps is not None and plain.importance_sampling_ratio is None
+    mask = corrected.completion_mask
+    expected = torch.clamp(torch.exp((corrected.old_per_token_logps + 1.0) * mask), max=3.0)
+    assert torch.allclose(corrected.importance_sampling_ratio, expected)
+    assert (expected[mask.bool()] - 1).abs().min() > 1e-3  # every sampled token reweighed
+    unweighed = dataclasses.replace(corrected, importance_sampling_ratio=None)
+    folder = tmp_path / "loss"
+    assert loss_on(corrected, tiny_model_dir, folder) != pytest.approx(loss_on(unweighed, tiny_model_dir, folder))
 
 
 # ------------------------------------------------------------------------------------------------------ generation
