@@ -26,7 +26,7 @@ __all__ = [
     "Voting",
     "Workflow",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

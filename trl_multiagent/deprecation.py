@@ -13,7 +13,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-# The release that removes what is deprecated now (the package is at 0.1.0; the next release deprecates).
+# The release that removes what is deprecated now: the minor after the newest release (CHANGELOG.md's newest numbered
+# section, `__version__`). A name deprecated in 0.2.0 works through 0.2.x and goes in 0.3.0; the release that removes
+# them sets this to the minor after it (tests/package/test_releases.py keeps the three in step).
 REMOVED_IN = "0.3.0"
 
 _RULES = "trl_multiagent.parse_rules"
