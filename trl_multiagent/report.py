@@ -28,6 +28,7 @@ from .checkpoints import CONFIG_NAME, read_multiagent_config, workflow_from_conf
 from .checkpoints.workflow_config import IMPORT_PATH
 from .evaluation.instability import read_log_history
 from .evaluation.results import read_results
+from .monitoring.alarm_advice import alarm_advice
 from .monitoring.drift import alarm_meaning
 from .monitoring.summary import first_last
 from .monitoring.summary_plot import judge_roles, logged_alarms, plot_summary
@@ -193,8 +194,8 @@ def _alarms_section(history: list[dict[str, Any]]) -> str:
     alarms = logged_alarms(history)
     if not alarms:
         return "<p>No drift alarm fired.</p>"
-    rows = [(str(a.step), a.role, a.kind, alarm_meaning(a.kind)) for a in alarms]
-    return _table(["step", "role", "alarm", "what it means"], rows)
+    rows = [(str(a.step), a.role, a.kind, alarm_meaning(a.kind), alarm_advice(a.kind, a.role)) for a in alarms]
+    return _table(["step", "role", "alarm", "what it means", "what to do"], rows)
 
 
 def _evaluations_table(rows: list[dict[str, Any]]) -> str:

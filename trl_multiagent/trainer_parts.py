@@ -12,6 +12,7 @@ trainer keeps what they return and calls each part by name in its numbered steps
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from accelerate.utils import gather
 
 from .adapters.bases import Bases
 from .adapters.installed import InstalledAdapters
+from .checkpoints.resume_command import resume_advice
 from .config import MultiAgentGRPOConfig
 from .monitoring import monitoring_callbacks
 from .monitoring.console import compact_console
@@ -174,7 +176,8 @@ class MonitoringParts:
             answer_checker=answer_checker,
         )
         formats = workflow.formats
-        first, last = monitoring_callbacks(args, formats, trackers=callback_handler.callbacks)
+        resume = functools.partial(resume_advice, args.output_dir)  # printed when a drift alarm stops the run
+        first, last = monitoring_callbacks(args, formats, trackers=callback_handler.callbacks, resume=resume)
         main = accelerator.is_main_process
         learning_signal = LearningSignalCheck(formats, workflow.config_dict(), main_process=main)
         callback_handler.callbacks[:0] = first

@@ -59,7 +59,7 @@ def test_a_judge_drifting_to_the_base_rate_alarms(caplog):
     alarm = callback.alarms[0]
     assert alarm.metric == "role/evaluator/verdict_balanced_accuracy" and alarm.value == pytest.approx(1.75 / 3)
     assert state.log_history[6]["alarm/evaluator/judge_base_rate"] == 1.0
-    assert "base rate" in caplog.text and "role_rewards='balanced'" in caplog.text
+    assert "base rate" in caplog.text and 'set `role_rewards="balanced"`' in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -191,6 +191,8 @@ def test_the_report_holds_settings_picture_tables_alarms_evaluations_and_attribu
         ["11", "evaluator", "judge_base_rate"],
     ]
     assert "base rate" in alarms[1][3]  # what it means, from the alarm's own explanation
+    assert alarms[1][4].startswith('What to do: set `role_rewards="balanced"`')  # and the setting that helps
+    assert alarms[1][4].endswith("(docs/monitoring.md#a-judge-at-the-base-rate).")
 
     (evaluations,) = tables(page, "Evaluations")
     assert evaluations[1] == ["12", "EvalOpt (isolated)", "trained", "arithmetic", "50", "greedy", "92.0", "2.40"]

@@ -31,9 +31,9 @@ def with_resume_flag(argv: Sequence[str], checkpoint: str | None) -> list[str]:
     return kept if checkpoint is None else [*kept, _FLAG, checkpoint]
 
 
-def resume_advice(output_dir: str) -> str:
-    """One sentence: the run's newest complete checkpoint and the exact command that resumes from it (with no
-    complete checkpoint yet, the command that starts the run again)."""
+def resume_advice(output_dir: str, flags: Sequence[str] = ()) -> str:
+    """One sentence: the run's newest complete checkpoint and the exact command that resumes from it, ``flags``
+    added after the resume flag (with no complete checkpoint yet, the command that starts the run again)."""
     checkpoint, _ = newest_complete_checkpoint(output_dir)
     typed = os.environ.get(COMMAND_VARIABLE)
     if typed:
@@ -42,7 +42,7 @@ def resume_advice(output_dir: str) -> str:
         argv, note = sys.argv, ", after the launcher that started this run (`accelerate launch ...`, `torchrun ...`)"
     else:
         argv, note = [sys.executable, *sys.argv], ""
-    command = shlex.join(with_resume_flag(argv, checkpoint))
+    command = shlex.join([*with_resume_flag(argv, checkpoint), *flags])
     if checkpoint is None:
         return f"{output_dir} holds no complete checkpoint yet: start the run again with `{command}`{note}."
     in_python = "" if typed else f' (from Python: `trainer.train(resume_from_checkpoint="{checkpoint}")`)'

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 import statistics
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from ..workflows.formats import OutputFormat
+from .alarm_advice import advised_flags, alarm_advice
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ _MEANING = {
     "perplexity_rise": "one role's perplexity rose while accuracy has not fallen yet: the paper's early warning",
     "entropy_rise": "one role's entropy rose while accuracy has not fallen yet: the paper's early warning",
     "judge_base_rate": "the judge's verdicts follow the base rate (balanced accuracy near 0.5) while its raw accuracy "
-    "looks fine: it gives the common verdict instead of judging (role_rewards='balanced' rewards judging both kinds)",
+    "looks fine: it gives the common verdict instead of judging",
     "adapter_mismatch": "the role's calls were not sampled by its own adapter at the version trained (a missed sync, "
     "a swapped or evicted LoRA slot); the trainer's warning names the adapter and the versions",
 }
@@ -147,8 +149,20 @@ class DriftAlarm:
     def message(self) -> str:
         return (
             f"Role drift at step {self.step}: role {self.role!r} {self.kind}: {self.metric} = {self.value:.4g} "
-            f"crossed {self.threshold:.4g}; {_MEANING[self.kind]}."
-        )
+            f"crossed {self.threshold:.4g}; {_MEANING[self.kind]}. {alarm_advice(self.kind, self.role)}"
+        ).rstrip()
+
+
+def stop_message(alarms: list[DriftAlarm], resume: Callable[[Sequence[str]], str] | None) -> str:
+    """What a run stopped by ``alarms`` (``stop_on_drift``) says: ``resume(flags)``, how to resume it with the
+    command-line flags of the settings the alarms' advice names."""
+    flags = advised_flags((alarm.role, alarm.kind) for alarm in alarms)
+    kinds = ", ".join(f"{alarm.role!r} {alarm.kind}" for alarm in alarms)
+    head = f"Training stops at step {alarms[0].step} on drift alarm(s) {kinds} (`stop_on_drift=True`)."
+    if resume is None:
+        return head
+    settings = f" The command carries the advised setting(s) ({shlex.join(flags)})." if flags else ""
+    return f"{head} {resume(flags)}{settings}"
 
 
 class RoleDriftCallback(TrainerCallback):
@@ -198,6 +212,10 @@ class RoleDriftCallback(TrainerCallback):
         thresholds: the alarm thresholds; ``DriftThresholds()`` by default.
         formats: the workflow's declared role formats, which tell judges and solvers apart.
         stop_on_alarm: stop training at the first alarm (the checkpoint before the drift is kept).
+        resume: with ``stop_on_alarm``, ``resume(flags)`` says how to resume the run with the command-line
+            ``flags`` of the alarm's advised setting (monitoring/alarm_advice.py); the trainer passes the command that
+            resumes from the run's newest checkpoint (checkpoints/resume_command.py). The stop prints it after the
+            alarm's warning.
     """
 
     def __init__(
@@ -205,12 +223,14 @@ class RoleDriftCallback(TrainerCallback):
         thresholds: DriftThresholds | None = None,
         formats: Mapping[str, OutputFormat] | None = None,
         stop_on_alarm: bool = False,
+        resume: Callable[[Sequence[str]], str] | None = None,
     ) -> None:
         self.thresholds = thresholds or DriftThresholds()
         kinds = {role: fmt.kind for role, fmt in (formats or {}).items()}
         self.judge_roles = frozenset(role for role, kind in kinds.items() if kind in JUDGE_KINDS)
         self.solver_roles = frozenset(role for role, kind in kinds.items() if kind == "answer")
         self.stop_on_alarm = stop_on_alarm
+        self.resume = resume
         self.alarms: list[DriftAlarm] = []
         self._early: dict[str, list[float]] = defaultdict(list)  # metric -> its first `baseline_steps` values
         self._recent: dict[str, deque[float]] = {}  # metric -> its last `baseline_steps` values (length_cap)
@@ -239,6 +259,8 @@ class RoleDriftCallback(TrainerCallback):
                 logger.warning(alarm.message)
         if self.stop_on_alarm:
             control.should_training_stop = True
+            if state.is_world_process_zero:  # before this step's own checkpoint, if one is due, is written
+                logger.warning(stop_message(new, self.resume))
         return control
 
     def observe(self, logs: dict[str, float], step: int) -> list[DriftAlarm]:
