@@ -278,7 +278,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
         drift_thresholds (`dict[str, float]`, *optional*):
             Overrides of `trl_multiagent.monitoring.DriftThresholds` fields, e.g. `{"length_drift_factor": 2.0}`.
         stop_on_drift (`bool`, *optional*, defaults to `False`):
-            Stop training at the first drift alarm.
+            Stop training at the first drift alarm, printing the command that resumes from the newest checkpoint with
+            the setting the alarm advises (docs/monitoring.md, "Acting on an alarm").
         adapter_mismatch_gap (`float`, *optional*):
             The `adapter_mismatch` check (monitoring/adapter_check.py): a role whose mean |trainer log-prob - sampler
             log-prob| per token (`role/<role>/sampler_gap_mean`, logged where the backend reports sampling log-probs:
@@ -482,7 +483,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
     stop_on_drift: bool = field(
         default=False,
         metadata={
-            "help": "Stop training at the first drift alarm.",
+            "help": "Stop training at the first drift alarm, printing the command that resumes from the newest "
+            "checkpoint with the setting the alarm advises.",
         },
     )
     adapter_mismatch_gap: float | None = field(
