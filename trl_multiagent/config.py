@@ -23,6 +23,8 @@ ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
 ROLE_REWARDS = (None, "reference", "own_answers", "balanced")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
+# The per-role fields that map a role type to a number (unlisted roles take the global setting)
+ROLE_NUMBERS = ("role_loss_weights", "role_beta", "role_entropy_coef", "role_entropy_target", "role_coherence_lambda")
 
 
 class SettingsWarning(UserWarning):
@@ -35,6 +37,8 @@ class SettingsWarning(UserWarning):
     "role_models",
     "role_loss_weights",
     "role_beta",
+    "role_entropy_coef",
+    "role_entropy_target",
     "role_coherence_lambda",
     "drift_thresholds",
     "role_generation_kwargs",
@@ -136,6 +140,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             clipping is off (docs/scaling.md).
         role_beta (`dict[str, float]`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
+        role_entropy_coef (`dict[str, float]`, *optional*):
+            Coefficient of TRL's entropy bonus per role type (the loss less the coefficient times the mean per-token
+            entropy, over each role's own tokens); roles not listed use `entropy_coef`. Under `use_adaptive_entropy`,
+            the role's starting coefficient. A role's loss weight multiplies it.
+        role_entropy_target (`dict[str, float]`, *optional*):
+            Target entropy (nats per token) of TRL's adaptive entropy control (`use_adaptive_entropy`) per role type:
+            each role has its own controller, measured on its own tokens once per training step; roles not listed
+            use `entropy_target`.
         role_coherence_lambda (`dict[str, float]`, *optional*):
             Gradient coherence damping per role: its adapter's gradient is scaled by
             `1 - lambda * clamp(cos(g, EMA), 0, 1)` before clipping, at every optimizer step (lambda <= 0.3
@@ -431,6 +443,20 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "`beta`. JSON on the command line.",
         },
     )
+    role_entropy_coef: dict[str, float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Role type -> coefficient of TRL's entropy bonus (adaptive: its starting value); unlisted roles "
+            "use `entropy_coef`. JSON on the command line.",
+        },
+    )
+    role_entropy_target: dict[str, float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Role type -> target entropy of TRL's adaptive entropy control (`use_adaptive_entropy`), each "
+            "role its own controller; unlisted roles use `entropy_target`. JSON on the command line.",
+        },
+    )
     role_coherence_lambda: dict[str, float] | str | None = field(
         default=None,
         metadata={
@@ -679,7 +705,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         self._check_rollout_fields()
         self.max_prompt_length = _prompt_limits(self.max_prompt_length)
         check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
-        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
+        for name in ROLE_NUMBERS:
             _check_role_numbers(name, getattr(self, name))
         if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):
             raise ValueError(f"`role_to_adapter` must be a dict (or JSON object), got {self.role_to_adapter!r}.")
@@ -826,7 +852,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
     def check_roles(self, roles) -> None:
         """Fail if a per-role field names a role the workflow does not have."""
-        for name in ("role_models", "role_loss_weights", "role_beta", "role_coherence_lambda"):
+        for name in ("role_models", *ROLE_NUMBERS):
             unknown = sorted(set(getattr(self, name) or {}) - set(roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")

@@ -44,6 +44,7 @@ __all__ = [
     "check_loss_type",
     "create_model_from_path",
     "disable_dropout_in_model",
+    "entropy_bonus_like_trl",
     "disable_gradient_checkpointing",
     "nanstd",
     "parse_response",
@@ -147,7 +148,35 @@ def aggregate_like_trl(
         return (per_token * mask).sum() / (per_token.size(0) * scale.max_completion_length) / accumulation
     if loss_type == "luspo":
         return (per_token * mask).sum(-1).mean() / accumulation
-    normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes  # GLOBAL_TOKEN_LOSSES
-    if training:
-        normalizer = normalizer * gradient_accumulation_steps / scale.steps_per_generation
-    return (per_token * mask).sum() / normalizer
+    return (per_token * mask).sum() / _tokens_per_step(scale, num_items_in_batch)  # GLOBAL_TOKEN_LOSSES
+
+
+def _tokens_per_step(scale: LossScale, num_items_in_batch: torch.Tensor) -> torch.Tensor:
+    """TRL's normaliser of the global-token losses: one process's share of the tokens of one optimizer step (of the
+    generation batch in evaluation), so that the step's micro-batches and processes add up to a token mean."""
+    normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes
+    if scale.training:
+        normalizer = normalizer * scale.gradient_accumulation_steps / scale.steps_per_generation
+    return normalizer
+
+
+def entropy_bonus_like_trl(
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    kept: torch.Tensor,
+    coefficients: torch.Tensor,
+    *,
+    scale: LossScale,
+    num_items_in_batch: torch.Tensor,
+) -> torch.Tensor:
+    """TRL's entropy bonus (``entropy_coef``, subtracted from the loss) of one loss forward, with a coefficient per
+    sample (``coefficients`` `[N]`): the mean per-token entropy of the ``kept`` tokens (`[N, C]`: the completion
+    ``mask``, or TRL's high-entropy tokens under ``top_entropy_quantile``), whatever the loss type.
+
+    GRPOTrainer (1.16) takes that mean over each micro-batch and divides it by the accumulation steps. Here a
+    micro-batch may be cut into several forwards (one per adapter, or by ``max_tokens_per_micro_batch``), so each
+    forward's mean weighs by its share of the optimizer step's completion tokens (as TRL's ``dapo`` reduction
+    counts them): the same as TRL's when every micro-batch holds its equal share of the tokens, and independent of
+    how the samples are cut into forwards."""
+    mean = (coefficients.unsqueeze(1) * entropies * kept).sum() / kept.sum().clamp(min=1.0)
+    return mean * mask.sum() / _tokens_per_step(scale, num_items_in_batch)
