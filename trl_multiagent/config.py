@@ -11,6 +11,7 @@ from trl import GRPOConfig
 
 from .grpo_config_fields import inapplicable, refusals
 from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+from .seams.liger import LAYER_KERNELS_ONLY, liger_kernel_unavailable
 from .seams.transformers import add_json_dict_fields, refill_deepspeed_config, rename_checkpointing
 from .seams.trl import check_loss_type
 from .training.mini_batches import MINI_BATCH_ORDERS
@@ -954,6 +955,21 @@ def check_rollout_ahead(args: MultiAgentGRPOConfig, num_processes: int) -> bool:
     return True
 
 
+def check_liger_kernel(args: MultiAgentGRPOConfig) -> None:
+    """``use_liger_kernel``: Liger's layer kernels on every base model, where they can run; its loss kernels, which
+    would replace the forward that scores completions (TRL's fused LM head), refused as TRL refuses them."""
+    unavailable = liger_kernel_unavailable(use_cpu=args.use_cpu)
+    if unavailable is not None:
+        raise ValueError(f"`use_liger_kernel=True` cannot run here: {unavailable}. Set use_liger_kernel=False.")
+    losses = sorted(name for name in LAYER_KERNELS_ONLY if (args.liger_kernel_config or {}).get(name))
+    if losses:
+        raise ValueError(
+            f"`liger_kernel_config` turns on {losses}, which replace the model's forward that TRL patches to score "
+            "completions (TRL refuses them too); only Liger's layer kernels (rms_norm, swiglu, rope) apply here. "
+            "Drop them from liger_kernel_config."
+        )
+
+
 def check_trainer_arguments(
     args, workflow, model, peft_config, role_reward_funcs=None, unsupported=None
 ) -> MultiAgentGRPOConfig:
@@ -990,7 +1006,7 @@ def check_trainer_arguments(
             "here anchors to the base model. Pass the base model with `peft_config`, or set beta=0."
         )
     if args.use_liger_kernel:
-        raise ValueError("`use_liger_kernel` replaces the loss forward that routes each sample to its role's adapter.")
+        check_liger_kernel(args)
     args.check_roles(workflow.roles)
     if role_reward_funcs is not None and args.role_rewards is not None:
         raise ValueError("Pass `role_reward_funcs` or set `role_rewards`, not both.")

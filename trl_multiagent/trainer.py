@@ -24,6 +24,7 @@ from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
+from peft import PeftModel
 
 from .adapters.adapter_steps import AdapterSteps, step_norm
 from .adapters.bases import Bases
@@ -43,7 +44,8 @@ from .rollout.backends.from_config import BackendContext, backend_metrics, build
 from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
-from .seams.trl import disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
+from .seams.liger import layer_kernels
+from .seams.trl import before_peft_wraps, disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch
@@ -124,20 +126,25 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
 
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            quantization_config=quantization_config,
-            peft_config=peft_config,
-            environment_factory=environment_factory,
-        )
+        # Liger's layer kernels (`use_liger_kernel`) go into every base model before its adapters wrap its layers.
+        kernels = layer_kernels(args.use_liger_kernel, args.liger_kernel_config)
+        if kernels is not None and isinstance(model, PeftModel):
+            kernels(model.get_base_model())  # a ready PeftModel: its base, under the adapters it came with
+        with nullcontext() if kernels is None else before_peft_wraps(kernels):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+                environment_factory=environment_factory,
+            )
 
         # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
         self.bases = Bases.from_config(
@@ -147,7 +154,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             device=self.accelerator.device,
             peft_config=lora,
             quantization_config=quantization_config,
-            score_like_trainer=lambda model: score_like_trl(model, args.temperature),
+            score_like_trainer=lambda model: prepare_role_base(model, kernels, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
         if self._is_vision_language_model:
@@ -710,3 +717,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
                 dataset_name=dataset_name,
                 tags=tags,
             )
+
+
+def prepare_role_base(model: torch.nn.Module, kernels, temperature: float) -> None:
+    """A base model of `role_models`, loaded, before PEFT wraps it: Liger's layer kernels (``kernels``, None without
+    `use_liger_kernel`) as on the trainer's model, and TRL's scoring of completions."""
+    if kernels is not None:
+        kernels(model)
+    score_like_trl(model, temperature)

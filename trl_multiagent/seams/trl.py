@@ -7,6 +7,8 @@ they differ.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +42,7 @@ __all__ = [
     "TRL_VERSION",
     "LossScale",
     "aggregate_like_trl",
+    "before_peft_wraps",
     "check_lm_head_cast",
     "check_loss_type",
     "create_model_from_path",
@@ -69,6 +72,28 @@ def unwrapped_for_generation(model, accelerator, *, gather_deepspeed3_params: bo
         gather_deepspeed3_params=gather_deepspeed3_params,
         gradient_checkpointing_kwargs=gradient_checkpointing_kwargs,
     )
+
+
+@contextmanager
+def before_peft_wraps(prepare: Callable[[torch.nn.Module], None]) -> Iterator[None]:
+    """While it lasts, ``prepare(model)`` runs on the base model GRPOTrainer builds just before PEFT wraps it.
+
+    ``GRPOTrainer.__init__`` (1.14.2 to 1.16) loads the model from its name (or takes the one given), then calls
+    ``get_peft_model(model, peft_config, ...)``, imported into ``trl.trainer.grpo_trainer``; there is no hook between
+    the two, so that name is wrapped for the time of the constructor and put back after."""
+    from trl.trainer import grpo_trainer
+
+    original = grpo_trainer.get_peft_model
+
+    def prepared_then_wrapped(model, peft_config, *args, **kwargs):
+        prepare(model)
+        return original(model, peft_config, *args, **kwargs)
+
+    grpo_trainer.get_peft_model = prepared_then_wrapped
+    try:
+        yield
+    finally:
+        grpo_trainer.get_peft_model = original
 
 
 def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
