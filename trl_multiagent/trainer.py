@@ -45,6 +45,7 @@ from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.liger import layer_kernels
+from .seams.peft import skip_input_casts_autocast_undoes
 from .seams.trl import before_peft_wraps, disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
@@ -170,6 +171,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             decay_parameter_names=self.get_decay_parameter_names,
         )
         self.installed_adapters = updates.installed  # each base's adapters, shadows and router
+        for model in self.installed_adapters.models.values():  # fp32 LoRA on a bf16 base: no cast autocast undoes
+            skip_input_casts_autocast_undoes(model)
         self.adapter_routing = updates.routing  # the adapter of every sample of a forward
         self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
         self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
