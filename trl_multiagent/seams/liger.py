@@ -2,10 +2,11 @@
 
 Liger replaces a model's RMSNorm, SwiGLU MLP and rotary embedding with Triton kernels. Its model-specific patch
 functions (``apply_liger_kernel_to_qwen3`` and friends) are public; the one that picks the function from a loaded
-model's ``model_type`` is ``liger_kernel.transformers._apply_liger_kernel_to_instance``, which transformers' Trainer
-(``use_liger_kernel``; 5.25 through ``integrations.liger.apply_liger_kernel``) calls too. The trainer patches every base model before PEFT wraps it; at
-``train()`` the Trainer patches the trainer's base model once more, with TRL's config (the same kernels: no change).
-Written against liger-kernel's source (0.6); not run here, where it cannot run (no GPU): its tests observe the call.
+model's ``model_type`` is ``liger_kernel.transformers._apply_liger_kernel_to_instance``, which transformers'
+Trainer calls too (``use_liger_kernel``; in 5.25 through ``integrations.liger.apply_liger_kernel``). The trainer
+patches every base model before PEFT wraps it; at ``train()`` the Trainer patches the trainer's base model once more,
+with TRL's config (the same kernels: no change). Written against liger-kernel's source (0.6); not run here, where it
+cannot run (no GPU): its tests observe the call.
 """
 
 from __future__ import annotations
