@@ -116,7 +116,8 @@ def test_a_bf16_training_step_updates_as_with_peft_casts(tiny_model_dir, tmp_pat
     assert ours.model.get_base_model().dtype == torch.bfloat16
     assert {p.dtype for n, p in ours.model.named_parameters() if "lora_" in n} == {torch.float32}
     for role in ("generator", "aggregator"):
-        a, b = adapter_parameters(ours.model, role), adapter_parameters(peft_casts.model, role)
+        a = {n: p.detach() for n, p in adapter_parameters(ours.model, role).items()}
+        b = {n: p.detach() for n, p in adapter_parameters(peft_casts.model, role).items()}
         update = sum(float((a[n] - before[n]).pow(2).sum()) for n in a) ** 0.5
         gap = sum(float((a[n] - b[n]).pow(2).sum()) for n in a) ** 0.5
         assert update > 0 and gap / update == pytest.approx(0.0, abs=1e-3), (role, gap / update)

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from scripted import addition_dataset
-from tiny import random_answers, tiny_trainer
+from tiny import TINY_TOKEN_BOUND, random_answers, tiny_trainer, update_gap, update_settings
 
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.training.entropy_control import RoleEntropyControl
@@ -34,6 +34,7 @@ def voting_run(tiny_model_dir, tmp_path, *, train=True, respond=random_answers, 
     )
     settings.update(overrides)
     trainer = tiny_trainer(tiny_model_dir, tmp_path, dataset=addition_dataset(4), respond=respond, **settings)
+    trainer.initial_weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     if train:
         trainer.train()
     return trainer
@@ -88,6 +89,24 @@ def test_entropy_coef_raises_the_entropy_of_its_role_only(tiny_model_dir, tmp_pa
     assert runs["none"]["aggregator"][1] == pytest.approx(runs["none"]["aggregator"][0], abs=1e-6)  # nothing moves
     assert runs["bonus"]["aggregator"][1] > runs["bonus"]["aggregator"][0] + 1e-3
     assert runs["bonus"]["generator"][1] == pytest.approx(runs["bonus"]["generator"][0], abs=1e-6)
+
+
+@pytest.mark.parametrize("update", ["merged", "paper"])
+def test_the_bonus_does_not_depend_on_how_a_step_is_cut_into_forwards(tiny_model_dir, tmp_path, update):
+    """TRL takes its bonus's mean per forward; here each forward weighs by its share of the step's tokens, so the
+    update is the same whether a micro-batch is one forward or several (by token bound and adapter)."""
+    settings = {**update_settings(update), "max_steps": 1, "entropy_coef": 0.5, "learning_rate": 5e-2}
+    settings.pop("max_tokens_per_micro_batch", None)
+    whole = voting_run(tiny_model_dir, tmp_path / "whole", **settings)
+    cut = voting_run(tiny_model_dir, tmp_path / "cut", max_tokens_per_micro_batch=TINY_TOKEN_BOUND // 2, **settings)
+    plain = voting_run(tiny_model_dir, tmp_path / "plain", **{**settings, "entropy_coef": 0.0})
+    for role in ("generator", "aggregator"):
+        with_bonus, cut_bonus, without = (
+            {n: p.detach() for n, p in adapter_parameters(run.model, role).items()} for run in (whole, cut, plain)
+        )
+        start = {n: whole.initial_weights[n] for n in with_bonus}
+        assert update_gap(with_bonus, without, start) > 1e-3  # the bonus changes the update
+        assert update_gap(cut_bonus, with_bonus, start) < 1e-4, role
 
 
 def test_a_role_loss_weight_of_zero_still_freezes_a_role_with_a_bonus(tiny_model_dir, tmp_path):
