@@ -11,6 +11,7 @@ from trl import GRPOConfig
 
 from .grpo_config_fields import inapplicable, refusals
 from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+from .seams.liger import LAYER_KERNELS_ONLY, liger_kernel_unavailable
 from .seams.transformers import add_json_dict_fields, refill_deepspeed_config, rename_checkpointing
 from .seams.trl import check_loss_type
 from .training.mini_batches import MINI_BATCH_ORDERS
@@ -23,6 +24,8 @@ ADVANTAGE_GROUPS = ("episodes", "roles", "calls")
 ROLE_REWARDS = (None, "reference", "own_answers", "balanced")
 ROLLOUT_BACKENDS = ("transformers", "vllm")
 ROLLOUT_MODES = ("ticks", "async")
+# The per-role fields that map a role type to a number (unlisted roles take the global setting)
+ROLE_NUMBERS = ("role_loss_weights", "role_beta", "role_entropy_coef", "role_entropy_target", "role_coherence_lambda")
 
 
 class SettingsWarning(UserWarning):
@@ -35,6 +38,8 @@ class SettingsWarning(UserWarning):
     "role_models",
     "role_loss_weights",
     "role_beta",
+    "role_entropy_coef",
+    "role_entropy_target",
     "role_coherence_lambda",
     "drift_thresholds",
     "role_generation_kwargs",
@@ -136,6 +141,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             clipping is off (docs/scaling.md).
         role_beta (`dict[str, float]`, *optional*):
             KL coefficient toward the base model (adapters bypassed) per role type. Roles not listed use `beta`.
+        role_entropy_coef (`dict[str, float]`, *optional*):
+            Coefficient of TRL's entropy bonus per role type (the loss less the coefficient times the mean per-token
+            entropy, over each role's own tokens); roles not listed use `entropy_coef`. Under `use_adaptive_entropy`,
+            the role's starting coefficient. A role's loss weight multiplies it.
+        role_entropy_target (`dict[str, float]`, *optional*):
+            Target entropy (nats per token) of TRL's adaptive entropy control (`use_adaptive_entropy`) per role type:
+            each role has its own controller, measured on its own tokens once per training step; roles not listed
+            use `entropy_target`.
         role_coherence_lambda (`dict[str, float]`, *optional*):
             Gradient coherence damping per role: its adapter's gradient is scaled by
             `1 - lambda * clamp(cos(g, EMA), 0, 1)` before clipping, at every optimizer step (lambda <= 0.3
@@ -432,6 +445,20 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "`beta`. JSON on the command line.",
         },
     )
+    role_entropy_coef: dict[str, float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Role type -> coefficient of TRL's entropy bonus (adaptive: its starting value); unlisted roles "
+            "use `entropy_coef`. JSON on the command line.",
+        },
+    )
+    role_entropy_target: dict[str, float] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Role type -> target entropy of TRL's adaptive entropy control (`use_adaptive_entropy`), each "
+            "role its own controller; unlisted roles use `entropy_target`. JSON on the command line.",
+        },
+    )
     role_coherence_lambda: dict[str, float] | str | None = field(
         default=None,
         metadata={
@@ -681,7 +708,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
         self._check_rollout_fields()
         self.max_prompt_length = _prompt_limits(self.max_prompt_length)
         check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
-        for name in ("role_loss_weights", "role_beta", "role_coherence_lambda"):
+        for name in ROLE_NUMBERS:
             _check_role_numbers(name, getattr(self, name))
         if self.role_to_adapter is not None and not isinstance(self.role_to_adapter, dict):
             raise ValueError(f"`role_to_adapter` must be a dict (or JSON object), got {self.role_to_adapter!r}.")
@@ -828,7 +855,7 @@ class MultiAgentGRPOConfig(GRPOConfig):
 
     def check_roles(self, roles) -> None:
         """Fail if a per-role field names a role the workflow does not have."""
-        for name in ("role_models", "role_loss_weights", "role_beta", "role_coherence_lambda"):
+        for name in ("role_models", *ROLE_NUMBERS):
             unknown = sorted(set(getattr(self, name) or {}) - set(roles))
             if unknown:
                 raise ValueError(f"`{name}` names role(s) {unknown}; the workflow's roles are {list(roles)}.")
@@ -930,6 +957,21 @@ def check_rollout_ahead(args: MultiAgentGRPOConfig, num_processes: int) -> bool:
     return True
 
 
+def check_liger_kernel(args: MultiAgentGRPOConfig) -> None:
+    """``use_liger_kernel``: Liger's layer kernels on every base model, where they can run; its loss kernels, which
+    would replace the forward that scores completions (TRL's fused LM head), refused as TRL refuses them."""
+    unavailable = liger_kernel_unavailable(use_cpu=args.use_cpu)
+    if unavailable is not None:
+        raise ValueError(f"`use_liger_kernel=True` cannot run here: {unavailable}. Set use_liger_kernel=False.")
+    losses = sorted(name for name in LAYER_KERNELS_ONLY if (args.liger_kernel_config or {}).get(name))
+    if losses:
+        raise ValueError(
+            f"`liger_kernel_config` turns on {losses}, which replace the model's forward that TRL patches to score "
+            "completions (TRL refuses them too); only Liger's layer kernels (rms_norm, swiglu, rope) apply here. "
+            "Drop them from liger_kernel_config."
+        )
+
+
 def check_trainer_arguments(
     args, workflow, model, peft_config, role_reward_funcs=None, unsupported=None
 ) -> MultiAgentGRPOConfig:
@@ -966,7 +1008,7 @@ def check_trainer_arguments(
             "here anchors to the base model. Pass the base model with `peft_config`, or set beta=0."
         )
     if args.use_liger_kernel:
-        raise ValueError("`use_liger_kernel` replaces the loss forward that routes each sample to its role's adapter.")
+        check_liger_kernel(args)
     args.check_roles(workflow.roles)
     if role_reward_funcs is not None and args.role_rewards is not None:
         raise ValueError("Pass `role_reward_funcs` or set `role_rewards`, not both.")

@@ -49,7 +49,8 @@ SAMPLING = "test_trl_sampling_fields_reach_every_generate_call"
 LOSS = "test_trl_loss_fields_change_the_trainers_loss"
 VLLM_ENGINE = "test_vllm_fields_reach_the_colocated_engine"
 VLLM_SERVER = "test_use_vllm_in_server_mode_reaches_the_server_trl_names"
-ADAPTIVE_ENTROPY = "only read by TRL's adaptive entropy control (`use_adaptive_entropy`), refused here"
+ENTROPY_BONUS = "tests/training/test_role_entropy.py::test_entropy_coef_raises_the_entropy_of_its_role_only"
+ADAPTIVE_ENTROPY = "tests/training/test_role_entropy.py::test_adaptive_entropy_per_role_moves_and_resumes"
 REF_SYNC = "only read by TRL's reference-model sync (`sync_ref_model`), refused here"
 
 GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
@@ -144,7 +145,7 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     "vllm_model_impl": honoured("the colocated engine's model implementation", VLLM_ENGINE),
     "vllm_enable_sleep_mode": refused(
         "the colocated engine serves every role adapter and is synced after each optimizer step; putting it to sleep "
-        "during the update is not implemented",
+        "during the update, and waking it with every adapter, is not implemented until a GPU test can show it",
         "lower `vllm_gpu_memory_utilization`, or serve with `vllm serve` (`vllm_mode='server'`)",
     ),
     "vllm_structured_outputs_regex": refused(
@@ -164,7 +165,8 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     ),
     "vllm_max_model_length": honoured("the colocated engine's context length", VLLM_ENGINE),
     "vllm_tensor_parallel_size": refused(
-        "a colocated engine runs one copy per training process; a server's parallelism is set where it starts",
+        "a colocated engine runs one copy per training process; one split over GPUs is untested until a multi-GPU "
+        "test can show it, and a server's parallelism is set where it starts",
         "tensor parallelism: `vllm serve --tensor-parallel-size N` and `vllm_mode='server'`; leave this at 1",
         neutral=lambda value: value == 1,
     ),
@@ -210,20 +212,20 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     "ref_model_mixup_alpha": not_applicable(REF_SYNC),
     "ref_model_sync_steps": not_applicable(REF_SYNC),
     "top_entropy_quantile": honoured("TRL's loss keeps the highest-entropy tokens only", LOSS),
-    "entropy_coef": refused(
-        "TRL adds its entropy bonus to each loss forward as that forward's mean, and a micro-step here makes one "
-        "forward per adapter and per `max_tokens_per_micro_batch` part: the bonus would weigh by how batches are cut",
-        "leave it 0; `role/<role>/entropy` and the drift alarms watch entropy",
-        neutral=lambda value: value == 0.0,
+    "entropy_coef": honoured(
+        "TRL's entropy bonus (the loss less it times the mean per-token entropy), per role with "
+        "`role_entropy_coef`; each forward's mean weighs by its share of the step's tokens",
+        ENTROPY_BONUS,
     ),
-    "use_adaptive_entropy": refused(
-        "its bonus is TRL's per-forward entropy bonus (see `entropy_coef`)",
-        "leave it `False`; `role/<role>/entropy` and the drift alarms watch entropy",
+    "use_adaptive_entropy": honoured(
+        "TRL's adaptive entropy control, one controller per role type on its own tokens, once per training step; "
+        "its state is saved in checkpoints",
+        ADAPTIVE_ENTROPY,
     ),
-    "entropy_coef_min": not_applicable(ADAPTIVE_ENTROPY),
-    "entropy_coef_max": not_applicable(ADAPTIVE_ENTROPY),
-    "entropy_coef_delta": not_applicable(ADAPTIVE_ENTROPY),
-    "entropy_target": not_applicable(ADAPTIVE_ENTROPY),
+    "entropy_coef_min": honoured("lower bound of each role's adaptive coefficient", ADAPTIVE_ENTROPY),
+    "entropy_coef_max": honoured("upper bound of each role's adaptive coefficient", ADAPTIVE_ENTROPY),
+    "entropy_coef_delta": honoured("step of each role's adaptive coefficient", ADAPTIVE_ENTROPY),
+    "entropy_target": honoured("target entropy of every role without its own `role_entropy_target`", ADAPTIVE_ENTROPY),
     "max_tool_calling_iterations": honoured(
         "most tool rounds of one role call",
         "tests/rollout/test_tools.py::test_max_tool_calling_iterations_bounds_the_trainers_tool_loops",

@@ -194,6 +194,14 @@ class GRPOSeam(GRPOTrainer):
         return loss, per_token_logps, entropies
 
     # ---------------------------------------------------------------------------------- TRL's state
+    def _leave_entropy_bonus_to_us(self) -> None:
+        """TRL's own entropy bonus and adaptive control off (`entropy_coef`, `use_adaptive_entropy` and, since 1.16,
+        `_entropy_bonus_enabled`, which its loss reads; its checkpoints then write no `entropy_ctrl_state.json`): the
+        trainer adds the bonus per role itself."""
+        self.entropy_coef, self.use_adaptive_entropy = 0.0, False
+        if hasattr(self, "_entropy_bonus_enabled"):
+            self._entropy_bonus_enabled = False
+
     @property
     def _text_tokenizer(self):
         """TRL's `_tokenizer` (since 1.3): the processing class, or the tokenizer inside a processor."""

@@ -24,6 +24,7 @@ from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
+from peft import PeftModel
 
 from .adapters.adapter_steps import AdapterSteps, step_norm
 from .adapters.bases import Bases
@@ -31,6 +32,7 @@ from .adapters.routing import BASE_MODEL
 from .adapters.updates import AdapterUpdates
 from .checkpoints.atomic import resume_checkpoint
 from .checkpoints.resume_command import resume_advice
+from .checkpoints.role_adapters import load_entropy_control, save_entropy_control
 from .checkpoints.run import RunCheckpoints
 from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
@@ -42,11 +44,14 @@ from .rollout.backends.from_config import BackendContext, backend_metrics, build
 from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
-from .seams.trl import disable_gradient_checkpointing, score_like_trl
+from .seams.liger import layer_kernels
+from .seams.peft import skip_input_casts_autocast_undoes
+from .seams.trl import before_peft_wraps, disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch
 from .training.early_rewards import final_completion_ids, final_completions
+from .training.entropy_control import EntropyStepCallback, RoleEntropyControl
 from .training.episode_samples import episode_samples
 from .training.even_forwards import even_forwards
 from .training.importance_sampling import batch_importance_sampling_ratio
@@ -122,20 +127,25 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
 
-        super().__init__(
-            model=model,
-            reward_funcs=reward_funcs,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            quantization_config=quantization_config,
-            peft_config=peft_config,
-            environment_factory=environment_factory,
-        )
+        # Liger's layer kernels (`use_liger_kernel`) go into every base model before its adapters wrap its layers.
+        kernels = layer_kernels(args.use_liger_kernel, args.liger_kernel_config)
+        if kernels is not None and isinstance(model, PeftModel):
+            kernels(model.get_base_model())  # a ready PeftModel: its base, under the adapters it came with
+        with nullcontext() if kernels is None else before_peft_wraps(kernels):
+            super().__init__(
+                model=model,
+                reward_funcs=reward_funcs,
+                args=args,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                reward_processing_classes=reward_processing_classes,
+                callbacks=callbacks,
+                optimizers=optimizers,
+                quantization_config=quantization_config,
+                peft_config=peft_config,
+                environment_factory=environment_factory,
+            )
 
         # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
         self.bases = Bases.from_config(
@@ -145,7 +155,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             device=self.accelerator.device,
             peft_config=lora,
             quantization_config=quantization_config,
-            score_like_trainer=lambda model: score_like_trl(model, args.temperature),
+            score_like_trainer=lambda model: prepare_role_base(model, kernels, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
         if self._is_vision_language_model:
@@ -161,6 +171,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             decay_parameter_names=self.get_decay_parameter_names,
         )
         self.installed_adapters = updates.installed  # each base's adapters, shadows and router
+        for model in self.installed_adapters.models.values():  # fp32 LoRA on a bf16 base: no cast autocast undoes
+            skip_input_casts_autocast_undoes(model)
         self.adapter_routing = updates.routing  # the adapter of every sample of a forward
         self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
         self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
@@ -179,6 +191,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in self.workflow.roles}
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
+        # TRL's entropy bonus and adaptive control, per role (training/entropy_control.py), in place of TRL's own.
+        self._entropy_control = RoleEntropyControl.from_config(args, self.workflow.roles)
+        self._leave_entropy_bonus_to_us()
+        if self._entropy_control.active:
+            self.add_callback(EntropyStepCallback(self._end_entropy_step))
 
         # The rollout backend, and what runs episodes over it (trainer_parts.py).
         self.rollout_backend = rollout_backend or build_backend(args, self._backend_context())
@@ -567,6 +584,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
             loss = loss + self._kl_loss(per_token_logps, inputs)
+        if self._entropy_control.active:
+            loss = loss - self._entropy_bonus(entropies, inputs)
         self._step_metrics.loss_forward(
             "train" if training else "eval",
             inputs,
@@ -586,26 +605,46 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         )
         return rows.completion_values(logps), rows.completion_values(entropies), aux_loss
 
-    def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
-        beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
-        scale = LossScale(
+    def _loss_scale(self) -> LossScale:
+        return LossScale(
             gradient_accumulation_steps=self.current_gradient_accumulation_steps,
             max_completion_length=self.max_completion_length,
             num_processes=self.accelerator.num_processes,
             steps_per_generation=self.args.steps_per_generation,
             training=self.model.training,
         )
+
+    def _kl_loss(self, per_token_logps: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
+        beta = torch.tensor([self.role_beta[r] for r in inputs.roles], device=per_token_logps.device)
         loss, per_token_kl = per_role_kl_loss(
             per_token_logps,
             inputs,
             beta,
             loss_type=self.loss_type,
-            scale=scale,
+            scale=self._loss_scale(),
             bias_correction=self.args.use_bias_correction_kl,
             importance_sampling_level=self.importance_sampling_level,
         )
         self._step_metrics.role_kl("train" if self.model.training else "eval", inputs, per_token_kl)
         return loss
+
+    def _entropy_bonus(self, entropies: torch.Tensor, inputs: TrainingBatch) -> torch.Tensor:
+        # As TRL's loss: on its high-entropy tokens under `top_entropy_quantile`, else on every completion token.
+        mask = inputs.completion_mask
+        kept = mask
+        if self.top_entropy_quantile < 1.0:
+            kept = mask * self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        if self.model.training:
+            self._entropy_control.observe(inputs.roles, entropies, kept)
+        coefficients = self._entropy_control.coefficients(inputs.roles, entropies.device)
+        return entropy_bonus_like_trl(
+            entropies, mask, kept, coefficients, scale=self._loss_scale(), num_items_in_batch=inputs.num_items_in_batch
+        )
+
+    def _end_entropy_step(self) -> None:
+        sum_over_processes = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
+        self._entropy_control.end_step(sum_over_processes, self.accelerator.device)
+        self._record_metrics("train", self._entropy_control.metrics())
 
     # ---------------------------------------------------------------------------------------- the optimizer step
     # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
@@ -646,10 +685,15 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         super()._write_checkpoint(model, trial)
         if self.args.should_save:
             self._checkpoints.save_update_state(self._checkpoint_folder(trial))
+            if self._entropy_control.adaptive:
+                save_entropy_control(self._checkpoint_folder(trial), self._entropy_control.state_dict())
 
     def _restore_optimizer_and_scheduler(self, checkpoint) -> None:
         super()._restore_optimizer_and_scheduler(checkpoint)
         self._checkpoints.restore(checkpoint, self.model, deepspeed=self.is_deepspeed_enabled)
+        saved = load_entropy_control(checkpoint) if self._entropy_control.adaptive else None
+        if saved is not None:
+            self._entropy_control.load_state_dict(saved)
 
     def _save_model_files(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save_model_files(output_dir, self.bases.own_state(state_dict))  # the trainer's base's adapters only
@@ -676,3 +720,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
                 dataset_name=dataset_name,
                 tags=tags,
             )
+
+
+def prepare_role_base(model: torch.nn.Module, kernels, temperature: float) -> None:
+    """A base model of `role_models`, loaded, before PEFT wraps it: Liger's layer kernels (``kernels``, None without
+    `use_liger_kernel`) as on the trainer's model, and TRL's scoring of completions."""
+    if kernels is not None:
+        kernels(model)
+    score_like_trl(model, temperature)

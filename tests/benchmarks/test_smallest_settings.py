@@ -28,6 +28,7 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "rollout_async.py": "--problems 2 --episodes-per-problem 2 --rounds 1 --cap 16 --sim-problems 2 --sim-episodes 2 "
     "--sim-cap 64 --sim-generator-median 16 --sim-evaluator-median 4",
     "sampler_gap_noise.py": "float32 --questions 2 --max-tokens 8",
+    "lora_weight_precision.py": "",  # a count over one LoRA pair: the full run takes a second
 }
 NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py")
 RUN_ELSEWHERE = {"gpu_suite.py": "test_gpu_suite_smoke.py"}  # its smallest run, with checks of its own figures

@@ -96,17 +96,11 @@ REFUSED_VALUES = {
     "vllm_structured_outputs_regex": r"\d+",
     "vllm_tensor_parallel_size": 2,
     "sync_ref_model": True,
-    "entropy_coef": 0.01,
-    "use_adaptive_entropy": True,
 }
 INAPPLICABLE_VALUES = {
     "vllm_group_port": 51217,
     "ref_model_mixup_alpha": 0.9,
     "ref_model_sync_steps": 64,
-    "entropy_coef_min": 0.001,
-    "entropy_coef_max": 0.5,
-    "entropy_coef_delta": 0.01,
-    "entropy_target": 0.5,
     "log_multimodal": False,
 }
 

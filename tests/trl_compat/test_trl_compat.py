@@ -171,14 +171,11 @@ def test_a_peft_model_with_role_adapters_keeps_them(tiny_model_dir, tmp_path):
     [
         (dict(tools=[len]), "cannot be described to the model"),
         (dict(rollout_func=lambda *a: None), "does not take `rollout_func`.*Write the rollout as a Workflow"),
-        (dict(args_use_liger_kernel=True), "use_liger_kernel"),
         (dict(reward_funcs=None), "No reward source provided"),
     ],
 )
 def test_unsupported_or_missing_features_fail_at_construction(tiny_model_dir, tmp_path, overrides, message):
     settings = dict(policy_sharing="isolated", **TWO_STEPS)
-    if overrides.pop("args_use_liger_kernel", False):
-        settings["use_liger_kernel"] = True
     kwargs = {"reward_funcs": boxed_answer_reward, **overrides}
     with pytest.raises((ValueError, TypeError), match=message):
         MultiAgentGRPOTrainer(

@@ -27,6 +27,7 @@ from trl_multiagent.seams.trl import (
     TOKEN_MEAN_LOSSES,
     LossScale,
     aggregate_like_trl,
+    entropy_bonus_like_trl,
 )
 from trl_multiagent.training.advantages import outcome_advantages
 from trl_multiagent.training.loss_weights import chunk_correction, per_role_kl_loss, role_weights
@@ -141,6 +142,7 @@ SEAM_OWN = {
     "_record_metrics",
     "_record_completions",
     "_record_completion_column",
+    "_leave_entropy_bonus_to_us",
 }
 
 
@@ -294,6 +296,44 @@ def test_the_seams_reduction_is_trls_for_every_loss_type(trl_trainer, loss_type,
     ours = aggregate_like_trl(per_token, MASK, loss_type=loss_type, scale=scale, num_items_in_batch=num_items)
     assert theirs.item() != 0.0 and ours.item() == pytest.approx(theirs.item(), rel=1e-6)
     their_grad, our_grad = (torch.autograd.grad(loss, logps)[0] for loss in (theirs, ours))
+    assert torch.allclose(our_grad, their_grad, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("quantile", [1.0, 0.5], ids=["all-tokens", "top-half"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_the_entropy_bonus_is_trls_on_one_micro_batch(trl_trainer, loss_type, quantile, monkeypatch):
+    """TRL's entropy bonus (advantages 0, so its loss is the bonus alone) against `entropy_bonus_like_trl`, value and
+    gradient, for a micro-batch holding its equal share of the step's tokens (4 micro-steps of 13 tokens: 52), on
+    every completion token and on TRL's high-entropy half."""
+    generator = torch.Generator().manual_seed(3)
+    entropies = (torch.rand(MASK.shape, generator=generator) * 3).requires_grad_()
+    logps = -torch.rand(MASK.shape, generator=generator)
+    num_items = MASK.sum() * trl_trainer.args.steps_per_generation
+    monkeypatch.setattr(trl_trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trl_trainer, "beta", 0.0)
+    monkeypatch.setattr(trl_trainer, "entropy_coef", 0.3)
+    monkeypatch.setattr(trl_trainer, "_entropy_bonus_enabled", True, raising=False)
+    monkeypatch.setattr(trl_trainer, "top_entropy_quantile", quantile)
+    monkeypatch.setattr(trl_trainer, "current_gradient_accumulation_steps", 2, raising=False)
+    fixed = lambda *args, **kwargs: (logps, entropies, None)  # noqa: E731
+    monkeypatch.setattr(trl_trainer, "_get_per_token_logps_and_entropies", fixed)
+    trl_trainer.model.train(True)
+    inputs = {
+        "prompt_ids": torch.ones(4, 3, dtype=torch.long),
+        "prompt_mask": torch.ones(4, 3, dtype=torch.long),
+        "completion_ids": torch.ones(4, 5, dtype=torch.long),
+        "completion_mask": MASK,
+        "advantages": torch.zeros(4),
+        "num_items_in_batch": num_items,
+    }
+    theirs = trl.GRPOTrainer.compute_loss(trl_trainer, trl_trainer.model, inputs)
+    kept = MASK if quantile == 1.0 else MASK * trl_trainer.get_high_entropy_mask(entropies, MASK, 1 - quantile)
+    scale = loss_scale(trl_trainer, True)
+    ours = -entropy_bonus_like_trl(
+        entropies, MASK, kept, torch.full((4,), 0.3), scale=scale, num_items_in_batch=num_items
+    )
+    assert theirs.item() < 0.0 and ours.item() == pytest.approx(theirs.item(), rel=1e-6)
+    their_grad, our_grad = (torch.autograd.grad(loss, entropies)[0] for loss in (theirs, ours))
     assert torch.allclose(our_grad, their_grad, rtol=1e-5, atol=1e-8)
 
 

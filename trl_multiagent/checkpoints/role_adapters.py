@@ -3,7 +3,9 @@
 Each role adapter lands in its own sub-folder (PEFT's layout for named adapters), those of every base model alike
 (adapter names are unique across bases); next to them, ``multiagent_config.json`` holds what it takes to rebuild the
 workflow that trained them (with ``role_models``: which base each role and adapter sits on), and
-``coherence_state.pt`` the state of the adapters' update schedule (the coherence EMA) when there is one.
+``coherence_state.pt`` the state of the adapters' update schedule (the coherence EMA) when there is one, and
+``role_entropy_control.json`` each role's adaptive entropy coefficient (``use_adaptive_entropy``; TRL writes its one
+controller to ``entropy_ctrl_state.json``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .load import CONFIG_NAME
 from .workflow_config import workflow_config
 
 UPDATE_STATE_NAME = "coherence_state.pt"
+ENTROPY_CONTROL_NAME = "role_entropy_control.json"
 
 
 def run_config(
@@ -84,3 +87,17 @@ def save_update_state(checkpoint: str, state: dict | None) -> None:
 def load_update_state(checkpoint: str | None) -> dict | None:
     path = os.path.join(checkpoint, UPDATE_STATE_NAME) if checkpoint else None
     return torch.load(path) if path and os.path.isfile(path) else None
+
+
+def save_entropy_control(checkpoint: str, state: dict) -> None:
+    with open(os.path.join(checkpoint, ENTROPY_CONTROL_NAME), "w") as f:
+        json.dump(state, f)  # an entropy not measured yet is inf, which Python's json writes as Infinity
+
+
+def load_entropy_control(checkpoint: str | None) -> dict | None:
+    """The saved controllers, or None (no checkpoint, or one saved without adaptive entropy control, as TRL does)."""
+    path = os.path.join(checkpoint, ENTROPY_CONTROL_NAME) if checkpoint else None
+    if not path or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)

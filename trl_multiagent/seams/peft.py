@@ -100,3 +100,32 @@ def add_rows_after(
         return None if rows is None else add_adapter_rows(module, x, output, rows)
 
     return layer.register_forward_hook(hook, with_kwargs=True)
+
+
+def skip_input_casts_autocast_undoes(model: torch.nn.Module) -> None:
+    """Stop every LoRA layer of ``model`` casting its input to its weights' dtype where autocast would cast it back.
+
+    PEFT keeps LoRA weights in fp32 on a bf16 (or fp16) base (``autocast_adapter_dtype=True``, its default), and each
+    LoRA layer's forward casts its input to the weights' dtype first (``BaseTunerLayer._cast_input_dtype``, since
+    0.14): under autocast the LoRA products then run in the half dtype anyway, autocast casting that fp32 copy back
+    (and the weights once per autocast region). Skipping the cast there gives the same products, gradients and fp32
+    weights (and fp32 optimizer state) without two activation-sized copies per layer and forward. Outside autocast,
+    or for an input of another dtype, PEFT's cast runs as before. PEFT's mixed-adapter forward (``adapter_names``,
+    ``mix_adapters_in_forward``) casts on its own path, which this leaves alone."""
+    for layer in lora_layers(model):
+        if not isinstance(layer._cast_input_dtype, _CastUnlessAutocast):
+            layer._cast_input_dtype = _CastUnlessAutocast(layer._cast_input_dtype)
+
+
+class _CastUnlessAutocast:
+    """A LoRA layer's input cast, skipped where autocast computes in the input's dtype (see above)."""
+
+    def __init__(self, cast: Callable):
+        self.cast = cast
+
+    def __call__(self, x, dtype: torch.dtype):
+        if x is not None and dtype == torch.float32 and x.dtype in (torch.bfloat16, torch.float16):
+            device = x.device.type
+            if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == x.dtype:
+                return x
+        return self.cast(x, dtype)

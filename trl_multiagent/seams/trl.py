@@ -7,6 +7,8 @@ they differ.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -40,10 +42,12 @@ __all__ = [
     "TRL_VERSION",
     "LossScale",
     "aggregate_like_trl",
+    "before_peft_wraps",
     "check_lm_head_cast",
     "check_loss_type",
     "create_model_from_path",
     "disable_dropout_in_model",
+    "entropy_bonus_like_trl",
     "disable_gradient_checkpointing",
     "nanstd",
     "parse_response",
@@ -68,6 +72,28 @@ def unwrapped_for_generation(model, accelerator, *, gather_deepspeed3_params: bo
         gather_deepspeed3_params=gather_deepspeed3_params,
         gradient_checkpointing_kwargs=gradient_checkpointing_kwargs,
     )
+
+
+@contextmanager
+def before_peft_wraps(prepare: Callable[[torch.nn.Module], None]) -> Iterator[None]:
+    """While it lasts, ``prepare(model)`` runs on the base model GRPOTrainer builds just before PEFT wraps it.
+
+    ``GRPOTrainer.__init__`` (1.14.2 to 1.16) loads the model from its name (or takes the one given), then calls
+    ``get_peft_model(model, peft_config, ...)``, imported into ``trl.trainer.grpo_trainer``; there is no hook between
+    the two, so that name is wrapped for the time of the constructor and put back after."""
+    from trl.trainer import grpo_trainer
+
+    original = grpo_trainer.get_peft_model
+
+    def prepared_then_wrapped(model, peft_config, *args, **kwargs):
+        prepare(model)
+        return original(model, peft_config, *args, **kwargs)
+
+    grpo_trainer.get_peft_model = prepared_then_wrapped
+    try:
+        yield
+    finally:
+        grpo_trainer.get_peft_model = original
 
 
 def score_like_trl(model: torch.nn.Module, temperature: float) -> None:
@@ -147,7 +173,35 @@ def aggregate_like_trl(
         return (per_token * mask).sum() / (per_token.size(0) * scale.max_completion_length) / accumulation
     if loss_type == "luspo":
         return (per_token * mask).sum(-1).mean() / accumulation
-    normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes  # GLOBAL_TOKEN_LOSSES
-    if training:
-        normalizer = normalizer * gradient_accumulation_steps / scale.steps_per_generation
-    return (per_token * mask).sum() / normalizer
+    return (per_token * mask).sum() / _tokens_per_step(scale, num_items_in_batch)  # GLOBAL_TOKEN_LOSSES
+
+
+def _tokens_per_step(scale: LossScale, num_items_in_batch: torch.Tensor) -> torch.Tensor:
+    """TRL's normaliser of the global-token losses: one process's share of the tokens of one optimizer step (of the
+    generation batch in evaluation), so that the step's micro-batches and processes add up to a token mean."""
+    normalizer = num_items_in_batch.clamp(min=1.0) / scale.num_processes
+    if scale.training:
+        normalizer = normalizer * scale.gradient_accumulation_steps / scale.steps_per_generation
+    return normalizer
+
+
+def entropy_bonus_like_trl(
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    kept: torch.Tensor,
+    coefficients: torch.Tensor,
+    *,
+    scale: LossScale,
+    num_items_in_batch: torch.Tensor,
+) -> torch.Tensor:
+    """TRL's entropy bonus (``entropy_coef``, subtracted from the loss) of one loss forward, with a coefficient per
+    sample (``coefficients`` `[N]`): the mean per-token entropy of the ``kept`` tokens (`[N, C]`: the completion
+    ``mask``, or TRL's high-entropy tokens under ``top_entropy_quantile``), whatever the loss type.
+
+    GRPOTrainer (1.16) takes that mean over each micro-batch and divides it by the accumulation steps. Here a
+    micro-batch may be cut into several forwards (one per adapter, or by ``max_tokens_per_micro_batch``), so each
+    forward's mean weighs by its share of the optimizer step's completion tokens (as TRL's ``dapo`` reduction
+    counts them): the same as TRL's when every micro-batch holds its equal share of the tokens, and independent of
+    how the samples are cut into forwards."""
+    mean = (coefficients.unsqueeze(1) * entropies * kept).sum() / kept.sum().clamp(min=1.0)
+    return mean * mask.sum() / _tokens_per_step(scale, num_items_in_batch)
