@@ -82,6 +82,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             `get_reward` is a reward function of its own (rollout/environments.py).
     """
 
+    _generates_itself = True  # its rollout backend generates; TRL's vLLM client never starts (`use_vllm` kept)
+
     def __init__(
         self,
         model,
