@@ -34,6 +34,7 @@ from .checkpoints.resume_command import resume_advice
 from .checkpoints.run import RunCheckpoints
 from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
+from .model_flags import check_quantization
 from .model_names import resolve_model_name
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
@@ -120,6 +121,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             unsupported=unsupported,
         )
         args = checked.args
+        check_quantization(quantization_config or (args.model_init_kwargs or {}).get("quantization_config"))
         self.workflow = workflow
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
