@@ -218,8 +218,9 @@ def summary(checked, workflow, *, model: str, peft_config: Any, dataset: RowsFor
         f"  rollouts  {args.rollout_backend} backend, {args.rollout_mode}"
         + ("; the next batch's during this step" if checked.rollout_ahead else ""),
         f"  run       {args.max_steps} steps, checkpoints every {args.save_steps} in {args.output_dir}",
-        "  left for training's start: the model's own checks (its weights, tokenizer and architecture), TRL's "
-        "checks of the loaded model, the rollout backend's construction (a vLLM engine or server)",
+        "  left for training's start: the model's own checks (its weights, tokenizer and architecture; a k-bit "
+        "quantization's GPU and bitsandbytes), TRL's checks of the loaded model, the rollout backend's construction "
+        "(a vLLM engine or server)",
     ]
     return "\n".join(line for line in lines if line is not None)
 

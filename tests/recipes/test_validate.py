@@ -9,7 +9,7 @@ import runpy
 import sys
 
 import pytest
-from harness import ROOT
+from harness import ROOT, run_offline
 from peft import LoraConfig
 from presets import ON_CPU
 from trl import ModelConfig, ScriptArguments
@@ -131,6 +131,18 @@ def test_under_accelerate_launch_the_paper_preset_is_checked_with_the_launchs_pr
         capsys=capsys,
     )
     assert (code, out) == (0, "") and "settings:" not in err  # another process: the same checks, nothing printed
+
+
+@pytest.mark.slow  # accelerate starts 8 processes on this CPU machine: about 90 s
+@pytest.mark.parametrize("accelerate_config, engine", [("multi_gpu", "DDP"), ("deepspeed_zero2", "DeepSpeed ZeRO-2")])
+def test_the_quickstarts_validation_command_checks_the_launch_as_given(accelerate_config, engine):
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    command += [f"accelerate_configs/{accelerate_config}.yaml", "recipes/voting_math.py"]
+    command += ["--output_dir", "runs/voting", "--policy_sharing", "shared", "--validate"]
+    done = run_offline(command, cwd=ROOT, env={"DS_ACCELERATOR": "cpu"})
+    assert done.stdout.count("validate: every check the trainer makes of these settings passed") == 1
+    assert f"{engine}, 8 process(es) on 1 machine(s)" in done.stdout
+    assert "512 episodes (8 per prompt) over 8 process(es)" in done.stdout
 
 
 def test_a_launch_dependent_refusal_holds_under_the_launch_itself(monkeypatch, capsys):
