@@ -14,7 +14,7 @@ process's environment (``seams.accelerate.planned_launch``), and ``LAUNCH_VARIAB
 processes and machines, which the parsed settings then count with (``planned_world``) without any process group.
 Under the launcher itself (``accelerate launch``, ``torchrun``, ``deepspeed``: ``WORLD_SIZE`` in each process's
 environment) each process checks the launch alone, as one standing for it (``stand_for_the_launch``): a process group
-would wait for every process, and TrainingArguments count one process where they find no GPU for the launch's.
+would wait for every process, and TrainingArguments without a GPU count one process, not the launch's.
 """
 
 from __future__ import annotations
