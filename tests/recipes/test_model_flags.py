@@ -90,37 +90,50 @@ def test_attn_implementation_reaches_the_model_and_every_role_base(
     assert [model.config._attn_implementation for model in loaded_models(trainer)] == [attention, attention]
 
 
-def hub_repo(tmp_path, monkeypatch, repo_id: str, revisions: dict[str, str]) -> None:
-    """Serve ``repo_id`` offline from a Hub cache of our own: each revision (a branch name) -> a saved model folder."""
-    cache = tmp_path / "hub"
+def hub_repo(cache: Path, repo_id: str, revisions: dict[str, str]) -> None:
+    """Put ``repo_id`` in the Hub cache ``cache``: each revision (a branch name) -> a saved model folder."""
     repo = cache / f"models--{repo_id.replace('/', '--')}"
     for i, (revision, folder) in enumerate(revisions.items()):
         commit = f"{i + 1:040x}"
         shutil.copytree(folder, repo / "snapshots" / commit)
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / revision).write_text(commit)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
 
 
-def test_model_revision_loads_the_model_at_that_revision(tiny_model_dir, tmp_path, monkeypatch):
-    """A Hub id at `--model_revision v2` loads v2's weights (and tokenizer), not the default branch's."""
-    v2 = tmp_path / "v2"
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+def doubled_embeddings(model_dir: str, folder: Path) -> torch.Tensor:
+    """Save ``model_dir``'s model with its input embeddings doubled, and its tokenizer, to ``folder``."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
     with torch.no_grad():
         model.model.embed_tokens.weight.mul_(2.0)
-    model.save_pretrained(v2)
-    for name in Path(tiny_model_dir).iterdir():
+    model.save_pretrained(folder)
+    for name in Path(model_dir).iterdir():
         if name.name.startswith("tokenizer") or name.suffix == ".jinja":
-            shutil.copy(name, v2 / name.name)
-    hub_repo(tmp_path, monkeypatch, "tiny-org/tiny-qwen3", {"main": tiny_model_dir, "v2": str(v2)})
+            shutil.copy(name, folder / name.name)
+    return model.model.embed_tokens.weight.detach()
 
-    def embeddings(*flags: str) -> torch.Tensor:
-        (loaded,) = loaded_models(built_trainer("tiny-org/tiny-qwen3", tmp_path / str(flags), *flags))
-        return loaded.model.embed_tokens.weight.detach()
+
+def test_model_revision_loads_the_model_and_every_role_base_at_that_revision(
+    tiny_model_dir, tiny_judge_dir, tmp_path, monkeypatch
+):
+    """Hub ids at `--model_revision v2` load v2's weights (and tokenizer), not the default branch's, for the trainer's
+    model and for a `role_models` base (served offline from a Hub cache of our own)."""
+    cache = tmp_path / "hub"
+    v2 = {
+        "model": doubled_embeddings(tiny_model_dir, tmp_path / "v2"),
+        "judge": doubled_embeddings(tiny_judge_dir, tmp_path / "judge-v2"),
+    }
+    hub_repo(cache, "tiny-org/model", {"main": tiny_model_dir, "v2": str(tmp_path / "v2")})
+    hub_repo(cache, "tiny-org/judge", {"main": tiny_judge_dir, "v2": str(tmp_path / "judge-v2")})
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+
+    def embeddings(*flags: str) -> list[torch.Tensor]:
+        trainer = built_trainer("tiny-org/model", tmp_path / str(flags), *flags, role_base="tiny-org/judge")
+        return [model.model.embed_tokens.weight.detach() for model in loaded_models(trainer)]
 
     default, main, at_v2 = embeddings(), embeddings("--model_revision", "main"), embeddings("--model_revision", "v2")
-    assert torch.equal(default, main)
-    assert torch.equal(at_v2, model.model.embed_tokens.weight) and not torch.equal(at_v2, main)
+    for i, name in enumerate(("model", "judge")):  # the trainer's model, then the role base
+        assert torch.equal(default[i], main[i])
+        assert torch.equal(at_v2[i], v2[name]) and not torch.equal(at_v2[i], main[i])
 
 
 def custom_code_model(model_dir: str, folder: Path) -> str:
