@@ -115,7 +115,7 @@ def doubled_embeddings(model_dir: str, folder: Path) -> torch.Tensor:
 def test_model_revision_loads_the_model_and_every_role_base_at_that_revision(
     tiny_model_dir, tiny_judge_dir, tmp_path, monkeypatch
 ):
-    """Hub ids at `--model_revision v2` load v2's weights (and tokenizer), not the default branch's, for the trainer's
+    """Hub ids at `--model_revision v2` load v2's weights, not the default branch's, for the trainer's
     model and for a `role_models` base (served offline from a Hub cache of our own)."""
     cache = tmp_path / "hub"
     v2 = {
