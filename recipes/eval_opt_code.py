@@ -14,24 +14,21 @@ where it came from (library default, which preset file, command line) and exits 
 `--validate` makes every check the trainer would make of these settings under this launch, loads nothing, and
 exits (1 if refused).
 
+TRL's model flags reach the model as in `trl grpo`: `--dtype`, `--attn_implementation` (e.g. flash_attention_2),
+`--model_revision`, `--trust_remote_code`, and `--load_in_4bit` / `--load_in_8bit` for QLoRA (bitsandbytes, on a
+GPU).
+
 CPU, offline, minutes (tiny model, toy stdin/stdout problems):
 
     accelerate launch --cpu --num_processes 1 recipes/eval_opt_code.py --config recipes/configs/cpu_code.yaml
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from trl import ModelConfig, ScriptArguments, get_peft_config
-
-from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
-from trl_multiagent.model_names import resolve_model_name
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import recipe_argv
+from trl_multiagent import EvalOpt
+from trl_multiagent.recipe_run import CodeRewardArguments, RecipeRun
 from trl_multiagent.tasks import CodeReward, get_task
-from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it
 # names `base: paper_code`).
@@ -45,42 +42,22 @@ class WorkflowArguments:
     )
 
 
-@dataclass
-class RewardArguments:
-    code_reward_mode: Literal["all_pass", "fraction"] = field(
-        default="all_pass",
-        metadata={"help": "all_pass (the paper's): 1 only if every test passes; fraction: share of tests passed."},
-    )
-
-
 if __name__ == "__main__":
-    parser = RecipeParser(
-        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments, RewardArguments),
-        validates=True,
+    run = RecipeRun.parse(
+        WorkflowArguments,
+        CodeRewardArguments,
+        paper_preset=PAPER_PRESET,
+        cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"),
     )
-    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy_code.yaml"))
-    script_args, training_args, model_args, options, workflow_args, reward_args = parser.parse_args_and_config(argv)
+    workflow_args, reward_args = run.own
 
     task = get_task("code")  # DeepCoder, or `toy_code`: the offline toy task for CPU runs
     workflow = EvalOpt(
         max_iterations=workflow_args.max_iterations,
         task="code",
-        prompts=options.prompts,
-        parsing=options.parsing,
-        history=options.history,
+        prompts=run.options.prompts,
+        parsing=run.options.parsing,
+        history=run.options.history,
     )
-    parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
-    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
-
-    trainer = MultiAgentGRPOTrainer(
-        model=resolve_model_name(model_args.model_name_or_path),
-        workflow=workflow,
-        reward_funcs=CodeReward(mode=reward_args.code_reward_mode),
-        args=training_args,
-        train_dataset=train_dataset,
-        peft_config=get_peft_config(model_args),
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    # --validate: the trainer's checks, then exit; else the model, dataset and trainer, then train, save, push
+    run.train(workflow, task, reward_funcs=CodeReward(mode=reward_args.code_reward_mode))

@@ -142,6 +142,11 @@ if __name__ == "__main__":
     parser = RecipeParser((EvaluateArguments, EvalSettings))
     argv = sys.argv[1:] if "--config" in sys.argv else ["--config", str(PAPER_PRESET), *sys.argv[1:]]
     args, settings = parser.parse_args_and_config(argv)
+    if args.run_dir is not None and not Path(args.run_dir).is_dir():  # one line, not a traceback from deep inside
+        raise SystemExit(
+            f"evaluate: --run_dir {args.run_dir}: no such folder (a training run's --output_dir, or one of "
+            "its checkpoint-N folders)."
+        )
     if args.attribution:
         if args.mode != "trained" or args.role_policies:
             raise ValueError("--attribution sets every role's policy itself: drop --mode and --role_policies.")

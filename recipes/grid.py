@@ -43,7 +43,7 @@ recipes/configs/paper_eval.yaml sets, T=0.7):
         --eval_dataset math=arithmetic code=toy_code --max_steps 30 --save_steps 10 \
         --eval_args "--limit 100 --max_completion_length 80" --output_root outputs/grid-toy
 
-On a SLURM cluster (`pip install 'trl-multiagent[slurm]'`): every training is an element of one job array, every
+On a SLURM cluster (`pip install -e '.[slurm]'` in the clone): every training is an element of one job array, every
 evaluation a job that starts once the trainings it reads succeeded; a preempted or timed-out training is requeued and
 resumes from its newest complete checkpoint. Re-submitting skips finished trainings and finished evaluations:
 

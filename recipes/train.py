@@ -14,23 +14,20 @@ for them: one that names no `base:` starts from the library's defaults (docs/con
 `base: paper_math` (or `base: toy`, ...) from that preset. `--print_config` prints every setting with where it came
 from and exits without training; `--validate` makes every check the trainer would make of these settings under this
 launch, loads nothing, and exits (1 if refused).
+TRL's model flags reach the model as in `trl grpo`: `--dtype`, `--attn_implementation`, `--model_revision`,
+`--trust_remote_code`, and `--load_in_4bit` / `--load_in_8bit` for QLoRA (bitsandbytes, on a GPU).
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import load_dataset
-from trl import ModelConfig, ScriptArguments, get_peft_config
+from trl import ScriptArguments
 
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer
 from trl_multiagent.cli import import_object
-from trl_multiagent.model_names import resolve_model_name
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import recipe_argv
+from trl_multiagent.recipe_run import RecipeRun
 from trl_multiagent.tasks import TASKS, get_task
-from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's math settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless
 # it names a `base:`).
@@ -76,33 +73,16 @@ def train_dataset(script_args: ScriptArguments, seed: int):
 
 
 if __name__ == "__main__":
-    parser = RecipeParser(
-        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments), validates=True
-    )
-    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
-    script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
+    run = RecipeRun.parse(WorkflowArguments, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
+    (workflow_args,) = run.own
 
+    task = get_task(workflow_args.task)
     workflow_class = import_object(workflow_args.workflow)
-    workflow = workflow_class(**{**options.for_workflow(workflow_class), **json.loads(workflow_args.workflow_kwargs)})
-    if workflow_args.reward_funcs:
-        reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs]
-    else:
-        reward_funcs = get_task(workflow_args.task).make_reward()
-    dataset_name(script_args)  # none given: stop now, before --validate says all is well
-    parser.validate_if_asked(workflow, get_task(workflow_args.task))  # --validate: the trainer's checks, then exit
-    dataset = train_dataset(script_args, training_args.seed)
-    checker = get_task(workflow_args.task).answer_checker  # per-role regrading against the ground truth
-    regrade = checker is not None and get_task(workflow_args.task).ground_truth in dataset.column_names
-    trainer = MultiAgentGRPOTrainer(
-        model=resolve_model_name(model_args.model_name_or_path),
-        workflow=workflow,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=dataset,
-        peft_config=get_peft_config(model_args),
-        answer_checker=checker if regrade else None,
+    workflow = workflow_class(
+        **{**run.options.for_workflow(workflow_class), **json.loads(workflow_args.workflow_kwargs)}
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    reward_funcs = [import_object(spec) for spec in workflow_args.reward_funcs] or None  # None: the task's
+    dataset_name(run.script_args)  # none given: stop now, before --validate says all is well
+    run.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
+    # the task's answer checker regrades each role's outputs where the dataset has the task's ground truth
+    run.train(workflow, task, reward_funcs=reward_funcs, train_dataset=train_dataset(run.script_args, run.args.seed))

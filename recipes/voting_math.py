@@ -12,23 +12,21 @@ where it came from (library default, which preset file, command line) and exits 
 `--validate` makes every check the trainer would make of these settings under this launch, loads nothing, and
 exits (1 if refused).
 
+TRL's model flags reach the model as in `trl grpo`: `--dtype`, `--attn_implementation` (e.g. flash_attention_2),
+`--model_revision`, `--trust_remote_code`, and `--load_in_4bit` / `--load_in_8bit` for QLoRA (bitsandbytes, on a
+GPU).
+
 CPU, offline, minutes (tiny model, toy arithmetic task):
 
     accelerate launch --cpu --num_processes 1 recipes/voting_math.py --config recipes/configs/cpu.yaml
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import ModelConfig, ScriptArguments, get_peft_config
-
-from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, Voting
-from trl_multiagent.model_names import resolve_model_name
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import recipe_argv
+from trl_multiagent import Voting
+from trl_multiagent.recipe_run import RecipeRun
 from trl_multiagent.tasks import get_task
-from trl_multiagent.workflows.options import WorkflowOptions
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it
 # names `base: paper_math`).
@@ -41,31 +39,14 @@ class WorkflowArguments:
 
 
 if __name__ == "__main__":
-    parser = RecipeParser(
-        (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions, WorkflowArguments), validates=True
-    )
-    argv = recipe_argv(sys.argv, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
-    script_args, training_args, model_args, options, workflow_args = parser.parse_args_and_config(argv)
+    run = RecipeRun.parse(WorkflowArguments, paper_preset=PAPER_PRESET, cpu_preset=PAPER_PRESET.with_name("toy.yaml"))
+    (workflow_args,) = run.own
 
     task = get_task("math")  # DAPO-Math-17K, or `arithmetic`: the offline toy task for CPU runs
     workflow = Voting(
         n_voters=workflow_args.n_voters,
-        prompts=options.prompts,
-        parsing=options.parsing,
+        prompts=run.options.prompts,
+        parsing=run.options.parsing,
     )
-    parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
-    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
-
-    trainer = MultiAgentGRPOTrainer(
-        model=resolve_model_name(model_args.model_name_or_path),
-        workflow=workflow,
-        reward_funcs=task.make_reward(),
-        args=training_args,
-        train_dataset=train_dataset,
-        peft_config=get_peft_config(model_args),
-        answer_checker=task.answer_checker,  # per-role regrading against `answer`
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    # --validate: the trainer's checks, then exit; else the model, dataset and trainer, then train, save, push
+    run.train(workflow, task)

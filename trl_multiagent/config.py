@@ -726,8 +726,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
         fails, naming what to set instead; a field that does not apply here, set, is said to have no effect."""
         check_loss_type(self.loss_type)  # TRL itself fails on an unknown one only at the first loss
         if self.use_vllm:
-            # TRL's switch for its vLLM generation means our vLLM rollouts; TRL's own client must not start.
-            self.rollout_backend, self.use_vllm = "vllm", False
+            # TRL's switch for its vLLM generation means our vLLM rollouts. It keeps the value set (a script reading it
+            # back, the saved config): the trainer keeps TRL's own client from starting (grpo_seam.py).
+            self.rollout_backend = "vllm"
         refused = refusals(self)
         if refused:
             raise ValueError(

@@ -137,8 +137,8 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     ),
     # > Parameters that control generation acceleration powered by vLLM
     "use_vllm": honoured(
-        "selects the vLLM rollouts: `rollout_backend='vllm'` (TRL's own single-completion client is not started, so "
-        "it reads `False` afterwards)",
+        "selects the vLLM rollouts: `rollout_backend='vllm'`; it reads `True` afterwards and in the saved config, and "
+        "TRL's own single-completion client is not started",
         VLLM_SERVER,
     ),
     "vllm_mode": honoured("`'colocate'`: an engine in each process; `'server'`: `vllm serve` servers", VLLM_SERVER),

@@ -38,6 +38,7 @@ class GRPOSeam(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "trl-multiagent"]  # Trainer: tags added to the model, its card and its Hub pushes
     _loss_forwards: list | None = None  # the log-prob forwards of TRL's loss, recorded while `_trl_loss` runs
+    _generates_itself: bool = False  # a subclass whose rollouts replace TRL's generation sets True (see __init__)
 
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, **kwargs):
         if TRL_VERSION < Version("1.15.0"):
@@ -54,7 +55,8 @@ class GRPOSeam(GRPOTrainer):
                     "builds of torch lack it). Install TRL 1.16 (`pip install 'trl>=1.16,<1.17'`) or 1.14.2, or "
                     "Triton on a GPU machine."
                 )
-        super().__init__(model, reward_funcs, args, **kwargs)
+        with _trl_vllm_client_off(args if self._generates_itself else None):
+            super().__init__(model, reward_funcs, args, **kwargs)
 
     # ------------------------------------------------------------------------ hooks of TRL's loop, forwarded
     # Each hook keeps its upstream name and signature here and forwards to a private name of ours, whose default is the
@@ -292,3 +294,21 @@ class GRPOSeam(GRPOTrainer):
             total, count = gather(local).view(-1, 2).sum(dim=0).tolist()
             self._metrics[mode][name].append(total / count)
         self._pending_metrics.clear()
+
+
+# TRL GRPOTrainer.__init__ (1.14.2 to 1.16) copies `args.use_vllm` to `self.use_vllm` and, when it is True, starts its
+# own vLLM generation (`VLLMGeneration`: a colocated engine, or a client that connects to `trl vllm-serve`); its loop
+# reads `self.use_vllm` only after that. A trainer whose rollouts replace TRL's generation (the multi-agent trainer's
+# vLLM backend serves every role adapter) keeps that client from starting, while `args.use_vllm` keeps the value the
+# user set, for their script and the saved config.
+@contextmanager
+def _trl_vllm_client_off(args: GRPOConfig | None) -> Iterator[None]:
+    """While TRL's ``__init__`` runs, ``args.use_vllm`` reads False; the value set is restored after."""
+    if args is None or not args.use_vllm:
+        yield
+        return
+    args.use_vllm = False
+    try:
+        yield
+    finally:
+        args.use_vllm = True

@@ -36,6 +36,7 @@ from .validation import (
     planned_world,
     refuse,
     rows_for_checks,
+    stand_for_the_launch,
     validate_run,
 )
 
@@ -141,6 +142,7 @@ class RecipeParser(TrlParser):
         if not on:
             yield
             return
+        stand_for_the_launch()  # under the launcher itself: its processes and machines, and no process group
         planned = planned_launch_of_this_process()
         types = self.dataclass_types
         if planned is not None:

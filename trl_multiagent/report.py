@@ -169,7 +169,7 @@ def _picture(history: list[dict[str, Any]], workflow) -> str:
         try:
             path = plot_summary(history, str(Path(folder) / "summary.png"), judges=judges)
         except ImportError:
-            return _note("No picture: it needs matplotlib (pip install 'trl-multiagent[plots]').")
+            return _note("No picture: it needs matplotlib (pip install matplotlib).")
         if path is None:
             return _note("No workflow/... or role/<role>/... metric was logged: nothing to draw.")
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")

@@ -1,8 +1,9 @@
 """The grid on a SLURM cluster, through `submitit`: one job array of trainings, each evaluation a job that waits for
 the trainings it reads, and trainings that resume from their last checkpoint when SLURM preempts or times them out.
 
-Install with ``pip install 'trl-multiagent[slurm]'``. `recipes/grid.py --launcher slurm` builds the jobs; the jobs
-themselves (``CellTraining``, ``GridEvaluation``) are here, in the package, so that every node imports them.
+Install with ``pip install -e '.[slurm]'`` in the clone (or ``pip install submitit``). `recipes/grid.py --launcher
+slurm` builds the jobs; the jobs themselves (``CellTraining``, ``GridEvaluation``) are here, in the package, so that
+every node imports them.
 
 A training job runs one task per node (``srun``, which submitit writes into the job script); each task starts
 `accelerate launch` for its node, with the machine count, its rank and the address of the first node read from the
@@ -28,7 +29,7 @@ def require_submitit() -> Any:
         import submitit
     except ImportError as error:
         raise ImportError(
-            "The SLURM launcher needs submitit: pip install 'trl-multiagent[slurm]' (or pip install submitit)."
+            "The SLURM launcher needs submitit: pip install submitit (the clone's extra: pip install -e '.[slurm]')."
         ) from error
     return submitit
 

@@ -36,6 +36,7 @@ from .checkpoints.role_adapters import load_entropy_control, save_entropy_contro
 from .checkpoints.run import RunCheckpoints
 from .config import MultiAgentGRPOConfig
 from .grpo_seam import GRPOSeam
+from .model_flags import check_quantization
 from .model_names import resolve_model_name
 from .monitoring.adapter_check import AdapterCheck
 from .monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
@@ -87,6 +88,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             `get_reward` is a reward function of its own (rollout/environments.py).
     """
 
+    _generates_itself = True  # its rollout backend generates; TRL's vLLM client never starts (`use_vllm` kept)
+
     def __init__(
         self,
         model,
@@ -123,6 +126,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             unsupported=unsupported,
         )
         args = checked.args
+        check_quantization(quantization_config or (args.model_init_kwargs or {}).get("quantization_config"))
         self.workflow = workflow
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given

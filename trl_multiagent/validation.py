@@ -12,6 +12,9 @@ The launch is read from the environment the launcher gave the process. ``one_pro
 ``accelerate launch`` would, as one process: accelerate's own parsing of the launch flags and config file gives each
 process's environment (``seams.accelerate.planned_launch``), and ``LAUNCH_VARIABLE`` carries the planned number of
 processes and machines, which the parsed settings then count with (``planned_world``) without any process group.
+Under the launcher itself (``accelerate launch``, ``torchrun``, ``deepspeed``: ``WORLD_SIZE`` in each process's
+environment) each process checks the launch alone, as one standing for it (``stand_for_the_launch``): a process group
+would wait for every process, and TrainingArguments without a GPU count one process, not the launch's.
 """
 
 from __future__ import annotations
@@ -41,18 +44,23 @@ LAUNCHER_NAMES = {  # accelerate's launchers (seams/accelerate.py)
 STAND_IN_ROWS = 4  # rows a dataset check draws from an offline generator
 
 
+# What makes accelerate (and DeepSpeed) join this process to a process group of the launch's processes.
+PROCESS_GROUP_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+
+
 @dataclass(frozen=True)
 class PlannedLaunch:
-    """The launch a validation stands for, when it is not the launch this process runs in."""
+    """The launch a validation stands for: a planned one, or (``started``) the one that started this process."""
 
     processes: int  # over every machine
     machines: int
     launcher: str  # what would start the processes: "accelerate launch (DeepSpeed)", "torchrun", ...
+    started: bool = False  # the launcher started this process and every other: each checks the launch alone
 
     def environment(self) -> dict[str, str]:
         """The variable that makes a validation in this process stand for this launch."""
         planned = {"processes": self.processes, "machines": self.machines, "launcher": self.launcher}
-        return {LAUNCH_VARIABLE: json.dumps(planned)}
+        return {LAUNCH_VARIABLE: json.dumps({**planned, "started": self.started})}
 
 
 def one_process_launch(
@@ -81,7 +89,34 @@ def planned_launch_of_this_process() -> PlannedLaunch | None:
     if not value:
         return None
     planned = json.loads(value)
-    return PlannedLaunch(int(planned["processes"]), int(planned["machines"]), str(planned["launcher"]))
+    processes, machines, launcher = int(planned["processes"]), int(planned["machines"]), str(planned["launcher"])
+    return PlannedLaunch(processes, machines, launcher, started=bool(planned.get("started", False)))
+
+
+def stand_for_the_launch() -> None:
+    """In a process that a launcher started with others (``WORLD_SIZE`` in its environment), for a run that reads its
+    settings and exits (the ``SETTINGS_ONLY`` flags): from now on this process stands for the launch as
+    ``one_process_launch`` plans it (``LAUNCH_VARIABLE``: the launcher's processes and machines), and joins no process
+    group (``PROCESS_GROUP_VARIABLES`` removed: the others check the launch alone too, and nothing trains). ``RANK``
+    stays, so that the first process alone prints."""
+    if "WORLD_SIZE" not in os.environ:
+        return
+    if not os.environ.get(LAUNCH_VARIABLE):
+        processes = int(os.environ["WORLD_SIZE"])
+        per_machine = int(os.environ.get("LOCAL_WORLD_SIZE") or processes)
+        planned = PlannedLaunch(processes, max(processes // per_machine, 1), _launcher_of_this_process(), started=True)
+        os.environ.update(planned.environment())
+    for name in PROCESS_GROUP_VARIABLES:
+        os.environ.pop(name, None)
+
+
+def _launcher_of_this_process() -> str:
+    """What started this process, as its environment says: accelerate sets its own variables in every process."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return LAUNCHER_NAMES["deepspeed_launcher"]
+    if any(name.startswith("ACCELERATE_") for name in os.environ):
+        return LAUNCHER_NAMES["multi_gpu_launcher"]
+    return "torchrun"
 
 
 def planned_world(config_class: type, processes: int) -> type:
@@ -183,8 +218,9 @@ def summary(checked, workflow, *, model: str, peft_config: Any, dataset: RowsFor
         f"  rollouts  {args.rollout_backend} backend, {args.rollout_mode}"
         + ("; the next batch's during this step" if checked.rollout_ahead else ""),
         f"  run       {args.max_steps} steps, checkpoints every {args.save_steps} in {args.output_dir}",
-        "  left for training's start: the model's own checks (its weights, tokenizer and architecture), TRL's "
-        "checks of the loaded model, the rollout backend's construction (a vLLM engine or server)",
+        "  left for training's start: the model's own checks (its weights, tokenizer and architecture; a k-bit "
+        "quantization's GPU and bitsandbytes), TRL's checks of the loaded model, the rollout backend's construction "
+        "(a vLLM engine or server)",
     ]
     return "\n".join(line for line in lines if line is not None)
 
@@ -204,7 +240,11 @@ def launch_line(args, launch) -> str:
         "bf16" if args.bf16 else "fp16" if args.fp16 else "no"
     )
     device = "CPU" if args.use_cpu else "GPU (not checked here)"
-    started = f"; as {planned.launcher} would start it, checked in one process" if planned else ""
+    started = ""
+    if planned is not None and planned.started:
+        started = f"; as {planned.launcher} started it, each process checked alone"
+    elif planned is not None:
+        started = f"; as {planned.launcher} would start it, checked in one process"
     return (
         f"{engine}, {launch.num_processes} process(es) on {machines} machine(s), mixed precision {precision}, "
         f"{device}{started}"

@@ -129,18 +129,25 @@ def options(parser: argparse.ArgumentParser) -> list[str]:
 def _our_dataclass_flags(recipe: Path) -> list[str]:
     """The flags of the recipe's own argument dataclasses (TRL's, and MultiAgentGRPOConfig's fields, listed apart)."""
     from trl_multiagent.config import MultiAgentGRPOConfig
+    from trl_multiagent.workflows.options import WorkflowOptions
 
     spec = importlib.util.spec_from_file_location(f"_surface_{recipe.stem}", recipe)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # defines the recipe's dataclasses; its `__main__` block does not run
-    flags = set()
+    classes = []
     for node in ast.walk(ast.parse(recipe.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("RecipeParser", "TrlParser"):
-            for name in node.args[0].elts:
-                cls = getattr(module, name.id)
-                if cls is MultiAgentGRPOConfig or cls.__module__.startswith(("trl.", "transformers.")):
-                    continue
-                flags |= {f"--{f.name}" for f in dataclasses.fields(cls)}
+        if not isinstance(node, ast.Call):
+            continue
+        if getattr(node.func, "id", None) in ("RecipeParser", "TrlParser"):
+            classes += [getattr(module, name.id) for name in node.args[0].elts]
+        elif isinstance(node.func, ast.Attribute) and ast.unparse(node.func) == "RecipeRun.parse":
+            # RecipeRun's parser: TRL's dataclasses, the config, the built-in workflows' options and the recipe's own
+            classes += [WorkflowOptions, *(getattr(module, name.id) for name in node.args)]
+    flags = set()
+    for cls in classes:
+        if cls is MultiAgentGRPOConfig or cls.__module__.startswith(("trl.", "transformers.")):
+            continue
+        flags |= {f"--{f.name}" for f in dataclasses.fields(cls)}
     return sorted(flags)
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from harness import ROOT, run_offline
+from harness import ROOT, offline_env, run_offline
 
 from trl_multiagent.cli import main, shipped_file, train_command, vllm_serve_command
 
@@ -118,3 +118,20 @@ def test_commands_resolve_shipped_files_and_fail_with_the_choices():
     with pytest.raises(SystemExit, match="not both"):
         train_command(["eval_opt", "--workflow", "a.b:C"])
     assert main([]) == 2
+
+
+def test_eval_on_a_missing_run_folder_stops_with_one_line_naming_it(tmp_path):
+    missing = tmp_path / "runs" / "no-such-run"
+    done = subprocess.run(
+        [*cli(), "eval", "--run_dir", str(missing), "--task", "math", "--limit", "5"],
+        cwd=tmp_path,
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"evaluate: --run_dir {missing}: no such folder (a training run's --output_dir, or one of its checkpoint-N "
+        "folders)."
+    )

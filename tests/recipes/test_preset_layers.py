@@ -16,7 +16,8 @@ import yaml
 from presets import ON_CPU, recipe_call
 from trl import ModelConfig, ScriptArguments
 
-import trl_multiagent
+import trl_multiagent.evaluation
+import trl_multiagent.recipe_run
 from trl_multiagent import MultiAgentGRPOConfig
 from trl_multiagent.config import SettingsWarning
 from trl_multiagent.evaluation import EvalSettings
@@ -166,7 +167,7 @@ def test_one_line_says_which_layers_made_the_settings(tmp_path, capsys):
 def test_print_config_prints_each_setting_with_its_layer_and_trains_nothing(capsys):
     argv = ("--config", "toy", "--max_steps", "3", "--print-config")
     with pytest.raises(SystemExit) as stop:
-        recipe_call("eval_opt_math", *argv, stop_at=(trl_multiagent, "MultiAgentGRPOTrainer"))
+        recipe_call("eval_opt_math", *argv, stop_at=(trl_multiagent.recipe_run, "MultiAgentGRPOTrainer"))
     assert stop.value.code == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "# settings: library defaults + paper_math.yaml + toy.yaml + command line"

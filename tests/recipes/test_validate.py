@@ -4,11 +4,12 @@ flag's spelling, `--print-config` an alias."""
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 
 import pytest
-from harness import ROOT
+from harness import ROOT, run_offline
 from peft import LoraConfig
 from presets import ON_CPU
 from trl import ModelConfig, ScriptArguments
@@ -29,7 +30,8 @@ TRAINING = (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions)
 
 def validate(recipe: str, *argv: str, env: dict[str, str] | None = None, monkeypatch, capsys) -> tuple[int, str, str]:
     """Run ``recipes/<recipe>.py argv --validate`` here: its exit code, stdout and stderr."""
-    for name, value in (env or {}).items():
+    env = {LAUNCH_VARIABLE: "", **(env or {})}  # the launch the recipe plans for itself is undone after the test
+    for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(sys, "argv", [f"recipes/{recipe}.py", *argv, "--validate"])
     monkeypatch.chdir(ROOT)
@@ -83,6 +85,73 @@ def test_a_deepspeed_launch_is_validated_as_deepspeed(monkeypatch, capsys):
     assert "mini_batches" in out and "settings  library defaults + paper_math.yaml + command line" in out
     assert "DeepSpeed ZeRO-3, 8 process(es) on 1 machine(s), mixed precision bf16" in out
     assert "as accelerate launch (DeepSpeed) would start it" in out
+
+
+def started_by(accelerate_config: str, recipe: str, *, rank: int = 0) -> dict[str, str]:
+    """The environment of process ``rank`` that `accelerate launch --config_file accelerate_configs/<config>.yaml
+    recipes/<recipe>.py` itself starts on this machine: accelerate's variables, and torchrun's for the process."""
+    env = {name: value for name, value in launched(accelerate_config, recipe).items() if name != LAUNCH_VARIABLE}
+    processes = planned_launch_of_this_process_for(launched(accelerate_config, recipe)).processes
+    torchrun = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": processes, "LOCAL_WORLD_SIZE": processes}
+    return {**env, **{name: str(value) for name, value in torchrun.items()}}
+
+
+def planned_launch_of_this_process_for(env: dict[str, str]):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(LAUNCH_VARIABLE, env[LAUNCH_VARIABLE])
+        return planned_launch_of_this_process()
+
+
+@pytest.mark.parametrize(
+    "accelerate_config, engine",
+    [("multi_gpu", "DDP"), ("deepspeed_zero2", "DeepSpeed ZeRO-2"), ("deepspeed_zero3", "DeepSpeed ZeRO-3")],
+)
+def test_under_accelerate_launch_the_paper_preset_is_checked_with_the_launchs_processes(
+    accelerate_config, engine, monkeypatch, capsys
+):
+    """docs/quickstart.md's `accelerate launch --config_file accelerate_configs/multi_gpu.yaml recipes/voting_math.py
+    --output_dir runs/voting --policy_sharing shared --validate` on a machine without a GPU: each of the 8 processes
+    accelerate starts checks the 8-process launch (64 prompts a step: 8 per process), joins no process group (it
+    would wait for the others), and the first alone prints."""
+    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    argv = ("--output_dir", "runs/voting", "--policy_sharing", "shared")
+    env = started_by(accelerate_config, "voting_math")
+    assert env["WORLD_SIZE"] == "8" and env["LOCAL_RANK"] == "0"
+    code, out, err = validate("voting_math", *argv, env=env, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert f"{engine}, 8 process(es) on 1 machine(s), mixed precision bf16" in out
+    assert "512 episodes (8 per prompt) over 8 process(es)" in out
+    assert "started it, each process checked alone" in out
+    assert "WORLD_SIZE" not in os.environ and "LOCAL_RANK" not in os.environ  # no process group was joined
+    code, out, err = validate(
+        "voting_math",
+        *argv,
+        env=started_by(accelerate_config, "voting_math", rank=3),
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
+    assert (code, out) == (0, "") and "settings:" not in err  # another process: the same checks, nothing printed
+
+
+@pytest.mark.slow  # accelerate starts 8 processes on this CPU machine: about 90 s
+@pytest.mark.parametrize("accelerate_config, engine", [("multi_gpu", "DDP"), ("deepspeed_zero2", "DeepSpeed ZeRO-2")])
+def test_the_quickstarts_validation_command_checks_the_launch_as_given(accelerate_config, engine):
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    command += [f"accelerate_configs/{accelerate_config}.yaml", "recipes/voting_math.py"]
+    command += ["--output_dir", "runs/voting", "--policy_sharing", "shared", "--validate"]
+    done = run_offline(command, cwd=ROOT, env={"DS_ACCELERATOR": "cpu"})
+    assert done.stdout.count("validate: every check the trainer makes of these settings passed") == 1
+    assert f"{engine}, 8 process(es) on 1 machine(s)" in done.stdout
+    assert "512 episodes (8 per prompt) over 8 process(es)" in done.stdout
+
+
+def test_a_launch_dependent_refusal_holds_under_the_launch_itself(monkeypatch, capsys):
+    """rollout_ahead needs one training process: refused in each process of the 8 that accelerate starts."""
+    env = started_by("multi_gpu", "eval_opt_math")
+    code, _, err = validate(
+        "eval_opt_math", "--config", "toy", *AHEAD, env=env, monkeypatch=monkeypatch, capsys=capsys
+    )
+    assert code == 1 and "one training process (got 8)" in err
 
 
 def test_the_trainer_refuses_what_validation_refuses_before_loading_the_model(monkeypatch, capsys):

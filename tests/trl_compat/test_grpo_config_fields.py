@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import shutil
 import types
 from pathlib import Path
@@ -697,10 +698,38 @@ def test_use_vllm_in_server_mode_reaches_the_server_trl_names(
     trainer = tiny_trainer(
         tiny_model_dir, tmp_path, SingleAgent(), use_vllm=True, vllm_mode="server", vllm_server_timeout=17.0, **server
     )
-    assert (trainer.args.rollout_backend, trainer.args.use_vllm) == ("vllm", False)
+    assert (trainer.args.rollout_backend, trainer.args.use_vllm) == ("vllm", True)
     (built,) = recorded_backends
     assert built["args"][0] == [url] and built["timeout"] == 17.0
     assert type(trainer.rollout_backend).__name__ == "VLLMServerBackend"
+
+
+@pytest.mark.parametrize("mode", ["colocate", "server"])
+def test_use_vllm_reads_as_set_and_trls_own_vllm_client_never_starts(
+    tiny_model_dir, tmp_path, recorded_backends, monkeypatch, mode
+):
+    """`use_vllm=True` stays True on the config, after the trainer is built and in the saved settings, while the
+    rollouts stay ours: TRL's `VLLMGeneration` (its colocated engine or `trl vllm-serve` client) is never built."""
+    grpo_trainer = importlib.import_module("trl.trainer.grpo_trainer")
+    started = []
+    monkeypatch.setattr(grpo_trainer, "VLLMGeneration", lambda **kwargs: started.append(kwargs))
+    args = tiny_config(tmp_path, use_vllm=True, vllm_mode=mode)
+    assert args.use_vllm is True and args.rollout_backend == "vllm"
+    trainer = MultiAgentGRPOTrainer(
+        model=tiny_model_dir,
+        workflow=SingleAgent(),
+        reward_funcs=boxed_answer_reward,
+        args=args,
+        train_dataset=addition_dataset(),
+        peft_config=tiny_lora(),
+    )
+    assert started == [] and not hasattr(trainer, "vllm_generation")
+    assert trainer.args is args and args.use_vllm is True
+    assert len(recorded_backends) == 1  # our backend instead
+    assert json.loads(args.to_json_string())["use_vllm"] is True
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = torch.load(tmp_path / "saved" / "training_args.bin", weights_only=False)
+    assert (saved.use_vllm, saved.rollout_backend) == (True, "vllm")
 
 
 # --------------------------------------------------------------------------------------------------------- logging

@@ -118,6 +118,7 @@ def test_only_the_seam_names_a_trl_private_member():
 # The seam's own private names: the hooks the trainer overrides instead of TRL's, and what reaches TRL's state.
 SEAM_OWN = {
     "_loss_forwards",
+    "_generates_itself",
     "_flush_reward_function_logs",
     "_generate_and_score",
     "_micro_step_inputs",

@@ -138,7 +138,11 @@ def load_role_base(
 
     source = resolve_model_name(name)
     model = create_model_from_path(source, **model_init_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = AutoTokenizer.from_pretrained(  # at the model's revision, as TRL loads the trainer's tokenizer
+        source,
+        revision=model_init_kwargs.get("revision"),
+        trust_remote_code=bool(model_init_kwargs.get("trust_remote_code", False)),
+    )
     if tokenizer.pad_token is None:
         raise ValueError(f"The tokenizer of {name!r} has no pad token; set one in its tokenizer_config.json.")
     score_like_trainer(model)
@@ -210,6 +214,8 @@ class Bases:
         kwargs = {"trust_remote_code": args.trust_remote_code, **(args.model_init_kwargs or {})}
         if quantization_config is not None:
             kwargs["quantization_config"] = quantization_config
+            # quantized as it loads: on this process's GPU from the start, as TRL's k-bit device map placed models
+            kwargs["device_map"] = {"": device}
         kept = {k: v for k, v in (args.gradient_checkpointing_kwargs or {}).items() if k not in _LAYOUT_KEYS}
         extra = {
             name: load_role_base(

@@ -63,8 +63,8 @@ def model_card_section(config: dict[str, Any], metrics: dict[str, float], repo_i
     return f"""
 ## Multi-agent workflow
 
-Trained with trl-multiagent's `MultiAgentGRPOTrainer` (`pip install trl-multiagent`): every role of the workflow
-learned from one outcome reward, with GRPO over whole workflow episodes.
+Trained with trl-multiagent's `MultiAgentGRPOTrainer` (not on PyPI yet: `pip install -e .` in a clone of its
+repository): every role of the workflow learned from one outcome reward, with GRPO over whole workflow episodes.
 
 - Base model: `{config["base_model"]}`
 - Workflow: `{_workflow_call(config)}`

@@ -100,7 +100,7 @@ class EvalSettings:
     rollout_backend: str = config_field(
         "rollout_backend",
         help="'transformers', or 'vllm': one vLLM engine (base model + every role adapter as a LoRA) serves every "
-        "checkpoint's episodes; needs `pip install trl-multiagent[vllm]`.",
+        "checkpoint's episodes; needs vLLM (`pip install -e '.[vllm]'` in the clone).",
     )
     vllm_engine_kwargs: dict[str, Any] | str | None = field(
         default=None,

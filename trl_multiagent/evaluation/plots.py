@@ -20,7 +20,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError("Plots need matplotlib: pip install 'trl-multiagent[plots]'.") from e
+        raise ImportError("Plots need matplotlib: pip install matplotlib.") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

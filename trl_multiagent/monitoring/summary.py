@@ -135,7 +135,7 @@ class TrainingSummaryCallback(TrainerCallback):
         try:
             path = plot_summary(state.log_history, os.path.join(args.output_dir, PLOT_FILE), judges=self.judges)
         except ImportError:
-            logger.warning("No %s: the plot needs matplotlib (pip install 'trl-multiagent[plots]').", PLOT_FILE)
+            logger.warning("No %s: the plot needs matplotlib (pip install matplotlib).", PLOT_FILE)
             return
         if path:
             print(f"Saved {path}")
