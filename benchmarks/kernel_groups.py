@@ -1,0 +1,112 @@
+"""A torch.profiler run's kernel time, grouped by what the kernels do: GEMM (the base model's linear layers),
+attention, LM head, LoRA, elementwise (norms, activations, casts, copies: everything else) and host syncs (the host
+waiting for the device).
+
+Each operation's own device time (its kernels; on CPU its own host time) goes to one group, read from its name, its
+input shapes and the LoRA layer it ran in:
+
+- attention: SDPA, flash, efficient, cuDNN and flex attention, forward and backward, and the matrix products inside an
+  attention operation (the math backend);
+- LM head: a matrix product with the vocabulary as one dimension, and the kernels of TRL's log-probability
+  computation over its logits (selective log-softmax, entropy);
+- LoRA: a matrix product with the adapter rank as one dimension (A and B, forward and backward), and whatever ran
+  inside a LoRA layer's own code around them (the input casts, the scaling), marked by hooks on the adapters' modules;
+- GEMM: every other matrix product;
+- host syncs: the host time of the calls that wait for the device (``.item()``, ``.tolist()``, synchronize, copies to
+  the host), reported apart since it is host time, not kernel time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from torch.autograd import DeviceType
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm")
+ATTENTION = ("attention", "flash", "fmha", "flex", "sdpa", "scaled_dot_product")
+LM_HEAD_KERNELS = ("log_softmax", "logsumexp", "selective", "entropy", "logp")
+HOST_SYNCS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+HOST_SYNCS += ("cudaMemcpy", "aten::tolist", "cudaEventSynchronize")
+LORA_RANGE = "lora_layer"
+GROUPS = ("gemm", "attention", "lm_head", "lora", "elementwise")
+
+
+def lora_ranges(model: torch.nn.Module) -> list:
+    """Marks every LoRA layer's own work (its A and B products, input casts and scaling) with a profiler range, so
+    that the grouping tells it apart from the base layer it wraps. Returns the hooks' handles."""
+    from peft.tuners.lora import LoraLayer
+
+    handles, open_ranges = [], []
+
+    def enter(module, args):
+        open_ranges.append(torch.autograd.profiler.record_function(LORA_RANGE))
+        open_ranges[-1].__enter__()
+
+    def leave(module, args, output):
+        open_ranges.pop().__exit__(None, None, None)
+
+    def base_enter(module, args):  # the wrapped base layer's product is GEMM, not LoRA
+        open_ranges.append(torch.autograd.profiler.record_function("base_layer"))
+        open_ranges[-1].__enter__()
+
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave))
+            base = module.get_base_layer()
+            handles.append(base.register_forward_pre_hook(base_enter))
+            handles.append(base.register_forward_hook(leave))
+    return handles
+
+
+def grouped_seconds(profiler, *, vocab: int, lora_rank: int, on_device: bool) -> dict:
+    """Seconds of device time (CPU smoke: host time) per group, the host syncs' seconds and count, and the share of
+    each group in the total. On a GPU each kernel counts once, under the operation that launched it; kernels the
+    profiler could not tie to one are reported as ``unattributed_s``."""
+    seconds: dict[str, float] = defaultdict(float)
+    syncs, sync_s, kernels_s = 0, 0.0, 0.0
+    for event in profiler.events():
+        if event.device_type != DeviceType.CPU:
+            kernels_s += event.self_device_time_total / 1e6
+            continue
+        if any(name in event.name for name in HOST_SYNCS):
+            syncs += 1
+            sync_s += event.self_cpu_time_total / 1e6
+        own = event.self_device_time_total if on_device else event.self_cpu_time_total
+        if own <= 0 or (not on_device and event.name.startswith(("cuda", "ProfilerStep"))):
+            continue
+        seconds[group_of(event, vocab=vocab, lora_rank=lora_rank)] += own / 1e6
+    total = sum(seconds.values())
+    figures = {f"{group}_s": round(seconds.get(group, 0.0), 4) for group in GROUPS}
+    figures["total_s"] = round(total, 4)
+    figures["shares"] = {group: round(seconds.get(group, 0.0) / total, 4) if total else 0.0 for group in GROUPS}
+    if on_device:
+        figures["unattributed_s"] = round(max(kernels_s - total, 0.0), 4)
+    figures["host_syncs"] = syncs
+    figures["host_sync_s"] = round(sync_s, 4)
+    return figures
+
+
+def group_of(event, *, vocab: int, lora_rank: int) -> str:
+    """The group of one operation's own time: by its name and its kernels' names, the LoRA or base layer it ran
+    in (forward), or its shapes (backward, where no layer is marked)."""
+    name = " ".join([event.name, *(kernel.name for kernel in event.kernels)]).lower()
+    ancestors = []
+    parent = event.cpu_parent
+    while parent is not None:
+        ancestors.append(parent.name)
+        parent = parent.cpu_parent
+    if any(word in name for word in ATTENTION) or any("scaled_dot_product" in a for a in ancestors):
+        return "attention"
+    layer = next((a for a in ancestors if a in (LORA_RANGE, "base_layer")), None)
+    dims = {d for shape in (event.input_shapes or []) for d in (shape or [])}
+    if event.name in MATMULS or "gemm" in name or "nvjet" in name:
+        if vocab in dims:
+            return "lm_head"
+        if layer is not None:
+            return "lora" if layer == LORA_RANGE else "gemm"
+        return "lora" if lora_rank in dims else "gemm"
+    if any(word in name for word in LM_HEAD_KERNELS):
+        return "lm_head"
+    return "lora" if layer == LORA_RANGE else "elementwise"
