@@ -4,7 +4,9 @@ linear layers' and attention's FLOPs as executed, recompute under gradient check
 
 Hooks record every call of every ``nn.Linear`` (base, LoRA and LM head: ``2 x inputs x out_features`` FLOPs, as it
 ran, padding included), every attention module (its query width and the mask it was given) and the model's own
-forward (its ``input_ids`` and ``attention_mask``). A call made while the trainer runs backward is recompute. The
+forward (its ``input_ids`` and ``attention_mask``). TRL's fused LM head (``fused_lm_head=True``: the projection and
+log-softmax in tiles, never through the ``nn.Linear``) is counted from the positions it is handed, with its backward
+that recomputes each tile. A call made while the trainer runs backward is recompute. The
 backward's FLOPs are counted from the forward that built the graph: each linear call's input gradient when its input
 needed one and its weight gradient when its weight is trained (LoRA), attention twice its forward, as
 ``model_flops.py`` counts. Attention's FLOPs follow the mask that reached it:
@@ -55,6 +57,7 @@ class PhaseWork:
     backward_flops: float = 0.0  # of this phase's forwards, counted from the graph they built
     recompute_flops: float = 0.0  # forwards run again during backward (gradient checkpointing)
     recomputed_layers: int = 0
+    lm_head_positions: int = 0  # positions projected onto the vocabulary
 
     def executed_flops(self) -> float:
         return self.linear_flops + self.attention_flops + self.backward_flops + self.recompute_flops
@@ -70,6 +73,7 @@ class PhaseWork:
             "attention_masks": dict(self.masks),
             "attention_kernels": dict(self.kernels),
             "recomputed_layers": self.recomputed_layers,
+            "lm_head_positions": self.lm_head_positions,
             "executed_tflop": round(self.executed_flops() / 1e12, 4),
         }
 
@@ -90,6 +94,7 @@ class ExecutedWork:
         for module in self.base.modules():
             if isinstance(module, torch.nn.Linear):
                 self.handles.append(module.register_forward_hook(self._linear_called))
+        self._fused_head = self._count_fused_head()
         for name, module in self.base.named_modules():
             if name.endswith("self_attn"):
                 self.handles.append(module.register_forward_pre_hook(self._attention_called, with_kwargs=True))
@@ -101,6 +106,36 @@ class ExecutedWork:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+        if self._fused_head is not None:
+            module, original = self._fused_head
+            module._ChunkedLogProbFunction = original
+            self._fused_head = None
+
+    def _count_fused_head(self):
+        """Wrap TRL's fused LM head (its chunked log-prob function) so each call's positions are counted; returns
+        what to restore, or ``None`` where TRL has none."""
+        try:
+            from trl.trainer import utils as trl_utils
+
+            original = trl_utils._ChunkedLogProbFunction
+        except (ImportError, AttributeError):
+            return None
+        work_now = self._work
+
+        class CountedHead:
+            @staticmethod
+            def apply(hidden, weight, *args):
+                work, recompute = work_now()
+                if work is not None:
+                    flops = 2.0 * hidden.shape[0] * weight.shape[0] * weight.shape[1]
+                    work.lm_head_positions += hidden.shape[0]
+                    work.linear_flops += flops
+                    if torch.is_grad_enabled():  # its backward recomputes each tile, then the gradients
+                        work.backward_flops += flops * (1 + hidden.requires_grad + weight.requires_grad)
+                return original.apply(hidden, weight, *args)
+
+        trl_utils._ChunkedLogProbFunction = CountedHead
+        return trl_utils, original
 
     def lora_dtypes(self) -> list[str]:
         dtypes = {str(p.dtype).removeprefix("torch.") for n, p in self.base.named_parameters() if "lora_" in n}
@@ -147,6 +182,8 @@ class ExecutedWork:
             work.recompute_flops += flops
             return
         work.linear_flops += flops
+        if module.out_features == self.config.vocab_size:
+            work.lm_head_positions += x.numel() // x.shape[-1]
         if torch.is_grad_enabled():  # the graph's backward: input gradient if needed, weight gradient if trained
             work.backward_flops += flops * (x.requires_grad + module.weight.requires_grad)
 

@@ -11,12 +11,13 @@ from harness import ROOT
 from peft import LoraConfig, get_peft_model
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import Qwen3Config, Qwen3ForCausalLM
+from trl.trainer.utils import add_fused_lm_head
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from executed_work import ExecutedWork  # noqa: E402
 
 
-def tiny_lora_model(attention: str, rank: int = 4):
+def tiny_lora_model(attention: str, rank: int = 4, fused_head: bool = False):
     config = Qwen3Config(
         hidden_size=64,
         num_hidden_layers=2,
@@ -29,7 +30,10 @@ def tiny_lora_model(attention: str, rank: int = 4):
         attn_implementation=attention,
     )
     torch.manual_seed(0)
-    model = get_peft_model(Qwen3ForCausalLM(config), LoraConfig(r=rank, target_modules="all-linear"))
+    base = Qwen3ForCausalLM(config)
+    if fused_head:  # as TRL's GRPOTrainer does: log-probs in tiles, without the logits
+        add_fused_lm_head(base)
+    model = get_peft_model(base, LoraConfig(r=rank, target_modules="all-linear"))
     model.enable_input_require_grads()  # as TRL does under gradient checkpointing
     return model
 
@@ -47,19 +51,25 @@ class Phase:
         return self.name
 
 
-def loss_step(model, phase: Phase, input_ids, mask, keep: int) -> None:
+def loss_step(model, phase: Phase, input_ids, mask, keep: int, fused_head: bool) -> None:
     phase.name = "loss_forward"
-    logits = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep).logits
+    if fused_head:
+        labels = input_ids.masked_fill(mask == 0, -100)
+        labels[:, :-keep] = -100
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs.sum()
+    else:
+        loss = model(input_ids=input_ids, attention_mask=mask, logits_to_keep=keep).logits.float().sum()
     phase.name = "backward"
-    logits.float().sum().backward()
+    loss.backward()
     phase.name = None
 
 
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_executed_flops_equal_torchs_count_of_a_padded_step(checkpointing):
+@pytest.mark.parametrize("checkpointing, fused_head", [(False, False), (True, False), (True, True)])
+def test_executed_flops_equal_torchs_count_of_a_padded_step(checkpointing, fused_head):
     """Eager attention with padding multiplies full squares, as torch's counter counts them; with checkpointing the
-    layers run again during backward, and both counts include them."""
-    model = tiny_lora_model("eager")
+    layers run again during backward, and both counts include them; TRL's fused LM head recomputes its tiles in
+    backward, and both count that too."""
+    model = tiny_lora_model("eager", fused_head=fused_head)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -67,15 +77,21 @@ def test_executed_flops_equal_torchs_count_of_a_padded_step(checkpointing):
     work = ExecutedWork(model, phase)
     input_ids, mask = left_padded([9, 23, 16], model.config.vocab_size)
     with FlopCounterMode(display=False) as counted:
-        loss_step(model, phase, input_ids, mask, keep=7)
+        loss_step(model, phase, input_ids, mask, keep=7, fused_head=fused_head)
+    work.remove()
     loss = work.phases["loss_forward"]
-    assert loss.executed_flops() == pytest.approx(counted.get_total_flops(), rel=1e-9)
+    # The fused head's input gradient is an in-place ``addmm_``, which torch's counter has no entry for.
+    unseen = 2 * 3 * 22 * 64 * 320 if fused_head else 0
+    assert loss.executed_flops() == pytest.approx(counted.get_total_flops() + unseen, rel=1e-9)
     assert (loss.recomputed_layers > 0) == checkpointing
     assert loss.forwards == 1 and loss.widths == [(3, 23)]
     assert (loss.real_tokens, loss.padded_tokens) == (48, 3 * 23 - 48)
     assert loss.squared_lengths == 9**2 + 23**2 + 16**2
     assert dict(loss.masks) == {"dense 4-D mask": 2}
     assert work.lora_dtypes() == ["float32"]
+    # The LM head scores the last 7 positions of each row through the Linear; TRL's fused head on CPU scores every
+    # position but the last (only on Triton devices does it skip the positions without a label).
+    assert loss.lm_head_positions == (3 * 22 if fused_head else 3 * 7)
 
 
 def test_a_padded_forward_hands_sdpa_a_mask_and_an_unpadded_one_the_causal_kernel():
