@@ -71,7 +71,8 @@ DEFAULT_SECTIONS = ("peak", "training", "micro_batch", "decode", "vllm")
 # Seconds each section may take on an H100 at the default settings: the plan printed first. From G1's H200 record (a
 # warm step of 8 episodes: 80.6 s; decoding 16 calls: 130 ms a token) scaled to this plan's sizes (3 episodes, 64 new
 # tokens), with room for the first step's kernel compilation (about 40 s) and torch.compile's.
-BUDGET_S = {"start": 30, "peak": 5, "training": 170, "micro_batch": 45, "decode": 100, "vllm": 0, "recipes": 150}
+BUDGET_S = {"start": 30, "peak": 5, "training": 160, "micro_batch": 45, "decode": 120, "vllm": 0, "recipes": 150}
+BUDGET_S_PROFILE = 30  # a profiled micro-batch and two profiled decode calls, and reading the profiles
 BUDGET_S_WITH_VLLM = 120
 PLAN_LIMIT_S = 360
 
@@ -185,9 +186,12 @@ def source_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def plan(sections: list[str], smoke: bool) -> dict[str, int]:
+def plan(sections: list[str], smoke: bool, profile: bool) -> dict[str, int]:
     """Each section's budget in seconds on an H100 (the CPU smoke run has none), printed before anything runs."""
     budget = {name: BUDGET_S[name] for name in ("start", *sections)}
+    for name in ("micro_batch", "decode"):
+        if profile and name in budget:
+            budget[name] += BUDGET_S_PROFILE // 2
     if "vllm" in budget and importlib.util.find_spec("vllm") is not None:
         budget["vllm"] = BUDGET_S_WITH_VLLM
     total = sum(budget.values())
@@ -227,7 +231,7 @@ def main() -> int:
             "gpu_suite.py measures a Qwen3-1.7B-shaped run on a CUDA GPU and none is visible here. To run every "
             "section's code path at tiny size on CPU: `python benchmarks/gpu_suite.py --cpu-smoke`."
         )
-    budget = plan(sections, args.cpu_smoke)
+    budget = plan(sections, args.cpu_smoke, args.profile)
     device = torch.device("cpu" if args.cpu_smoke else "cuda")
     if args.cpu_smoke:
         torch.set_num_threads(1)

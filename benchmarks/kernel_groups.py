@@ -12,8 +12,8 @@ input shapes and the LoRA layer it ran in:
 - LoRA: a matrix product with the adapter rank as one dimension (A and B, forward and backward), and whatever ran
   inside a LoRA layer's own code around them (the input casts, the scaling), marked by hooks on the adapters' modules;
 - GEMM: every other matrix product;
-- host syncs: the host time of the calls that wait for the device (``.item()``, ``.tolist()``, synchronize, copies to
-  the host), reported apart since it is host time, not kernel time.
+- host syncs: the number and host time of the calls that wait for the device (the synchronizations a ``.item()``,
+  a ``.tolist()`` or a copy to the host ends in), reported apart since it is host time, not kernel time.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from torch.autograd import DeviceType
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm")
 ATTENTION = ("attention", "flash", "fmha", "flex", "sdpa", "scaled_dot_product")
 LM_HEAD_KERNELS = ("log_softmax", "logsumexp", "selective", "entropy", "logp")
-HOST_SYNCS = ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize")
-HOST_SYNCS += ("cudaMemcpy", "aten::tolist", "cudaEventSynchronize")
+# The calls in which the host waits for the device (a `.item()` or `.tolist()` of a GPU tensor ends in one); on CPU,
+# where nothing waits, the scalar reads that would wait on a GPU
+HOST_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+CPU_SYNCS = ("aten::_local_scalar_dense",)
 LORA_RANGE = "lora_layer"
 GROUPS = ("gemm", "attention", "lm_head", "lora", "elementwise")
 
@@ -70,7 +72,7 @@ def grouped_seconds(profiler, *, vocab: int, lora_rank: int, on_device: bool) ->
         if event.device_type != DeviceType.CPU:
             kernels_s += event.self_device_time_total / 1e6
             continue
-        if any(name in event.name for name in HOST_SYNCS):
+        if event.name in (HOST_SYNCS if on_device else CPU_SYNCS):
             syncs += 1
             sync_s += event.self_cpu_time_total / 1e6
         own = event.self_device_time_total if on_device else event.self_cpu_time_total
