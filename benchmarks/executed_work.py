@@ -90,6 +90,7 @@ class ExecutedWork:
         self.handles = []
         self._probe: KernelProbe | None = None
         self._first_attention = False
+        self._attention_inputs = None  # (mask, position ids, (rows, width), what attended_pairs made of them)
         self.handles.append(self.base.register_forward_pre_hook(self._model_called, with_kwargs=True))
         for module in self.base.modules():
             if isinstance(module, torch.nn.Linear):
@@ -171,6 +172,7 @@ class ExecutedWork:
         work.padded_tokens += rows * width - sum(lengths)
         work.squared_lengths += sum(n * n for n in lengths)
         self._first_attention = True
+        self._attention_inputs = None  # the last forward's mask can go
 
     def _linear_called(self, module, inputs, output):
         work, recompute = self._work()
@@ -193,8 +195,7 @@ class ExecutedWork:
             return
         kwargs = named(module, args, kwargs)
         rows, width = kwargs["hidden_states"].shape[:2]
-        mask = kwargs.get("attention_mask")
-        kind, pairs = attended_pairs(rows, width, mask, kwargs)
+        kind, pairs = self._attended(rows, width, kwargs)
         heads, head_dim = self.config.num_attention_heads, attention_head_dim(self.config)
         flops = 4.0 * pairs * heads * head_dim  # scores and weighted values, a multiply-add each
         if recompute:
@@ -209,6 +210,15 @@ class ExecutedWork:
             self._first_attention = False
             self._probe = KernelProbe()
             self._probe.__enter__()
+
+    def _attended(self, rows: int, width: int, kwargs: dict) -> tuple[str, float]:
+        """``attended_pairs``, read once per forward: every layer gets the same mask and positions, and reading a
+        packed row's lengths or a block mask's sparsity waits for the GPU."""
+        mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
+        seen = self._attention_inputs
+        if seen is None or seen[0] is not mask or seen[1] is not positions or seen[2] != (rows, width):
+            seen = self._attention_inputs = (mask, positions, (rows, width), attended_pairs(rows, width, mask, kwargs))
+        return seen[3]
 
     def _attention_done(self, module, args, output):
         if self._probe is None:
@@ -256,8 +266,8 @@ def attention_head_dim(config) -> int:
 
 def sample_lengths(rows: int, width: int, mask, positions) -> list[int]:
     """The length of each sample a forward holds: a row's unmasked tokens, or, in rows packed with several samples
-    (position ids restarting at 0), each run of positions."""
-    if positions is not None and rows * width and bool((positions[:, 1:] == 0).any()):
+    (no mask, position ids restarting at 0), each run of positions."""
+    if mask is None and positions is not None and rows * width and bool((positions[:, 1:] == 0).any()):
         lengths = []
         for row in positions.tolist():
             starts = [i for i, p in enumerate(row) if p == 0] + [len(row)]
