@@ -6,6 +6,9 @@ the fastest ways transformers decodes the same requests without adapters, altern
   ``torch.compile`` (the compiled graphs are counted, so a run that compiled nothing says so);
 - ``continuous``: transformers' continuous batching (``generate_batch``): no padding, a paged cache.
 
+And ``ours_base``: our backend with every request routed to the base model (adapters off), which tells the
+backend's own cost apart from the adapters' (not one of the three it is compared with).
+
 Every call generates exactly the same number of tokens (``min_new_tokens`` = ``max_new_tokens``), so the figure is
 tokens/s over the same work. The base model of the three is the same random model as ours, with the same weights.
 Reported: each one's tokens/s per round, median and spread; ours over the fastest (target >= 0.8); and the
@@ -31,6 +34,7 @@ from gpu_setup import Sizes, lora, paper_config, random_model, significant
 from transformers import CompileConfig, ContinuousBatchingConfig
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer
+from trl_multiagent.adapters.routing import BASE_MODEL
 from trl_multiagent.rollout.backends.base import GenerationRequest
 from trl_multiagent.rollout.backends.from_config import build_backend
 from trl_multiagent.rollout.padding import padded
@@ -67,6 +71,7 @@ def decode(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
         for i in range(half)
         for adapter in ("generator", "evaluator")  # the adapters alternate request by request
     ]
+    base_requests = [replace(r, adapter=BASE_MODEL) for r in requests]
     config = ours.config_for(requests[0].generation_kwargs)
     prompts = ours.prompt_ids_of(requests)
     input_ids, attention_mask = padded(prompts, tokenizer.pad_token_id, side="left")
@@ -99,6 +104,7 @@ def decode(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
 
     runs = {
         "ours": run_ours,
+        "ours_base": lambda: run_ours(base_requests),
         "plain": lambda: run_generate(config),
         "static_compiled": lambda: run_generate(static_config),
         "continuous": run_continuous,
@@ -121,7 +127,7 @@ def decode(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
             seconds, tokens[name] = timed(runs[name], sync)
             rates[name].append(tokens[name] / seconds)
     medians = {name: statistics.median(values) for name, values in rates.items()}
-    fastest = max((n for n in runs if n != "ours"), key=medians.get)
+    fastest = max((n for n in runs if not n.startswith("ours")), key=medians.get)
     short = [replace(r, generation_kwargs={"max_tokens": 4}) for r in requests]
     with DeviceOps() as ours_ops:
         run_ours(short)
@@ -140,6 +146,7 @@ def decode(sizes: Sizes, device: torch.device, profile_dir: Path | None = None, 
         "compile_backend": sizes.compile_backend,
         "fastest_other": fastest,
         "ours_over_fastest": round(ratio, 3),
+        "ours_base_over_fastest": round(medians["ours_base"] / medians[fastest], 3),
         "target": f">= {TARGET}",
         "met": ratio >= TARGET,
         "ops_per_call_of_4_tokens": {"ours": ours_ops.ops, "plain": plain_ops.ops},
