@@ -195,10 +195,12 @@ def plan(sections: list[str], smoke: bool, profile: bool) -> dict[str, int]:
     if "vllm" in budget and importlib.util.find_spec("vllm") is not None:
         budget["vllm"] = BUDGET_S_WITH_VLLM
     total = sum(budget.values())
-    print("== plan" + (" (CPU smoke: tiny sizes, no budget)" if smoke else f", on an H100 (limit {PLAN_LIMIT_S} s)"))
+    scale = "CPU smoke at tiny sizes; the budgets are an H100's at full size" if smoke else "on an H100"
+    print(f"== plan ({scale}; limit {PLAN_LIMIT_S} s)")
     for name, seconds in budget.items():
         print(f"  {name:<12} {seconds:>4} s")
-    print(f"  {'total':<12} {total:>4} s", flush=True)
+    over = f": over the limit by {total - PLAN_LIMIT_S} s" if total > PLAN_LIMIT_S else ""
+    print(f"  {'total':<12} {total:>4} s{over}", flush=True)
     return budget
 
 
