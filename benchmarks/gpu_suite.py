@@ -68,6 +68,7 @@ from gpu_vllm import vllm_section  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("peak", "training", "micro_batch", "decode", "vllm", "recipes")
 DEFAULT_SECTIONS = ("peak", "training", "micro_batch", "decode", "vllm")
+RENAMED = {"memory": "micro_batch"}  # the section's name in the G1 record's command
 # Seconds each section may take on an H100 at the default settings: the plan printed first. From G1's H200 record (a
 # warm step of 8 episodes: 80.6 s; decoding 16 calls: 130 ms a token) scaled to this plan's sizes (3 episodes, 64 new
 # tokens), with room for the first step's kernel compilation (about 40 s) and torch.compile's.
@@ -224,7 +225,7 @@ def main() -> int:
     if args.digest:
         print(source_digest())
         return 0
-    sections = [s for s in args.sections.split(",") if s]
+    sections = [RENAMED.get(s, s) for s in args.sections.split(",") if s]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
