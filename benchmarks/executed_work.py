@@ -58,6 +58,16 @@ class PhaseWork:
     recompute_flops: float = 0.0  # forwards run again during backward (gradient checkpointing)
     recomputed_layers: int = 0
     lm_head_positions: int = 0  # positions projected onto the vocabulary
+    padding_flops: float = 0.0  # linear layers' work (and its backward) on positions that hold no token
+    attention_beyond_causal_flops: float = 0.0  # attention (and its backward) beyond each sample's causal triangle
+
+    def waste(self) -> dict:
+        """Where this phase's executed FLOPs went beyond the samples' own work, in TFLOP (recompute counted once)."""
+        return {
+            "recompute": round(self.recompute_flops / 1e12, 4),
+            "padding_in_linear_layers": round(self.padding_flops / 1e12, 4),
+            "attention_beyond_causal": round(self.attention_beyond_causal_flops / 1e12, 4),
+        }
 
     def executed_flops(self) -> float:
         return self.linear_flops + self.attention_flops + self.backward_flops + self.recompute_flops
@@ -75,6 +85,7 @@ class PhaseWork:
             "recomputed_layers": self.recomputed_layers,
             "lm_head_positions": self.lm_head_positions,
             "executed_tflop": round(self.executed_flops() / 1e12, 4),
+            "waste_tflop": self.waste(),
         }
 
 
@@ -91,6 +102,7 @@ class ExecutedWork:
         self._probe: KernelProbe | None = None
         self._first_attention = False
         self._attention_inputs = None  # (mask, position ids, (rows, width), what attended_pairs made of them)
+        self._padded_share, self._causal_pairs = 0.0, 0.0  # of the forward running now
         self.handles.append(self.base.register_forward_pre_hook(self._model_called, with_kwargs=True))
         for module in self.base.modules():
             if isinstance(module, torch.nn.Linear):
@@ -171,6 +183,8 @@ class ExecutedWork:
         work.real_tokens += sum(lengths)
         work.padded_tokens += rows * width - sum(lengths)
         work.squared_lengths += sum(n * n for n in lengths)
+        self._padded_share = 1 - sum(lengths) / (rows * width) if rows * width else 0.0
+        self._causal_pairs = sum(n * (n + 1) / 2 for n in lengths)  # what each attention layer needs of this forward
         self._first_attention = True
         self._attention_inputs = None  # the last forward's mask can go
 
@@ -184,10 +198,12 @@ class ExecutedWork:
             work.recompute_flops += flops
             return
         work.linear_flops += flops
+        backward = flops * (x.requires_grad + module.weight.requires_grad) if torch.is_grad_enabled() else 0.0
+        work.backward_flops += backward  # the graph's: input gradient if needed, weight gradient if trained
         if module.out_features == self.config.vocab_size:
             work.lm_head_positions += x.numel() // x.shape[-1]
-        if torch.is_grad_enabled():  # the graph's backward: input gradient if needed, weight gradient if trained
-            work.backward_flops += flops * (x.requires_grad + module.weight.requires_grad)
+        else:  # the LM head's positions are chosen (completion tokens), the layers' include the padding
+            work.padding_flops += (flops + backward) * self._padded_share
 
     def _attention_called(self, module, args, kwargs):
         work, recompute = self._work()
@@ -204,8 +220,10 @@ class ExecutedWork:
             return
         work.masks[kind] += 1
         work.attention_flops += flops
-        if torch.is_grad_enabled():
-            work.backward_flops += 2 * flops
+        backward = 2 * flops if torch.is_grad_enabled() else 0.0
+        work.backward_flops += backward
+        needed = 4.0 * self._causal_pairs * heads * head_dim
+        work.attention_beyond_causal_flops += max(flops - needed, 0.0) * (3 if backward else 1)  # with its backward
         if self._first_attention:  # read the kernel in each forward's first attention layer
             self._first_attention = False
             self._probe = KernelProbe()

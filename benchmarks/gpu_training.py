@@ -127,6 +127,14 @@ def step_figures(step: dict, shape: DecoderShape, sizes: Sizes, peaks: dict) -> 
     figures["model_tflop"] = significant(model_flops / 1e12)
     executed = sum(w.executed_flops() for w in work.values())
     utilisation(figures, model_flops=model_flops, executed_flops=executed, seconds=training_s, peaks=peaks)
+    # Where the executed FLOPs beyond the model's went: the log-prob forward before the update, recompute, padding,
+    # attention beyond each sample's causal triangle (TFLOP; one FLOP can sit in two of these, e.g. recomputed padding)
+    extra = work["logps_before_update"].executed_flops() if "logps_before_update" in work else 0.0
+    waste = {"extra_forwards": extra / 1e12}
+    for phase_work in work.values():
+        for kind, tflop in phase_work.waste().items():
+            waste[kind] = waste.get(kind, 0.0) + tflop
+    figures["waste_tflop"] = {kind: round(tflop, 4) for kind, tflop in waste.items()}
     figures["phases"] = {phase: w.figures() for phase, w in work.items()}
     return figures
 

@@ -53,11 +53,9 @@ def vllm_section(sizes: Sizes, device: torch.device, **_) -> dict:
     length = sizes.decode_tokens
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     began = time.perf_counter()
-    engine = (
-        dict(dtype="float32", enforce_eager=True)
-        if device.type == "cpu"
-        else dict(dtype="bfloat16", gpu_memory_utilization=0.5)
-    )
+    engine = dict(dtype="float32", enforce_eager=True)  # vLLM on CPU
+    if device.type == "cuda":  # half the card (our transformers backend's model shares it), every sequence at once
+        engine = dict(dtype="bfloat16", gpu_memory_utilization=0.5, max_num_seqs=max(sizes.vllm_concurrency))
     sampling = dict(max_tokens=length, min_tokens=length, temperature=0.7)
     vllm = VLLMBackend(folder.name, tokenizer, ADAPTERS, sizes.lora_rank, sampling, [eos], seed=0, **engine)
     figures = {"engine_start_s": round(time.perf_counter() - began, 2)}

@@ -110,6 +110,11 @@ def test_a_padded_forward_hands_sdpa_a_mask_and_an_unpadded_one_the_causal_kerne
     square, triangle = 2 * 12 * 12, 2 * 12 * 13 / 2
     heads, head_dim = 4, 32
     assert before.attention_flops == 2 * 4 * (square + triangle) * heads * head_dim  # 2 layers x 4 FLOPs a pair
+    # The padded forward's square holds a triangle for each of its samples (5 and 12 tokens); the rest is waste.
+    beyond = 2 * 4 * (square - (5 * 6 / 2 + 12 * 13 / 2)) * heads * head_dim
+    assert before.attention_beyond_causal_flops == beyond
+    lm_head = 2 * 24 * 2 * 64 * 320  # every position of both forwards, no logits_to_keep
+    assert before.padding_flops == pytest.approx((before.linear_flops - lm_head) / 2 * 7 / 24)
 
 
 def test_rows_packed_with_several_samples_count_each_samples_triangle():
