@@ -128,7 +128,7 @@ def step_figures(step: dict, shape: DecoderShape, sizes: Sizes, peaks: dict) -> 
     executed = sum(w.executed_flops() for w in work.values())
     utilisation(figures, model_flops=model_flops, executed_flops=executed, seconds=training_s, peaks=peaks)
     # Where the executed FLOPs beyond the model's went: the log-prob forward before the update, recompute, padding,
-    # attention beyond each sample's causal triangle (TFLOP; one FLOP can sit in two of these, e.g. recomputed padding)
+    # attention beyond each sample's causal triangle (TFLOP; the extra forward's padding sits in two of these)
     extra = work["logps_before_update"].executed_flops() if "logps_before_update" in work else 0.0
     waste = {"extra_forwards": extra / 1e12}
     for phase_work in work.values():
