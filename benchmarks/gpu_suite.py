@@ -278,6 +278,8 @@ def main() -> int:
             figures = {"error": traceback.format_exc()[-3000:]}
             failed.append(name)
             print(figures["error"], file=sys.stderr, flush=True)
+        if "failed_paths" in figures:  # the section ran, without these parts: the run says so and exits 1
+            failed.append(f"{name} ({', '.join(figures['failed_paths'])})")
         figures["section_s"] = round(time.perf_counter() - began, 1)
         if not args.cpu_smoke:
             figures["budget_s"] = budget[name]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 
 import pytest
-from harness import ROOT, run_offline
+from harness import ROOT, offline_env, run_offline
 
 
 @pytest.mark.slow
@@ -65,3 +66,18 @@ def test_every_section_runs_and_writes_its_figures(tmp_path):
         assert sections["vllm"] == {"skipped": "vLLM is not installed", "section_s": sections["vllm"]["section_s"]}
     else:
         assert set(sections["vllm"]["vllm_over_transformers"]) == {"4", "8"}
+
+
+@pytest.mark.slow
+def test_a_decode_path_that_cannot_run_is_reported_and_the_others_measured(tmp_path):
+    command = [sys.executable, "gpu_suite.py", "--cpu-smoke", "--sections", "decode", "--results-dir", str(tmp_path)]
+    command += ["--compile-backend", "no_such_backend"]
+    folder = ROOT / "benchmarks"
+    done = subprocess.run(command, cwd=folder, env=offline_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1
+    assert "failed: ['decode (static_compiled)']" in done.stdout
+    (results,) = tmp_path.glob("gpu_suite-*.json")
+    decode = json.loads(results.read_text())["sections"]["decode"]
+    assert "no_such_backend" in decode["failed_paths"]["static_compiled"]
+    assert set(decode["tokens_per_s_median"]) == {"ours", "ours_base", "plain", "continuous"}
+    assert decode["ours_over_fastest"] > 0
