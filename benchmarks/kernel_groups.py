@@ -18,7 +18,8 @@ input shapes and the LoRA layer it ran in:
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from types import SimpleNamespace
 
 import torch
 from torch.autograd import DeviceType
@@ -64,13 +65,16 @@ def lora_ranges(model: torch.nn.Module) -> list:
 
 def grouped_seconds(profiler, *, vocab: int, lora_rank: int, on_device: bool) -> dict:
     """Seconds of device time (CPU smoke: host time) per group, the host syncs' seconds and count, and the share of
-    each group in the total. On a GPU each kernel counts once, under the operation that launched it; kernels the
-    profiler could not tie to one are reported as ``unattributed_s``."""
+    each group in the total. On a GPU each kernel counts once, under the operation that launched it. Kernels the
+    profiler tied to no operation (launched from Python, as Triton's are, outside any) are grouped by their own
+    names alone, and reported apart as ``unattributed_s``: by name, LoRA's products cannot be told from the base's."""
     seconds: dict[str, float] = defaultdict(float)
-    syncs, sync_s, kernels_s = 0, 0.0, 0.0
+    syncs, sync_s = 0, 0.0
+    launched: Counter = Counter()  # kernel name -> microseconds, as device events
+    attributed: Counter = Counter()  # the same, as the kernels of the operations that launched them
     for event in profiler.events():
         if event.device_type != DeviceType.CPU:
-            kernels_s += event.self_device_time_total / 1e6
+            launched[event.name] += event.self_device_time_total
             continue
         if event.name in (HOST_SYNCS if on_device else CPU_SYNCS):
             syncs += 1
@@ -78,16 +82,30 @@ def grouped_seconds(profiler, *, vocab: int, lora_rank: int, on_device: bool) ->
         own = event.self_device_time_total if on_device else event.self_cpu_time_total
         if own <= 0 or (not on_device and event.name.startswith(("cuda", "ProfilerStep"))):
             continue
+        attributed.update({kernel.name: kernel.duration for kernel in event.kernels})
         seconds[group_of(event, vocab=vocab, lora_rank=lora_rank)] += own / 1e6
     total = sum(seconds.values())
-    figures = {f"{group}_s": round(seconds.get(group, 0.0), 4) for group in GROUPS}
-    figures["total_s"] = round(total, 4)
+    figures = {f"{group}_s": significant(seconds.get(group, 0.0)) for group in GROUPS}
+    figures["total_s"] = significant(total)
     figures["shares"] = {group: round(seconds.get(group, 0.0) / total, 4) if total else 0.0 for group in GROUPS}
     if on_device:
-        figures["unattributed_s"] = round(max(kernels_s - total, 0.0), 4)
+        orphans: dict[str, float] = defaultdict(float)
+        for name, microseconds in (launched - attributed).items():
+            orphans[group_of_kernel(name, vocab=vocab)] += microseconds / 1e6
+        figures["unattributed_s"] = {group: significant(value) for group, value in sorted(orphans.items())}
     figures["host_syncs"] = syncs
-    figures["host_sync_s"] = round(sync_s, 4)
+    figures["host_sync_s"] = significant(sync_s)
     return figures
+
+
+def group_of_kernel(name: str, *, vocab: int) -> str:
+    """The group of a kernel known by its name only."""
+    event = SimpleNamespace(name=name, kernels=[], cpu_parent=None, input_shapes=[])
+    return group_of(event, vocab=vocab, lora_rank=-1)
+
+
+def significant(value: float) -> float:
+    return float(f"{value:.4g}")
 
 
 def group_of(event, *, vocab: int, lora_rank: int) -> str:
