@@ -62,7 +62,6 @@ def test_each_entry_says_why_and_each_honoured_field_names_a_test_that_exists():
 
 # A value of each refused or inapplicable field that would change something
 REFUSED_VALUES = {
-    "pad_to_multiple_of": 64,
     "vllm_enable_sleep_mode": True,
     "vllm_structured_outputs_regex": r"\d+",
     "vllm_tensor_parallel_size": 2,
