@@ -51,7 +51,8 @@ from .training.episode_samples import episode_samples
 from .training.forwards import Forwards, old_logps_after_first
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
-from .training.mini_batches import micro_steps, mini_batch_plan
+from .training.mini_batches import micro_steps, mini_batch_plan, padded_tokens
+from .training.recompute import ActivationShape, recompute_off, recomputes, tokens_that_fit
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
 from .training.row_layout import LaidOut, layout_for
 from .workflows.base import Workflow
@@ -413,13 +414,17 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         keys = self.adapter_routing.forward_keys(batch.adapters)
         return self._forwards(mode).routed_logps(batch, adapters, keys=keys, forward=forward)
 
-    def _forwards(self, mode: str) -> Forwards:
-        """How this run's forwards are bounded and laid out (training/forwards.py), as the trainer is now."""
+    def _forwards(self, mode: str, *, backward: bool = False) -> Forwards:
+        """How this run's forwards are bounded and laid out (training/forwards.py), as the trainer is now; those with
+        a ``backward`` hold at most the tokens whose activations fit `activation_memory_gb`, where set."""
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         several = self.accelerator.num_processes > 1
+        max_tokens, fit = self.args.max_tokens_per_micro_batch, self._tokens_that_fit() if backward else None
+        if fit is not None:
+            max_tokens = fit if max_tokens is None else min(max_tokens, fit)
         return Forwards(
             max_samples=size,
-            max_tokens=self.args.max_tokens_per_micro_batch,
+            max_tokens=max_tokens,
             layout=self._forward_layout(),
             loss_type=self.loss_type,
             pad_token_id=self._text_tokenizer.pad_token_id,
@@ -483,7 +488,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
         """One micro-step's memory-bounded loss forwards, alike on every process (training/forwards.py)."""
-        return self._forwards("train").loss_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
+        forwards = self._forwards("train", backward=True)
+        return forwards.loss_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
         return self._forwards("eval").evaluation_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
@@ -498,11 +504,33 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
                 context = self._accumulating(model)
             else:
                 context = gradients_synced(self.accelerator) if engine_steps else nullcontext()
-            with context:
+            with context, self._recompute(part):
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         if engine_steps or (self.is_deepspeed_enabled and self.accelerator.sync_gradients):  # the engine stepped
             clear_zero3_gradients(model)
         return loss
+
+    def _recompute(self, part: TrainingBatch):
+        """Gradient checkpointing off for this forward where its activations fit `activation_memory_gb`
+        (training/recompute.py); as set otherwise."""
+        fit = self._tokens_that_fit()
+        tokens = padded_tokens(part, packed=self._forward_layout() == "packed")
+        if recomputes(tokens, fit=fit, gradient_checkpointing=self.model.is_gradient_checkpointing):
+            return nullcontext()
+        return recompute_off(self.installed_adapters.models.values(), self.args.gradient_checkpointing_kwargs)
+
+    def _tokens_that_fit(self) -> int | None:
+        """The most tokens a training forward holds for its activations to fit `activation_memory_gb`."""
+        if self.args.activation_memory_gb is None:
+            return None
+        lora = next(p for n, p in self.model.named_parameters() if "lora_A" in n)
+        shape = ActivationShape.of(
+            self.model.config,
+            lora_rank=max(config.r for config in self.model.peft_config.values()),
+            compute_bytes=2 if self.args.bf16 or self.args.fp16 else 4,
+            lora_bytes=lora.element_size(),
+        )
+        return tokens_that_fit(self.args.activation_memory_gb, shape)
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
@@ -573,6 +601,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # unchanged. Packed rows are routed row by row, as long as the forward lasts (its backward included).
         layout, row_of = self._forward_layout(), None
         router, names = self._routed_samples or (None, None)
+        self._routed_samples = None  # said for this forward only
         if layout == "packed" and names is not None and len(names) == len(input_ids):
             by_row = list(dict.fromkeys(names))
             row_of = [by_row.index(name) for name in names]
