@@ -65,8 +65,10 @@ ATTENTIONS = ("sdpa", "flex_attention", "flash_attention_2")
 
 @dataclass
 class Tally:
-    """What a step's forwards execute."""
+    """What a step's forwards execute, at ``shape`` with LoRA adapters of ``lora_rank``."""
 
+    shape: DecoderShape = SHAPE
+    lora_rank: int = 64
     forwards: int = 0
     recomputed: int = 0
     masked: int = 0  # forwards where a mask reached attention
@@ -75,17 +77,17 @@ class Tally:
     widths: list[int] = field(default_factory=list)
 
     def add(self, *, rows: int, width: int, pairs: float, scored: int, masked: bool, backward: bool, recompute: bool):
-        held = rows * width
-        layers = SHAPE.layers * (
-            2 * held * (SHAPE.layer_params() + SHAPE.lora_params(args.lora_rank))
-            + 4 * pairs * SHAPE.heads * SHAPE.head_dim
-        )
-        head = 2 * scored * SHAPE.hidden * SHAPE.vocab
+        """One forward of ``rows`` x ``width`` tokens, attention on ``pairs`` (query, key) pairs, ``scored``
+        completion tokens through the LM head; ``backward``: and its backward, ``recompute``: its layers twice."""
+        shape, held = self.shape, rows * width
+        attention = 4 * pairs * shape.heads * shape.head_dim  # scores and weighted values
+        layers = shape.layers * (2 * held * (shape.layer_params() + shape.lora_params(self.lora_rank)) + attention)
+        head = 2 * scored * shape.hidden * shape.vocab
         flops = layers + head
-        if backward:
-            base = 2 * held * SHAPE.layer_params()
-            lora = 4 * held * SHAPE.lora_params(args.lora_rank)
-            flops += SHAPE.layers * (base + lora + 8 * pairs * SHAPE.heads * SHAPE.head_dim) + head
+        if backward:  # the frozen base: input gradients only; LoRA: both; attention: twice its forward
+            base = 2 * held * shape.layer_params()
+            lora = 4 * held * shape.lora_params(self.lora_rank)
+            flops += shape.layers * (base + lora + 2 * attention) + head
             flops += layers if recompute else 0.0
         self.forwards += 1
         self.recomputed += int(backward and recompute)
@@ -118,8 +120,18 @@ def flex_pairs(lengths: list[int]) -> float:
     return len(blocks) * FLEX_BLOCK * FLEX_BLOCK
 
 
-def add_forward(tally: Tally, part, *, version: str, attention: str, backward: bool, fit: int | None) -> None:
-    """One forward of ``part`` (samples of one adapter), as the model receives it."""
+def add_forward(
+    tally: Tally,
+    part,
+    *,
+    version: str,
+    attention: str,
+    backward: bool,
+    fit: int | None,
+    pad_to_multiple_of: int | None = None,
+) -> None:
+    """One forward of ``part`` (samples of one adapter), as the model receives it: ``version`` "before" (commit
+    ea897ce) or "after"; ``fit``: the most tokens a forward holds without recompute (None: every forward)."""
     input_ids, attention_mask, completion_width = part.model_inputs()
     scored = int(part.completion_mask.sum())
     own = attention_mask.sum(dim=1).tolist()
@@ -127,7 +139,9 @@ def add_forward(tally: Tally, part, *, version: str, attention: str, backward: b
         width = max(max(own), completion_width + 1)
         masked = any(n < width for n in own)
         pairs = len(own) * (width * width if masked else causal(width))
-        tally.add(rows=len(own), width=width, pairs=pairs, scored=scored, masked=masked, backward=backward, recompute=True)
+        tally.add(
+            rows=len(own), width=width, pairs=pairs, scored=scored, masked=masked, backward=backward, recompute=True
+        )
         return
     layout = layout_for(attention)
     laid = LaidOut.of(
@@ -135,7 +149,7 @@ def add_forward(tally: Tally, part, *, version: str, attention: str, backward: b
         attention_mask,
         completion_width,
         layout=layout,
-        pad_to_multiple_of=args.pad_to_multiple_of,
+        pad_to_multiple_of=pad_to_multiple_of,
         row_of=[0] * len(own),  # the trainer's forwards hold one adapter's samples: one packed row
     )
     rows, width = laid.input_ids.shape
@@ -151,9 +165,10 @@ def add_forward(tally: Tally, part, *, version: str, attention: str, backward: b
     tally.add(rows=rows, width=width, pairs=pairs, scored=scored, masked=False, backward=backward, recompute=recompute)
 
 
-def count_step(batch, *, schedule: str, version: str, attention: str) -> tuple[Tally, Tally]:
+def count_step(batch, args, *, schedule: str, version: str, attention: str) -> tuple[Tally, Tally]:
     """The log-prob forwards before the update and the loss forwards of one training step of ``batch``."""
-    logps, loss = Tally(), Tally()
+    logps, loss = Tally(lora_rank=args.lora_rank), Tally(lora_rank=args.lora_rank)
+    padding = dict(pad_to_multiple_of=args.pad_to_multiple_of)
     layout = "rows" if version == "before" else layout_for(attention)
     fit = args.fit if version == "after" else None
 
@@ -172,7 +187,7 @@ def count_step(batch, *, schedule: str, version: str, attention: str) -> tuple[T
 
     def logp_forwards(part) -> torch.Tensor:
         def forward(rows, adapters):
-            add_forward(logps, rows, version=version, attention=attention, backward=False, fit=fit)
+            add_forward(logps, rows, version=version, attention=attention, backward=False, fit=fit, **padding)
             return torch.zeros(rows.completion_mask.shape)
 
         return forwards(args.max_tokens).routed_logps(part, part.adapters, keys=part.adapters, forward=forward)
@@ -201,17 +216,17 @@ def count_step(batch, *, schedule: str, version: str, attention: str) -> tuple[T
     for step in steps:
         ready = loss_ready(step, args.loss_type)
         for part in forwards(loss_bound).loss_forwards(ready, keys=ready.adapters):
-            add_forward(loss, part, version=version, attention=attention, backward=True, fit=fit)
+            add_forward(loss, part, version=version, attention=attention, backward=True, fit=fit, **padding)
     return logps, loss
 
 
-def model_flops(batch) -> float:
+def model_flops(batch, *, lora_rank: int, shape: DecoderShape = SHAPE) -> float:
     """Each sample trained once: its forward and backward (benchmarks/model_flops.py)."""
     prompts, completions = batch.lengths()
     total = 0.0
     for p, c in zip(prompts, completions):
-        sample = dict(tokens=p + c, completion=c, lora_rank=args.lora_rank)
-        total += forward_flops(SHAPE, **sample) + backward_flops(SHAPE, **sample)
+        sample = dict(tokens=p + c, completion=c, lora_rank=lora_rank)
+        total += forward_flops(shape, **sample) + backward_flops(shape, **sample)
     return total
 
 
@@ -242,6 +257,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    args = parse_args()
     episodes = args.problems * args.episodes_per_problem
     plans = eval_opt_call_lengths(episodes, seed=args.seed)
     calls = [call for plan in plans for call in plan]
@@ -258,10 +274,10 @@ def main() -> None:
     for schedule in ("merged", "mini_batches"):
         for policy in ("isolated", "shared"):
             batch = batch_of_lengths(plans, shared=policy == "shared")
-            needed = model_flops(batch)
+            needed = model_flops(batch, lora_rank=args.lora_rank)
             ratios = {}
             for version, attention in [("before", "sdpa"), *(("after", a) for a in ATTENTIONS)]:
-                logps, loss = count_step(batch, schedule=schedule, version=version, attention=attention)
+                logps, loss = count_step(batch, args, schedule=schedule, version=version, attention=attention)
                 ratio = (logps.executed + loss.executed) / needed
                 ratios[version, attention] = ratio
                 print(
@@ -283,5 +299,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    args = parse_args()
     main()
