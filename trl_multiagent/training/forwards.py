@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..adapters.routing import BASE_MODEL
 from .batch import TrainingBatch
 from .even_forwards import MostOverProcesses, even_forwards
 from .mini_batches import bounded_logps, split_for_memory
@@ -77,14 +76,14 @@ class Forwards:
         same_order = stand_in = None
         if self.alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
             own = batch.adapters
-            reference = adapters[0] == BASE_MODEL  # the base model, or each sample's own adapter
+            base = adapters[0] not in own  # through the base model (no adapter), or each sample's own adapter
 
             def same_order(groups: list[list[int]]) -> list:
                 return self.alignment.same_order(groups, lambda rows: own[rows[0]], batch.prompt_ids.device)
 
             def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
                 stand = self.alignment.stand_in(batch, adapter, self.pad_token_id)
-                return stand, [BASE_MODEL if reference else adapter]
+                return stand, [adapters[0] if base else adapter]
 
         return bounded_logps(
             batch,
