@@ -74,6 +74,7 @@ class Tally:
     masked: int = 0  # forwards where a mask reached attention
     held: int = 0  # tokens the forwards hold, padding included
     executed: float = 0.0
+    recomputation: float = 0.0  # of which the decoder layers run again in backward
     widths: list[int] = field(default_factory=list)
 
     def add(self, *, rows: int, width: int, pairs: float, scored: int, masked: bool, backward: bool, recompute: bool):
@@ -89,6 +90,7 @@ class Tally:
             lora = 4 * held * shape.lora_params(self.lora_rank)
             flops += shape.layers * (base + lora + 2 * attention) + head
             flops += layers if recompute else 0.0
+            self.recomputation += layers if recompute else 0.0
         self.forwards += 1
         self.recomputed += int(backward and recompute)
         self.masked += int(masked)
@@ -268,7 +270,7 @@ def main() -> None:
     )
     print(
         f"{'schedule':<13}{'policy':<10}{'version':<8}{'attention':<19}{'loss fwd':>9}{'recomp':>7}{'masked':>7}"
-        f"{'logp fwd':>9}{'widest':>8}{'executed/model':>16}"
+        f"{'logp fwd':>9}{'widest':>8}{'executed/model':>16}{'logp/model':>12}{'recompute/model':>17}"
     )
     result, rows = 0.0, []
     for schedule in ("merged", "mini_batches"):
@@ -283,7 +285,7 @@ def main() -> None:
                 print(
                     f"{schedule:<13}{policy:<10}{version:<8}{attention:<19}{loss.forwards:>9}{loss.recomputed:>7}"
                     f"{loss.masked + logps.masked:>7}{logps.forwards:>9}{max(loss.widths + logps.widths):>8}"
-                    f"{ratio:>16.3f}"
+                    f"{ratio:>16.3f}{logps.executed / needed:>12.3f}{loss.recomputation / needed:>17.3f}"
                 )
             before, after = ratios["before", "sdpa"], ratios["after", "sdpa"]
             flex, flash = ratios["after", "flex_attention"], ratios["after", "flash_attention_2"]
