@@ -514,6 +514,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         """Gradient checkpointing off for this forward where its activations fit `activation_memory_gb`
         (training/recompute.py); as set otherwise."""
         fit = self._tokens_that_fit()
+        if fit is None:  # `gradient_checkpointing` as TRL applies it, to every forward
+            return nullcontext()
         tokens = padded_tokens(part, packed=self._forward_layout() == "packed")
         if recomputes(tokens, fit=fit, gradient_checkpointing=self.model.is_gradient_checkpointing):
             return nullcontext()
