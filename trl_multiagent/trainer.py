@@ -51,10 +51,10 @@ from .training.episode_samples import episode_samples
 from .training.forwards import Forwards, old_logps_after_first
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
-from .training.mini_batches import micro_steps, mini_batch_plan, padded_tokens
-from .training.recompute import ActivationShape, recompute_off, recomputes, tokens_that_fit
+from .training.mini_batches import micro_steps, mini_batch_plan
+from .training.recompute import fit_of
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
-from .training.row_layout import LaidOut, layout_for
+from .training.row_layout import LaidOut, layout_for, rows_by_adapter
 from .workflows.base import Workflow
 
 
@@ -419,7 +419,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         a ``backward`` hold at most the tokens whose activations fit `activation_memory_gb`, where set."""
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         several = self.accelerator.num_processes > 1
-        max_tokens, fit = self.args.max_tokens_per_micro_batch, self._tokens_that_fit() if backward else None
+        max_tokens, fit = self.args.max_tokens_per_micro_batch, None
+        if backward:
+            fit = fit_of(self.model, self.args.activation_memory_gb, low_precision=self.args.bf16 or self.args.fp16)
         if fit is not None:
             max_tokens = fit if max_tokens is None else min(max_tokens, fit)
         return Forwards(
@@ -430,6 +432,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             pad_token_id=self._text_tokenizer.pad_token_id,
             alignment=self.process_alignment,
             most_over_processes=(lambda t: gather(t[None]).max(dim=0).values) if several else None,
+            fit=fit,
         )
 
     _routed_samples: tuple | None = None  # (router, adapter of each sample) of the forward about to run
@@ -499,40 +502,18 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed, or, with
         ``engine_steps``, one after these parts, as a mini-batch's step)."""
         loss = torch.zeros((), device=self.accelerator.device)
+        forwards, bases = self._forwards("train", backward=True), list(self.installed_adapters.models.values())
         for i, part in enumerate(parts):
             if i < len(parts) - 1:
                 context = self._accumulating(model)
             else:
                 context = gradients_synced(self.accelerator) if engine_steps else nullcontext()
-            with context, self._recompute(part):
+            checkpointing = self.args.gradient_checkpointing_kwargs  # off where this forward fits the memory
+            with context, forwards.recompute(part, models=bases, gradient_checkpointing_kwargs=checkpointing):
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         if engine_steps or (self.is_deepspeed_enabled and self.accelerator.sync_gradients):  # the engine stepped
             clear_zero3_gradients(model)
         return loss
-
-    def _recompute(self, part: TrainingBatch):
-        """Gradient checkpointing off for this forward where its activations fit `activation_memory_gb`
-        (training/recompute.py); as set otherwise."""
-        fit = self._tokens_that_fit()
-        if fit is None:  # `gradient_checkpointing` as TRL applies it, to every forward
-            return nullcontext()
-        tokens = padded_tokens(part, packed=self._forward_layout() == "packed")
-        if recomputes(tokens, fit=fit, gradient_checkpointing=self.model.is_gradient_checkpointing):
-            return nullcontext()
-        return recompute_off(self.installed_adapters.models.values(), self.args.gradient_checkpointing_kwargs)
-
-    def _tokens_that_fit(self) -> int | None:
-        """The most tokens a training forward holds for its activations to fit `activation_memory_gb`."""
-        if self.args.activation_memory_gb is None:
-            return None
-        lora = next(p for n, p in self.model.named_parameters() if "lora_A" in n)
-        shape = ActivationShape.of(
-            self.model.config,
-            lora_rank=max(config.r for config in self.model.peft_config.values()),
-            compute_bytes=2 if self.args.bf16 or self.args.fp16 else 4,
-            lora_bytes=lora.element_size(),
-        )
-        return tokens_that_fit(self.args.activation_memory_gb, shape)
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
@@ -605,9 +586,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         router, names = self._routed_samples or (None, None)
         self._routed_samples = None  # said for this forward only
         if layout == "packed" and names is not None and len(names) == len(input_ids):
-            by_row = list(dict.fromkeys(names))
-            row_of = [by_row.index(name) for name in names]
-            router.set(by_row)
+            row_names, row_of = rows_by_adapter(names)
+            router.set(row_names)
         rows = LaidOut.of(
             input_ids,
             attention_mask,

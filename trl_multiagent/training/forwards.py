@@ -10,13 +10,15 @@ each forward's share (mini_batches.split_for_memory), stand-in rows and forwards
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import torch
 
 from .batch import TrainingBatch
 from .even_forwards import MostOverProcesses, even_forwards
-from .mini_batches import bounded_logps, split_for_memory
+from .mini_batches import bounded_logps, padded_tokens, split_for_memory
+from .recompute import recompute_off, recomputes
 
 Forward = Callable[[TrainingBatch, list[str]], torch.Tensor]  # (samples, their adapters) -> [n, C] log-probs
 
@@ -32,6 +34,7 @@ class Forwards:
     pad_token_id: int
     alignment: object  # adapters/process_alignment.py's `ProcessAlignment`
     most_over_processes: MostOverProcesses | None  # None with one process
+    fit: int | None = None  # the most tokens a forward with backward holds without recompute (`activation_memory_gb`)
 
     @property
     def packed(self) -> bool:
@@ -50,6 +53,16 @@ class Forwards:
         )
         parts = self.alignment.same_forwards(parts, self.pad_token_id)  # under DeepSpeed
         return self.even(self.alignment.synchronised_last(parts, self.pad_token_id))
+
+    def recompute(self, part: TrainingBatch, *, models: Sequence, gradient_checkpointing_kwargs: dict | None):
+        """Around a loss forward of ``part``: gradient checkpointing off on ``models`` (the bases) where its
+        activations fit (training/recompute.py); as set (TRL's) without a ``fit``."""
+        if self.fit is None:
+            return nullcontext()
+        on = models[0].is_gradient_checkpointing
+        if recomputes(padded_tokens(part, packed=self.packed), fit=self.fit, gradient_checkpointing=on):
+            return nullcontext()
+        return recompute_off(models, gradient_checkpointing_kwargs)
 
     def evaluation_forwards(self, batch: TrainingBatch, keys: Sequence[str] | None) -> list[TrainingBatch]:
         """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each

@@ -73,6 +73,21 @@ def tokens_that_fit(memory_gb: float, shape: ActivationShape) -> int:
     return fit
 
 
+def fit_of(model, memory_gb: float | None, *, low_precision: bool) -> int | None:
+    """`tokens_that_fit` ``memory_gb`` for a PEFT ``model`` (its shape, its adapters' largest rank and dtype), computed
+    in bf16 / fp16 where ``low_precision``; None without ``memory_gb``."""
+    if memory_gb is None:
+        return None
+    lora = next(p for n, p in model.named_parameters() if "lora_A" in n)
+    shape = ActivationShape.of(
+        model.config,
+        lora_rank=max(config.r for config in model.peft_config.values()),
+        compute_bytes=2 if low_precision else 4,
+        lora_bytes=lora.element_size(),
+    )
+    return tokens_that_fit(memory_gb, shape)
+
+
 def recomputes(tokens: int, *, fit: int | None, gradient_checkpointing: bool) -> bool:
     """Whether a training forward of ``tokens`` (padding included) recomputes: never without
     ``gradient_checkpointing``; with it, always when no memory is given (``fit`` None: TRL's), else when its

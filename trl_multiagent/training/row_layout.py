@@ -47,6 +47,13 @@ def layout_for(attn_implementation: str | None) -> str:
     return "rows"
 
 
+def rows_by_adapter(names: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Packed rows of a forward whose samples go through ``names``: each row's adapter (LoRA routing goes by row)
+    and each sample's row."""
+    row_names = list(dict.fromkeys(names))
+    return row_names, [row_names.index(name) for name in names]
+
+
 def padded_width(width: int, multiple: int | None) -> int:
     """``width`` rounded up to a multiple of ``multiple`` (`pad_to_multiple_of`), unchanged without one."""
     return width if not multiple else -(-width // multiple) * multiple
