@@ -585,7 +585,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         layout, row_of = self._forward_layout(), None
         router, names = self._routed_samples or (None, None)
         self._routed_samples = None  # said for this forward only
-        if layout == "packed" and names is not None and len(names) == len(input_ids):
+        if layout == "packed" and (names is None or len(names) != len(input_ids)):
+            layout = "rows"  # a forward whose routing is not known here: its rows as they are routed
+        if layout == "packed":
             row_names, row_of = rows_by_adapter(names)
             router.set(row_names)
         rows = LaidOut.of(
