@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from scripted import ScriptedBackend
 from test_forward_padding import assert_same_update, record_gradients, uneven_answers
 from tiny import tiny_trainer
+from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt
 from trl_multiagent.training.batch import TrainingBatch
@@ -29,12 +31,24 @@ def record_logp_samples(trainer, optimizer_steps: list) -> list[int]:
     return seen
 
 
-def train(model_dir, output_dir, policy: str, **config):
+class ReportingLogprobs(ScriptedBackend):
+    """Scripted rollouts that report sampling log-probs, as vLLM does: the adapter check compares them with the
+    trainer's before the update."""
+
+    def generate(self, requests):
+        results = super().generate(requests)
+        for result in results:
+            result.sampling_logprobs = [-1.0] * len(result.completion_ids)
+        return results
+
+
+def train(model_dir, output_dir, policy: str, *, backend=None, **config):
     trainer = tiny_trainer(
         model_dir,
         output_dir,
         EvalOpt(max_iterations=2),
-        respond=uneven_answers,
+        respond=None if backend else uneven_answers,
+        backend=backend,
         policy_sharing=policy,
         update_schedule="mini_batches",
         mini_batch_prompts=1,
@@ -77,6 +91,16 @@ def test_each_adapters_first_mini_batch_has_no_log_prob_forward(tiny_model_dir, 
         assert (part.old_per_token_logps is None) == first
     assert sum(fewer) == sum(len(part) for (_, part), first in zip(plan, firsts) if not first)
     assert sum(every) == sum(len(part) for _, part in plan) > sum(fewer)
+
+
+def test_the_adapter_check_still_reads_every_samples_log_probs(tiny_model_dir, tmp_path):
+    """A backend that reports sampling log-probs: the adapter check compares every sample's with the trainer's before
+    the update, so every sample gets them, once, and every mini-batch's loss uses them."""
+    backend = ReportingLogprobs(AutoTokenizer.from_pretrained(tiny_model_dir), uneven_answers)
+    trainer, _, samples, plan = train(tiny_model_dir, tmp_path, "isolated", backend=backend)
+    assert "role/generator/sampler_gap_mean" in trainer.state.log_history[0]
+    assert all(part.old_per_token_logps is not None for _, part in plan)
+    assert sum(samples) == sum(len(part) for _, part in plan)
 
 
 def test_old_logps_after_first_computes_each_later_mini_batch_once():
