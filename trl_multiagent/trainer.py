@@ -42,6 +42,7 @@ from .rollout.backends.from_config import BackendContext, backend_metrics, build
 from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
+from .seams.transformers import attention_implementation
 from .seams.trl import disable_gradient_checkpointing, score_like_trl
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
@@ -442,7 +443,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         always for a MoE router loss, which needs the padding mask (training/row_layout.py)."""
         if getattr(self, "aux_loss_enabled", False):
             return "rows"
-        return layout_for(getattr(self.model.config, "_attn_implementation", None))
+        return layout_for(attention_implementation(self.model.config))
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
