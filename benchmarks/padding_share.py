@@ -1,4 +1,4 @@
-"""Padding in the training forwards of a paper-scale Eval-Opt step, before and after end-aligned, length-grouped rows.
+"""Padding in the training forwards of a paper-scale Eval-Opt step, before and after length-grouped rows.
 
     python benchmarks/padding_share.py
     python benchmarks/padding_share.py --problems 2 --episodes-per-problem 4 --accumulation 1   # the smallest setting
@@ -18,14 +18,16 @@ counted as the model receives it, in three layouts:
   completions);
 - **packed**: the alternative not taken: each forward one row of its samples (longest first, at most the bound's
   tokens), position ids restarting per sample; transformers gives SDPA and eager attention a block-diagonal mask;
-- **after**: `mini_batches.row_groups` (longest rows first), each forward end-aligned (`row_layout.EndAligned`).
+- **after**: `mini_batches.row_groups` (longest rows first), each forward laid out as the trainer lays it out on SDPA
+  (`row_layout.LaidOut`: one sample a row from its first column, no mask; the LM head on completion tokens alone).
+  benchmarks/executed_flops.py counts the rest of each forward's cost (recompute, the other attention kernels).
 
 Per setting: the forwards (the log-prob forwards before the update, which `mini_batches` needs, and the loss
 forwards), the fewest the token bound allows (each adapter's own tokens over the bound, summed over micro-steps or
 mini-batches), the share of padded tokens among the tokens the forwards hold, the widest forward, the LM-head
-positions per completion token (TRL 1.16 on a Triton device scores the last C columns' own tokens: TRL's layout,
-exactly the completion tokens; end-aligned, also the end of a prompt whose completion is shorter than its forward's
-longest), and the share of the forwards' FLOPs spent on the samples' own tokens (`LINEAR_FLOPS` and below). RESULT:
+positions per completion token (TRL 1.16 on a Triton device scores the tokens of the mask it is given: exactly the
+completion tokens, in TRL's layout and after), and the share of the forwards' FLOPs spent on the samples' own tokens
+(`LINEAR_FLOPS` and below). RESULT:
 the largest padding share after, over the settings.
 """
 
@@ -43,7 +45,7 @@ from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
 from trl_multiagent.training import mini_batches
 from trl_multiagent.training.batch import TrainingBatch
 from trl_multiagent.training.loss_weights import generation_chunks, loss_ready
-from trl_multiagent.training.row_layout import EndAligned
+from trl_multiagent.training.row_layout import LaidOut
 
 TARGET = 0.10
 LOSS_TYPE = "grpo"  # the paper preset's
@@ -59,7 +61,9 @@ HEAD_FLOPS = 2 * HIDDEN * VOCAB
 PAIR_FLOPS = 4 * LAYERS * Q
 
 
-def rows_in_order(prompt_lengths, completion_lengths, *, max_samples, max_tokens, keys=None) -> list[list[int]]:
+def rows_in_order(
+    prompt_lengths, completion_lengths, *, max_samples, max_tokens, keys=None, packed=False
+) -> list[list[int]]:
     """Commit d531c8e's `row_groups`: rows in the order given, each group as wide as its longest prompt plus its
     longest completion (TRL's layout), at most ``max_samples`` rows and ``max_tokens`` such tokens."""
     order = range(len(prompt_lengths))
@@ -80,7 +84,9 @@ def rows_in_order(prompt_lengths, completion_lengths, *, max_samples, max_tokens
     return groups
 
 
-def packed_groups(prompt_lengths, completion_lengths, *, max_samples, max_tokens, keys=None) -> list[list[int]]:
+def packed_groups(
+    prompt_lengths, completion_lengths, *, max_samples, max_tokens, keys=None, packed=True
+) -> list[list[int]]:
     """The alternative not taken, packing: each group one row of its samples one after another (position ids
     restarting per sample), longest samples first, at most ``max_samples`` samples and ``max_tokens`` tokens."""
     lengths = [p + c for p, c in zip(prompt_lengths, completion_lengths)]
@@ -118,11 +124,13 @@ class Count:
 
     def add(self, part: TrainingBatch, layout: str) -> None:
         input_ids, attention_mask, completion_width = part.model_inputs()
-        if layout == "after":
-            rows = EndAligned.of(input_ids, attention_mask, completion_width)
-            input_ids, attention_mask = rows.input_ids, rows.attention_mask
         own = attention_mask.sum(dim=1).double()
         completion = int(part.completion_mask.sum())
+        if layout == "after":  # one sample a row from its first column, no mask: the causal half of each row
+            rows = LaidOut.of(input_ids, attention_mask, completion_width)
+            width, held = rows.input_ids.size(1), rows.input_ids.numel()
+            self._count(own, held, int(rows.scored.sum()), completion, width, len(own) * width * (width + 1) / 2)
+            return
         if layout == "packed":  # one row; only the completion positions reach the LM head
             width, held, scored = int(own.sum()), int(own.sum()), completion
             pairs = width * width if len(own) > 1 else width * (width + 1) / 2
@@ -133,6 +141,9 @@ class Count:
                 int(attention_mask[:, -completion_width:].sum()),
             )
             pairs = len(own) * (width * width if held > own.sum() else width * (width + 1) / 2)
+        self._count(own, held, scored, completion, width, pairs)
+
+    def _count(self, own: torch.Tensor, held: int, scored: int, completion: int, width: int, pairs: float) -> None:
         self.forwards += 1
         self.own += int(own.sum())
         self.held += held

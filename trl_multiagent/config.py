@@ -130,6 +130,11 @@ class MultiAgentGRPOConfig(GRPOConfig):
             Memory bound of one forward/backward: micro-batches hold at most `per_device_train_batch_size` samples
             and at most this many padded tokens (prompt + completion), with exact gradient accumulation, whatever the
             number of calls per episode. `None`: no token bound.
+        activation_memory_gb (`float`, *optional*):
+            Memory the activations of one training forward may take. Set, forwards hold at most the tokens whose
+            activations fit it (estimated from the model's shape, training/recompute.py) and run without gradient
+            checkpointing; a sample too long to fit alone recomputes where `gradient_checkpointing` is on. `None`
+            (default): `gradient_checkpointing` applies to every forward, as in TRL.
         mix_adapters_in_forward (`bool`, *optional*, defaults to `False`):
             `False`: each forward of the loss and log-probs holds one adapter's samples (PEFT's plain LoRA path, each
             adapter's samples padded on their own); `True`: one forward routes each sample to its adapter (PEFT's
@@ -399,6 +404,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Most padded tokens (prompt + completion) in one forward/backward; a larger micro-batch is "
             "split, with exact gradient accumulation. `None`: no token bound.",
+        },
+    )
+    activation_memory_gb: float | None = field(
+        default=None,
+        metadata={
+            "help": "Memory one training forward's activations may take: forwards are cut to fit it and skip "
+            "gradient checkpointing (a longer sample alone recomputes). `None`: `gradient_checkpointing` as in TRL.",
         },
     )
     mix_adapters_in_forward: bool = field(
@@ -688,6 +700,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
         for name in ("mini_batch_prompts", "max_tokens_per_micro_batch"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1 or None, got {getattr(self, name)}.")
+        if self.activation_memory_gb is not None and self.activation_memory_gb <= 0:
+            raise ValueError(f"`activation_memory_gb` must be > 0 or None, got {self.activation_memory_gb}.")
         batch_prompts = self.generation_batch_size // self.num_generations
         if self.update_schedule == "mini_batches" and (self.mini_batch_prompts or 0) > batch_prompts:
             warnings.warn(

@@ -95,11 +95,10 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     "shuffle_dataset": honoured(
         "whether prompts reach the rollouts shuffled (TRL's sampler)", "test_shuffle_dataset_false_keeps_dataset_order"
     ),
-    "pad_to_multiple_of": refused(
-        "pads TRL's own generation and loss batches (for Neuron's per-shape compilation); the rollout backends and "
-        "the training batches here pad to their longest row",
-        "leave it unset (`None`)",
-        neutral=lambda value: value in (None, "auto"),
+    "pad_to_multiple_of": honoured(
+        "each training forward's width (one sample a row, or packed rows) rounded up to a multiple of it; the "
+        "rollout backends pad to their longest row",
+        "tests/training/test_forward_padding.py::test_pad_to_multiple_of_widens_every_training_forward",
     ),
     "generation_batch_size": honoured(
         "episodes rolled out per generation batch (or derived from `prompts_per_step`)",

@@ -47,6 +47,7 @@ from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.liger import layer_kernels
 from .seams.peft import skip_input_casts_autocast_undoes
+from .seams.transformers import attention_implementation
 from .seams.trl import before_peft_wraps, disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
@@ -54,12 +55,13 @@ from .training.batch import TrainingBatch
 from .training.early_rewards import final_completion_ids, final_completions
 from .training.entropy_control import EntropyStepCallback, RoleEntropyControl
 from .training.episode_samples import episode_samples
-from .training.even_forwards import even_forwards
+from .training.forwards import Forwards, old_logps_after_first
 from .training.importance_sampling import batch_importance_sampling_ratio
 from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
-from .training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
+from .training.mini_batches import micro_steps, mini_batch_plan
+from .training.recompute import fit_of
 from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
-from .training.row_layout import EndAligned
+from .training.row_layout import LaidOut, layout_for, rows_by_adapter
 from .workflows.base import Workflow
 
 
@@ -373,10 +375,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
         generate_every = self.args.steps_per_generation * self.num_iterations
         correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
-        mini_batches = self.args.update_schedule == "mini_batches"
-        old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling or mini_batches
-        reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
         size = self.args.monitor_update_size and mode == "train"  # kept apart: the loss sees what it would without
+        # Under mini-batches each adapter's first mini-batch has a policy ratio of exactly one: the others' log-probs
+        # are computed once the mini-batches are cut (`_mini_batch_update`), unless every sample's are read here.
+        mini_batches = self.args.update_schedule == "mini_batches" and mode == "train"
+        every_sample = correct_sampling or size or batch.sampling_per_token_logps is not None  # the adapter check
+        old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling
+        old = old or (mini_batches and every_sample)
+        reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
         if old or reference or size:  # switching checkpointing off and on walks every module twice: only for a forward
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 if old:
@@ -420,35 +426,45 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
-        size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
             model, router = self.adapter_routing.forward_target(part.adapters, self.model)
             with router.route(names):
+                self._routed_samples = (router, names)
                 return self._logps_and_entropies(model, *part.model_inputs())[0]
 
-        same_order = stand_in = None
-        if self.process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
-            keys = batch.adapters
-            reference = adapters[0] == BASE_MODEL  # the base model, or each sample's own adapter
-            pad = self._text_tokenizer.pad_token_id
+        keys = self.adapter_routing.forward_keys(batch.adapters)
+        return self._forwards(mode).routed_logps(batch, adapters, keys=keys, forward=forward)
 
-            def same_order(groups: list[list[int]]) -> list:
-                return self.process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
-
-            def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
-                return self.process_alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
-
-        return bounded_logps(
-            batch,
-            adapters,
+    def _forwards(self, mode: str, *, backward: bool = False) -> Forwards:
+        """How this run's forwards are bounded and laid out (training/forwards.py), as the trainer is now; those with
+        a ``backward`` hold at most the tokens whose activations fit `activation_memory_gb`, where set."""
+        size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        several = self.accelerator.num_processes > 1
+        max_tokens, fit = self.args.max_tokens_per_micro_batch, None
+        if backward:
+            fit = fit_of(self.model, self.args.activation_memory_gb, low_precision=self.args.bf16 or self.args.fp16)
+        if fit is not None:
+            max_tokens = fit if max_tokens is None else min(max_tokens, fit)
+        return Forwards(
             max_samples=size,
-            max_tokens=self.args.max_tokens_per_micro_batch,
-            forward=forward,
-            keys=self.adapter_routing.forward_keys(batch.adapters),
-            same_order=same_order,
-            stand_in=stand_in,
+            max_tokens=max_tokens,
+            layout=self._forward_layout(),
+            loss_type=self.loss_type,
+            pad_token_id=self._text_tokenizer.pad_token_id,
+            alignment=self.process_alignment,
+            most_over_processes=(lambda t: gather(t[None]).max(dim=0).values) if several else None,
+            fit=fit,
         )
+
+    _routed_samples: tuple | None = None  # (router, adapter of each sample) of the forward about to run
+
+    def _forward_layout(self) -> str:
+        """Packed where the attention reads packed samples without a dense mask; one sample a row elsewhere, and
+        always for a MoE router loss, which needs the padding mask (training/row_layout.py)."""
+        if getattr(self, "aux_loss_enabled", False):
+            return "rows"
+        return layout_for(attention_implementation(self.model.config))
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
@@ -496,46 +512,26 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         return loss
 
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        parts = split_for_memory(
-            batch,
-            max_samples=self.args.per_device_train_batch_size,
-            max_tokens=self.args.max_tokens_per_micro_batch,
-            loss_type=self.loss_type,
-            keys=self.adapter_routing.forward_keys(batch.adapters),
-        )
-        pad_token_id = self._text_tokenizer.pad_token_id
-        parts = self.process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
-        return self._even_forwards(self.process_alignment.synchronised_last(parts, pad_token_id))
+        """One micro-step's memory-bounded loss forwards, alike on every process (training/forwards.py)."""
+        forwards = self._forwards("train", backward=True)
+        return forwards.loss_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each
-        weighted so that their losses add up to the batch's, alike on every process as training's are."""
-        keys = self.adapter_routing.forward_keys(batch.adapters)
-        parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
-        return self._even_forwards(self.process_alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
-
-    def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
-        """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
-        if self.accelerator.num_processes == 1:
-            return parts
-        return even_forwards(
-            parts,
-            most_over_processes=lambda t: gather(t[None]).max(dim=0).values,
-            pad_token_id=self._text_tokenizer.pad_token_id,
-            loss_type=self.loss_type,
-        )
+        return self._forwards("eval").evaluation_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch, engine_steps=False) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes (and, under
         DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed, or, with
         ``engine_steps``, one after these parts, as a mini-batch's step)."""
         loss = torch.zeros((), device=self.accelerator.device)
+        forwards, bases = self._forwards("train", backward=True), list(self.installed_adapters.models.values())
         for i, part in enumerate(parts):
             if i < len(parts) - 1:
                 context = self._accumulating(model)
             else:
                 context = gradients_synced(self.accelerator) if engine_steps else nullcontext()
-            with context:
+            checkpointing = self.args.gradient_checkpointing_kwargs  # off where this forward fits the memory
+            with context, forwards.recompute(part, models=bases, gradient_checkpointing_kwargs=checkpointing):
                 loss = loss + super().training_step(model, part, num_items_in_batch)
         if engine_steps or (self.is_deepspeed_enabled and self.accelerator.sync_gradients):  # the engine stepped
             clear_zero3_gradients(model)
@@ -562,6 +558,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             gather_object=gather_object,
         )
 
+        if batch.old_per_token_logps is None:  # each adapter's first mini-batch needs none (its ratio is one)
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                plan = old_logps_after_first(plan, lambda part: self._routed_logps(part, part.adapters, "train"))
+
         def train(part: TrainingBatch) -> torch.Tensor:
             parts = self._micro_batches(loss_ready(part, self.loss_type))
             return self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
@@ -583,7 +583,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
         model, router = self.adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
-        router.set(self.adapter_routing.names(inputs.adapters, inputs.roles, training))
+        names = self.adapter_routing.names(inputs.adapters, inputs.roles, training)
+        self._routed_samples = (router, names)
+        router.set(names)
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
@@ -601,11 +603,29 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         return loss
 
     def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        # Every forward of the loss and of the log-probs before the update runs on end-aligned rows, as wide as its
-        # longest row rather than its longest prompt plus its longest completion (training/row_layout.py).
-        rows = EndAligned.of(input_ids, attention_mask, logits_to_keep)
+        # Every forward of the loss and of the log-probs before the update runs without an attention mask: one sample
+        # a row, or packed, a row per adapter (training/row_layout.py); TRL's log-prob computation runs on those rows
+        # unchanged. Packed rows are routed row by row, as long as the forward lasts (its backward included).
+        layout, row_of = self._forward_layout(), None
+        router, names = self._routed_samples or (None, None)
+        self._routed_samples = None  # said for this forward only
+        if layout == "packed" and (names is None or len(names) != len(input_ids)):
+            layout = "rows"  # a forward whose routing is not known here: its rows as they are routed
+        if layout == "packed":
+            row_names, row_of = rows_by_adapter(names)
+            router.set(row_names)
+        rows = LaidOut.of(
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            layout=layout,
+            pad_to_multiple_of=self.args.pad_to_multiple_of,
+            padding_mask=bool(kwargs.get("compute_aux_loss")),
+            pad_token_id=self._text_tokenizer.pad_token_id,
+            row_of=row_of,
+        )
         logps, entropies, aux_loss = super()._logps_and_entropies(
-            model, rows.input_ids, rows.attention_mask, logits_to_keep, *args, **kwargs
+            rows.model(model), rows.input_ids, rows.scored, rows.logits_to_keep, *args, **kwargs
         )
         return rows.completion_values(logps), rows.completion_values(entropies), aux_loss
 

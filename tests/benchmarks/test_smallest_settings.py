@@ -25,6 +25,7 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "memory_scaling.py": "--prompts 2 --num-layers 2 --completion-length 8 --budget 512",
     "sandbox_throughput.py": "--programs 8 --tests 3",
     "padding_share.py": "--problems 4 --episodes-per-problem 4 --accumulation 2 --mini-batch-prompts 4",
+    "executed_flops.py": "--problems 4 --episodes-per-problem 4 --accumulation 2 --mini-batch-prompts 4",
     "vllm_vs_hf.py": "--requests 4 --completion-length 8 --rounds 1",
     "rollout_async.py": "--problems 2 --episodes-per-problem 2 --rounds 1 --cap 16 --sim-problems 2 --sim-episodes 2 "
     "--sim-cap 64 --sim-generator-median 16 --sim-evaluator-median 4",
@@ -32,6 +33,7 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "lora_weight_precision.py": "",  # a count over one LoRA pair: the full run takes a second
 }
 NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py")
+RESULT_LINES = {"executed_flops.py": "RESULT executed_over_model_flops="}  # the name for its figure
 RUN_ELSEWHERE = {"gpu_suite.py": "test_gpu_suite_smoke.py"}  # its smallest run, with checks of its own figures
 
 
@@ -53,7 +55,8 @@ def test_benchmark_runs_at_its_smallest_setting(script, tmp_path):
     if script == "sampler_gap_noise.py":  # a JSON report of the gaps per role, no target
         assert '"noise"' in done.stdout and '"one_step_stale"' in done.stdout
     else:
-        assert done.stdout.strip().splitlines()[-1].startswith(f"RESULT {script.removesuffix('.py')} value=")
+        result = RESULT_LINES.get(script, f"RESULT {script.removesuffix('.py')} value=")
+        assert done.stdout.strip().splitlines()[-1].startswith(result)
 
 
 @pytest.mark.slow

@@ -17,9 +17,10 @@ from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.grpo_seam import GRPOSeam
 from trl_multiagent.rollout.padding import padded
 from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
+from trl_multiagent.training import forwards as forwards_module
 from trl_multiagent.training import mini_batches
 from trl_multiagent.training.loss_weights import generation_chunks, loss_ready
-from trl_multiagent.training.row_layout import EndAligned
+from trl_multiagent.training.row_layout import LaidOut
 
 WORDS = "solve the problem answer step number final".split()
 
@@ -33,11 +34,32 @@ def uneven_answers(requests, rng) -> list[str]:
     ]
 
 
-def test_end_aligned_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path):
+def model_calls(model, seen: list) -> object:
+    """``model``, recording what each call gives it: (input ids' shape, attention mask, position ids)."""
+
+    def call(*args, **kwargs):
+        seen.append((tuple(kwargs["input_ids"].shape), kwargs.get("attention_mask"), kwargs.get("position_ids")))
+        return model(*args, **kwargs)
+
+    return call
+
+
+@pytest.mark.parametrize("layout, multiple", [("rows", None), ("packed", None), ("rows", 8), ("packed", 16)])
+def test_laid_out_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path, monkeypatch, layout, multiple):
     """The trainer's forward hook on rows of very different prompts and completions (one completion masked whole, as
-    `mask_truncated_completions` masks it): the model gets each row's tokens last, as wide as the longest row, and the
-    log-probs and entropies of every completion token are TRL's own forward's on the padded rows."""
-    trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), respond=uneven_answers, policy_sharing="shared")
+    `mask_truncated_completions` masks it): the model gets no attention mask, each sample a row from its first column
+    (``rows``) or every sample in one row with position ids restarting at each (``packed``, the layout of flash and
+    flex attention), as wide as the samples need (a multiple of `pad_to_multiple_of` where set), and the log-probs and
+    entropies of every completion token are TRL's own forward's on the padded rows."""
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(),
+        respond=uneven_answers,
+        policy_sharing="shared",
+        pad_to_multiple_of=multiple,
+    )
+    monkeypatch.setattr(trainer, "_forward_layout", lambda: layout)
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (3, 17, 9, 30, 12)]
     completions = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (25, 2, 11, 7, 1)]
@@ -48,16 +70,24 @@ def test_end_aligned_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path):
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     width = completion_ids.size(1)
 
-    rows = EndAligned.of(input_ids, attention_mask, width)
-    assert rows.input_ids.shape == (5, 30) and input_ids.shape == (5, 55)  # the longest: 3 + 25, and 30 + none
-    assert rows.attention_mask.sum(dim=1).tolist() == attention_mask.sum(dim=1).tolist()
-
     trainer.router.set(None)
-    with trainer.router.route(["shared"] * 5):
-        ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, width, compute_entropy=True)
+    seen = []
+    with trainer.router.route(["shared"] * 5):  # packed, the hook routes the one row it makes
         trls = GRPOSeam._logps_and_entropies(
             trainer, trainer.model, input_ids, attention_mask, width, compute_entropy=True
         )
+        trainer._routed_samples = (trainer.router, ["shared"] * 5)
+        ours = trainer._logps_and_entropies(
+            model_calls(trainer.model, seen), input_ids, attention_mask, width, compute_entropy=True
+        )
+    [(shape, mask, positions)] = seen
+    assert mask is None and input_ids.shape == (5, 55)
+    if layout == "rows":  # the longest: 30 + none (3 + 25 the next)
+        assert shape == ((5, 30) if multiple is None else (5, 32)) and positions is None
+    else:  # 28 + 19 + 20 + 30 + 13 tokens
+        assert shape == ((1, 110) if multiple is None else (1, 112))
+        starts = (positions[0] == 0).nonzero().flatten().tolist()
+        assert starts == ([0, 28, 47, 67, 97] if multiple is None else [0, 28, 47, 67, 97, 110])
     mask = completion_mask.bool()
     for mine, theirs in zip(ours[:2], trls[:2]):
         assert mine.shape == theirs.shape == (5, width)
@@ -66,26 +96,39 @@ def test_end_aligned_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path):
     assert ours[0][mask].abs().max() > 1.0  # a real forward: random weights give no log-prob near 0
 
 
-def test_end_aligned_rows_narrower_than_the_completions(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("layout", ["rows", "packed"])
+def test_laid_out_rows_narrower_than_the_completions(tiny_model_dir, tmp_path, monkeypatch, layout):
     """The longest completion of a forward masked whole (truncated) and every row no wider than the completion
-    columns: the forward still gets a column before the first completion token, and scores as TRL's (a voting run
-    under mini-batches failed here with an index error)."""
+    columns: the laid-out forward scores as TRL's (a voting run under mini-batches once failed here with an index
+    error)."""
     trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), respond=uneven_answers, policy_sharing="shared")
+    monkeypatch.setattr(trainer, "_forward_layout", lambda: layout)
     prompt_ids, prompt_mask = padded([[7, 8, 9], [10, 11]], 0, side="left")
     completion_ids, completion_mask = padded([list(range(20, 30)), [31, 32, 33, 34]], 0, side="right")
     completion_mask[0] = 0  # the 10-token completion, masked whole: the rows hold 3 and 6 tokens
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
 
-    assert EndAligned.of(input_ids, attention_mask, 10).input_ids.shape == (2, 11)
+    rows = LaidOut.of(input_ids, attention_mask, 10, layout=layout)
+    assert rows.input_ids.shape == ((2, 6) if layout == "rows" else (1, 9))
     trainer.router.set(None)
     with trainer.router.route(["shared"] * 2):
-        ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, 10)[0]
         trls = GRPOSeam._logps_and_entropies(trainer, trainer.model, input_ids, attention_mask, 10)[0]
+        trainer._routed_samples = (trainer.router, ["shared"] * 2)
+        ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, 10)[0]
     mask = completion_mask.bool()
     assert ours.shape == trls.shape == (2, 10)
     assert torch.allclose(ours[mask], trls[mask], atol=1e-5, rtol=1e-5)
     assert (ours[~mask] == 0).all()
+
+
+def test_a_sample_without_a_prompt_is_refused():
+    """A completion token with nothing before it in its sample cannot be scored: packed, it would be predicted from
+    the sample before."""
+    input_ids = torch.tensor([[0, 5, 6, 7], [4, 5, 6, 7]])
+    attention_mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    with pytest.raises(ValueError, match="needs a prompt"):
+        LaidOut.of(input_ids, attention_mask, 3, layout="packed")
 
 
 def test_micro_steps_sort_rows_within_each_optimizer_step():
@@ -124,18 +167,17 @@ def one_padded_forward(trainer, monkeypatch) -> None:
         def unbounded(*args, bounded=bounded, **kwargs):
             return bounded(*args, **{**kwargs, "max_samples": 10**9, "max_tokens": None})
 
-        monkeypatch.setattr(trainer_module, name, unbounded)
+        monkeypatch.setattr(forwards_module, name, unbounded)
 
 
-def record_forwards(monkeypatch) -> list[tuple[int, int, int]]:
-    """(rows, width, own tokens) of every forward TRL's log-prob computation runs."""
-    seen, forward = [], GRPOSeam._logps_and_entropies
+def record_forwards(trainer) -> list[tuple[torch.Tensor, bool]]:
+    """The input ids of every forward the model's decoder receives, and whether an attention mask came with them."""
+    seen = []
 
-    def recording(self, model, input_ids, attention_mask, *args, **kwargs):
-        seen.append((input_ids.size(0), input_ids.size(1), int(attention_mask.sum())))
-        return forward(self, model, input_ids, attention_mask, *args, **kwargs)
+    def record(module, args, kwargs):
+        seen.append((kwargs["input_ids"], kwargs.get("attention_mask") is not None))
 
-    monkeypatch.setattr(GRPOSeam, "_logps_and_entropies", recording)
+    trainer.model.get_base_model().model.register_forward_pre_hook(record, with_kwargs=True)
     return seen
 
 
@@ -158,69 +200,102 @@ def record_gradients(trainer) -> list[dict[str, torch.Tensor]]:
     return steps
 
 
+def train_one_step(model_dir, output_dir, monkeypatch, *, padded_reference=False, layout=None, **config):
+    """One training step of Eval-Opt with answers of 0 to 40 words, two micro-steps per optimizer step, at most 800
+    tokens per forward: the adapters' gradients at each optimizer step, the logged loss, the forwards' input ids
+    (with whether a mask reached the model) and the padding token. ``padded_reference``: trained as commit d531c8e
+    trained (`one_padded_forward`); ``layout``: the forwards' layout in place of the attention's own."""
+    with monkeypatch.context() as patch:
+        trainer = tiny_trainer(
+            model_dir,
+            output_dir,
+            EvalOpt(max_iterations=2),
+            respond=uneven_answers,
+            mini_batch_prompts=1,
+            max_tokens_per_micro_batch=800,
+            training_summary=False,
+            gradient_accumulation_steps=2,
+            max_steps=1,
+            logging_steps=1,
+            learning_rate=0.05,
+            optim="sgd",
+            max_grad_norm=0.0,
+            save_strategy="no",
+            seed=0,
+            **config,
+        )
+        if padded_reference:
+            one_padded_forward(trainer, patch)
+        if layout is not None:
+            patch.setattr(trainer, "_forward_layout", lambda: layout)
+        gradients, forwards = record_gradients(trainer), record_forwards(trainer)
+        trainer.train()
+        return gradients, trainer.state.log_history[0]["loss"], forwards, trainer._text_tokenizer.pad_token_id
+
+
+def assert_same_update(steps, loss, reference_steps, reference_loss) -> None:
+    scale = max(g.abs().max().item() for step in reference_steps for g in step.values())
+    assert scale > 0 and len(steps) == len(reference_steps)
+    for step, reference in zip(steps, reference_steps):
+        assert step.keys() == reference.keys() and reference
+        gap = max((step[n] - reference[n]).abs().max().item() for n in reference)
+        assert gap <= 1e-4 * scale, (gap, scale)
+    assert loss == pytest.approx(reference_loss, rel=1e-4, abs=1e-7)
+
+
 # Every policy with every schedule, and each loss type (grpo: per sample; bnpo: per token of a forward; dapo: per
-# token of the generation batch) with each policy and each schedule.
+# token of the generation batch) with each policy and each schedule; each in start-aligned rows (SDPA's layout here)
+# or packed (flash and flex attention's; on SDPA here, which reads the packing as a block-diagonal mask).
 @pytest.mark.parametrize(
-    "policy, schedule, loss_type",
+    "policy, schedule, loss_type, layout",
     [
-        ("isolated", "merged", "grpo"),
-        ("isolated", "mini_batches", "bnpo"),
-        ("shared", "merged", "bnpo"),
-        ("shared", "mini_batches", "grpo"),
-        ("isolated", "merged", "dapo"),
-        ("shared", "mini_batches", "dapo"),
+        ("isolated", "merged", "grpo", "rows"),
+        ("isolated", "mini_batches", "bnpo", "packed"),
+        ("shared", "merged", "bnpo", "rows"),
+        ("shared", "mini_batches", "grpo", "rows"),
+        ("isolated", "merged", "dapo", "packed"),
+        ("shared", "mini_batches", "dapo", "packed"),
+        ("isolated", "mini_batches", "grpo", "packed"),
     ],
 )
-def test_length_grouped_forwards_train_as_one_padded_batch(
-    tiny_model_dir, tmp_path, monkeypatch, policy, schedule, loss_type
+def test_forwards_without_a_mask_train_as_one_padded_batch(
+    tiny_model_dir, tmp_path, monkeypatch, policy, schedule, loss_type, layout
 ):
-    """Eval-Opt with answers of 0 to 40 words, two micro-steps per optimizer step: trained in end-aligned forwards
-    of at most 800 tokens (a longer call alone), grouped by length, every optimizer step applies the gradients, and
-    the step logs the loss, of one padded forward per adapter and micro-step in TRL's layout, with less padding."""
-    runs = {}
-    for layout in ("padded", "grouped"):
-        with monkeypatch.context() as patch:
-            forwards = record_forwards(patch)
-            trainer = tiny_trainer(
-                tiny_model_dir,
-                tmp_path / layout,
-                EvalOpt(max_iterations=2),
-                respond=uneven_answers,
-                policy_sharing=policy,
-                update_schedule=schedule,
-                mini_batch_prompts=1,
-                loss_type=loss_type,
-                max_tokens_per_micro_batch=800,
-                training_summary=False,
-                gradient_accumulation_steps=2,
-                max_steps=1,
-                logging_steps=1,
-                learning_rate=0.05,
-                optim="sgd",
-                max_grad_norm=0.0,
-                save_strategy="no",
-                seed=0,
-            )
-            if layout == "padded":
-                one_padded_forward(trainer, patch)
-            gradients = record_gradients(trainer)
-            trainer.train()
-            loss = trainer.state.log_history[0]["loss"]
-            runs[layout] = gradients, loss, forwards
-    (padded_steps, padded_loss, padded_forwards), (grouped_steps, grouped_loss, grouped_forwards) = runs.values()
-    assert len(grouped_steps) == len(padded_steps) >= (1 if schedule == "merged" else 4)
-    scale = max(g.abs().max().item() for step in padded_steps for g in step.values())
-    assert scale > 0
-    for grouped, reference in zip(grouped_steps, padded_steps):
-        assert grouped.keys() == reference.keys() and reference
-        gap = max((grouped[n] - reference[n]).abs().max().item() for n in reference)
-        assert gap <= 1e-4 * scale, (gap, scale)
-    assert grouped_loss == pytest.approx(padded_loss, rel=1e-4, abs=1e-7)
+    """Trained in forwards of at most 800 tokens (a longer call alone), grouped by length, no mask reaching the
+    model, every optimizer step applies the gradients, and the step logs the loss, of one padded forward per adapter
+    and micro-step in TRL's layout (its mask reaching the model), with less padding."""
+    config = dict(policy_sharing=policy, update_schedule=schedule, loss_type=loss_type)
+    *reference, padded_forwards, pad = train_one_step(
+        tiny_model_dir, tmp_path / "padded", monkeypatch, padded_reference=True, **config
+    )
+    *ours, our_forwards, _ = train_one_step(tiny_model_dir, tmp_path / "ours", monkeypatch, layout=layout, **config)
+    assert_same_update(*ours, *reference)
 
-    assert all(rows * width <= 800 or rows == 1 for rows, width, _ in grouped_forwards)
-    assert len(grouped_forwards) > len(padded_forwards)
-    share = {name: 1 - sum(o for *_, o in run[2]) / sum(r * w for r, w, _ in run[2]) for name, run in runs.items()}
-    assert share["grouped"] < share["padded"]
+    assert all(masked for _, masked in padded_forwards) and not any(masked for _, masked in our_forwards)
+    if layout == "packed":  # one row per adapter, each at most 800 tokens of its samples
+        assert all(ids.size(0) <= 2 and int((ids != pad).sum()) <= 800 for ids, _ in our_forwards)
+    else:
+        assert all(ids.numel() <= 800 or ids.size(0) == 1 for ids, _ in our_forwards)
+    assert len(our_forwards) > len(padded_forwards)
+    share = {
+        name: 1 - sum(int((ids != pad).sum()) for ids, _ in run) / sum(ids.numel() for ids, _ in run)
+        for name, run in (("padded", padded_forwards), ("ours", our_forwards))
+    }
+    assert share["ours"] < share["padded"]
+
+
+@pytest.mark.parametrize("layout", ["rows", "packed"])
+def test_pad_to_multiple_of_widens_every_training_forward(tiny_model_dir, tmp_path, monkeypatch, layout):
+    """TRL's `pad_to_multiple_of` on the training forwards: every forward the model receives is a multiple of it
+    wide, none was without it, and the update is the same."""
+    config = dict(policy_sharing="isolated", update_schedule="mini_batches", loss_type="grpo", layout=layout)
+    *plain, plain_forwards, _ = train_one_step(tiny_model_dir, tmp_path / "plain", monkeypatch, **config)
+    *padded, padded_forwards, _ = train_one_step(
+        tiny_model_dir, tmp_path / "padded", monkeypatch, pad_to_multiple_of=64, **config
+    )
+    assert_same_update(*padded, *plain)
+    assert all(ids.size(1) % 64 == 0 for ids, _ in padded_forwards)
+    assert not all(ids.size(1) % 64 == 0 for ids, _ in plain_forwards)
 
 
 def paper_step_forwards(batch, schedule: str) -> tuple[list, list[list]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 import torch
@@ -43,11 +44,18 @@ def make_trainer(model_dir, tmp_path, workflow, respond=half_right_answers, **ov
 
 
 def record_batches(trainer) -> list:
+    """Each generation batch the trainer trains on, with every sample's log-probs before the update (the trainer
+    itself computes them only for the mini-batches after each adapter's first, whose ratio is not one)."""
     batches, score = [], trainer._generate_and_score
 
     def recording(inputs):
-        batches.append(score(inputs))
-        return batches[-1]
+        batch = score(inputs)
+        old = batch.old_per_token_logps
+        if old is None:
+            with torch.no_grad():
+                old = trainer._routed_logps(batch, batch.adapters, "train")
+        batches.append(replace(batch, old_per_token_logps=old))
+        return batch
 
     trainer._generate_and_score = recording
     return batches

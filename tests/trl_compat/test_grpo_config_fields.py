@@ -92,7 +92,6 @@ def test_the_accounting_reads_what_a_test_sets_not_what_it_mentions(tmp_path):
 
 # A value of each refused or inapplicable field that would change something
 REFUSED_VALUES = {
-    "pad_to_multiple_of": 64,
     "vllm_enable_sleep_mode": True,
     "vllm_structured_outputs_regex": r"\d+",
     "vllm_tensor_parallel_size": 2,

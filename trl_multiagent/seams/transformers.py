@@ -17,6 +17,7 @@ from transformers.utils import get_json_schema, is_torch_bf16_gpu_available
 
 __all__ = [
     "add_json_dict_fields",
+    "attention_implementation",
     "get_json_schema",
     "is_torch_bf16_gpu_available",
     "refill_deepspeed_config",
@@ -94,3 +95,11 @@ def bf16_accepted_without_device() -> Iterator[None]:
         yield
     finally:
         training_args.is_torch_bf16_gpu_available = asked
+
+
+def attention_implementation(config) -> str | None:
+    """The attention a model's layers dispatch to (``"sdpa"``, ``"eager"``, ``"flash_attention_2"``,
+    ``"flex_attention"``, a hub kernel's name): ``PretrainedConfig._attn_implementation``, a private property that
+    every attention layer reads at each forward (since 4.36; the same in 5.3 and 5.25). None for a config without
+    it."""
+    return getattr(config, "_attn_implementation", None)

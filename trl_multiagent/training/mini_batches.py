@@ -4,7 +4,8 @@ Two independent cuts:
 
 - **micro-batches** bound memory: at most ``max_samples`` samples and ``max_tokens`` padded tokens per forward,
   with weights that make the accumulated gradient exactly that of one pass over the whole set; rows are grouped by
-  length within an optimizer step and end-aligned in each forward (row_layout.py), so forwards carry little padding;
+  length within an optimizer step and laid out without a mask in each forward (row_layout.py), so forwards carry
+  little padding;
 - **mini-batches** (``update_schedule="mini_batches"``, the research stack's PPO update): each adapter's samples are
   cut into mini-batches of ``mini_batch_size`` samples (over all processes); each is one optimizer step. Every
   mini-batch's loss is normalised by ``max(its size, mini_batch_size)``, so a short last mini-batch is scaled by its
@@ -34,10 +35,12 @@ SumOverProcesses = Callable[[torch.Tensor], torch.Tensor]
 MINI_BATCH_ORDERS = ("episodes", "reference")
 
 
-def padded_tokens(batch: TrainingBatch) -> int:
-    """Tokens one forward of ``batch`` processes, padding included (what memory grows with): its rows end-aligned
-    (row_layout.py), each as wide as the longest."""
+def padded_tokens(batch: TrainingBatch, *, packed: bool = False) -> int:
+    """Tokens one forward of ``batch`` processes, padding included (what memory grows with): one sample a row, each
+    row as wide as the longest (row_layout.py); ``packed``: the samples' own tokens, one after another."""
     prompts, completions = batch.lengths()
+    if packed:
+        return sum(p + c for p, c in zip(prompts, completions))
     return len(batch) * max(p + c for p, c in zip(prompts, completions))
 
 
@@ -48,11 +51,13 @@ def row_groups(
     max_samples: int,
     max_tokens: int | None,
     keys: Sequence[str] | None = None,
+    packed: bool = False,
 ) -> list[list[int]]:
-    """Groups of rows, one forward each: at most ``max_samples`` rows and, once end-aligned (as wide as the longest
-    of them, row_layout.py), at most ``max_tokens`` tokens (a row longer than that on its own forms its own group).
-    Rows are taken longest first, so each group holds rows of similar lengths and pads little. With ``keys`` (e.g.
-    each row's adapter), a group holds rows of one key only, keys in the order they first appear.
+    """Groups of rows, one forward each: at most ``max_samples`` rows and at most ``max_tokens`` tokens, one sample a
+    row as wide as the longest of them (row_layout.py), or, ``packed``, the samples' own tokens in one row (a row
+    longer than that on its own forms its own group). Rows are taken longest first, so each group holds rows of
+    similar lengths and pads little. With ``keys`` (e.g. each row's adapter), a group holds rows of one key only,
+    keys in the order they first appear.
 
     Regrouping moves no sample to another optimizer step: the rows given are those of one micro-step (or of the
     log-prob forwards before the update), and the forwards' losses add up to theirs whatever the grouping."""
@@ -62,13 +67,16 @@ def row_groups(
     groups: list[list[int]] = []
     for rows in partitions:
         current: list[int] = []
+        held = 0  # tokens of the group's forward
         for row in sorted(rows, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
             width = lengths[current[0]] if current else lengths[row]  # the group's first row is its longest
-            full = len(current) >= max_samples or (max_tokens is not None and (len(current) + 1) * width > max_tokens)
+            more = held + lengths[row] if packed else (len(current) + 1) * width
+            full = len(current) >= max_samples or (max_tokens is not None and more > max_tokens)
             if current and full:
                 groups.append(current)
-                current = []
+                current, more = [], lengths[row]
             current.append(row)
+            held = more
         if current:
             groups.append(current)
     return groups
@@ -106,6 +114,7 @@ def bounded_logps(
     keys: Sequence[str] | None = None,
     same_order: Callable[[list[list[int]]], list[list[int] | str]] | None = None,
     stand_in: Callable[[str], tuple[TrainingBatch, list[str]]] | None = None,
+    packed: bool = False,
 ) -> torch.Tensor:
     """`[N, C]` log-probs of ``batch``, ``forward(part, its adapters)`` run on memory-bounded parts (with ``keys``,
     one per sample, each part holds samples of one key: of one adapter, or of one base model). With ``same_order``
@@ -113,7 +122,7 @@ def bounded_logps(
     of rows go in the order it gives, alike on every process; a key in place of a group is a forward of
     ``stand_in(key)`` whose output is unused."""
     logps = torch.zeros_like(batch.completion_mask, dtype=torch.float32)
-    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys)
+    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys, packed=packed)
     for rows in groups if same_order is None else same_order(groups):
         if isinstance(rows, str):  # a stand-in forward of that key
             forward(*stand_in(rows))
@@ -130,11 +139,13 @@ def split_for_memory(
     max_tokens: int | None,
     loss_type: str,
     keys: Sequence[str] | None = None,
+    packed: bool = False,
 ) -> list[TrainingBatch]:
     """``batch`` (one micro-step's samples, loss-ready) cut into bounded forwards whose accumulated loss equals the
     loss of ``batch``: each one's weights are corrected by its share of the samples (or tokens) of ``batch``. With
-    ``keys`` (one per sample: its adapter, or its base model) each forward holds samples of one key."""
-    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys)
+    ``keys`` (one per sample: its adapter, or its base model) each forward holds samples of one key; ``packed``:
+    the forwards' samples are packed into one row (`row_groups`)."""
+    groups = row_groups(*batch.lengths(), max_samples=max_samples, max_tokens=max_tokens, keys=keys, packed=packed)
     if len(groups) == 1:
         return [batch]
     tokens = batch.completion_mask.sum(dim=1).float()
