@@ -27,9 +27,9 @@ from typing import Literal
 from trl import ModelConfig, ScriptArguments, get_peft_config
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
-from trl_multiagent.model_names import resolve_model_name
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import recipe_argv
+from trl_multiagent.cli.recipe_parser import RecipeParser
+from trl_multiagent.cli.shipped import recipe_argv
+from trl_multiagent.common.model_names import resolve_model_name
 from trl_multiagent.tasks import CodeReward, get_task
 from trl_multiagent.workflows.options import WorkflowOptions
 

@@ -1,9 +1,10 @@
 """Regenerate the generated parts of docs/configuration.md from the code, the one place each is said:
 
 - our fields (`MultiAgentGRPOConfig` beyond `GRPOConfig`): the help metadata (short) and the class docstring's
-  `Parameters:` section (groups and full descriptions, TRL's docstring format), in trl_multiagent/config.py;
+  `Parameters:` section (groups and full descriptions, TRL's docstring format), in
+  trl_multiagent/config/multiagent_grpo_config.py;
 - every field TRL's `GRPOConfig` adds to `TrainingArguments`: honoured, refused or not applicable, with why, from
-  trl_multiagent/grpo_config_fields.py.
+  trl_multiagent/config/grpo_config_fields.py.
 
 The prose around them is written in docs/configuration.md itself; each generated part sits between a
 `<!-- generated: NAME -->` line and a `<!-- end generated -->` line.
@@ -27,7 +28,7 @@ from transformers import TrainingArguments
 from trl import GRPOConfig
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, REFUSED
+from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, REFUSED
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
@@ -100,7 +101,7 @@ def our_fields() -> str:
         if not field.metadata.get("help"):
             raise ValueError(
                 f"MultiAgentGRPOConfig.{name} has no help metadata: describe it in "
-                "field(..., metadata={'help': ...}) in trl_multiagent/config.py."
+                "field(..., metadata={'help': ...}) in trl_multiagent/config/multiagent_grpo_config.py."
             )
         if name not in documented:
             raise ValueError(f"MultiAgentGRPOConfig.{name} is not in the class docstring's `Parameters:` section.")
@@ -130,7 +131,9 @@ def trl_fields() -> str:
             continue
         use = GRPO_CONFIG_FIELDS.get(field.name)
         if use is None:
-            raise ValueError(f"trl_multiagent/grpo_config_fields.py does not say what happens to `{field.name}`.")
+            raise ValueError(
+                f"trl_multiagent/config/grpo_config_fields.py does not say what happens to `{field.name}`."
+            )
         why = f"{use.why}. Instead: {use.instead}" if use.status == REFUSED else use.why
         shown = f"`{use.test}`" if use.status == HONOURED else "construction"
         rows.append(f"| `{field.name}` | {use.status} | {cell(why)} | {shown} |")

@@ -16,8 +16,8 @@ import pytest
 
 import trl_multiagent
 import trl_multiagent.evaluation
+from trl_multiagent.cli.shipped import read_preset
 from trl_multiagent.evaluation import EvalSettings
-from trl_multiagent.shipped import read_preset
 from trl_multiagent.workflows.options import WorkflowOptions
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from tiny import tiny_lora
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.adapters.engine_steps import ADAPTER_KEY, AdapterGroups, adapter_groups_for, group_by_adapter
+from trl_multiagent.adapters.deepspeed_groups import ADAPTER_KEY, AdapterGroups, adapter_groups_for, group_by_adapter
 from trl_multiagent.adapters.installed import InstalledAdapters
 from trl_multiagent.training.mini_batches import check_schedule
 

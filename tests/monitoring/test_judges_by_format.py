@@ -88,7 +88,7 @@ def test_monitoring_and_training_name_no_built_in_role():
     built-in role name (a string that is exactly one; docstrings and help texts name them inside longer text)."""
     names = {"evaluator", "aggregator", "generator", "voter", "orchestrator", "synthesizer", "worker"}
     package = Path(trl_multiagent.__file__).parent
-    paths = [package / "trainer.py", *(p for room in ROOMS for p in (package / room).rglob("*.py"))]
+    paths = [*(package / "trainer").glob("*.py"), *(p for room in ROOMS for p in (package / room).rglob("*.py"))]
     for path in paths:
         named = {
             node.value

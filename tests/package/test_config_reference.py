@@ -12,7 +12,7 @@ import pytest
 from trl import GRPOConfig, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS
+from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ from scripted import addition_dataset, boxed_answer_reward
 from tiny import random_answers, tiny_config, tiny_lora, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer
-from trl_multiagent.deprecation import MOVED, REMOVED_IN
-from trl_multiagent.renamed_hooks import ADAPTER_PARTS, RENAMED_ATTRIBUTES, RENAMED_METHODS
+from trl_multiagent.common.deprecation import MOVED, REMOVED_IN
 from trl_multiagent.rollout.backends.from_config import BackendContext
+from trl_multiagent.trainer.renamed_hooks import ADAPTER_PARTS, RENAMED_ATTRIBUTES, RENAMED_METHODS
 
 MOVED_NAMES = [(module, old, new) for module, moved in MOVED.items() for old, new in moved.items()]
 
@@ -62,7 +62,7 @@ def test_a_0_1_0_recipe_import_warns_once_at_its_own_line():
         warnings.simplefilter("always")
         exec(compile(recipe, "eval_opt_math.py", "exec"), namespace)
     assert [(w.category, w.filename, w.lineno) for w in caught] == [(DeprecationWarning, "eval_opt_math.py", 1)]
-    assert namespace["folder"] == resolve("trl_multiagent.model_names.resolve_model_name")("toy")
+    assert namespace["folder"] == resolve("trl_multiagent.common.model_names.resolve_model_name")("toy")
 
 
 @pytest.mark.parametrize("old, new", RENAMED_METHODS.items())

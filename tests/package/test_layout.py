@@ -15,12 +15,13 @@ from harness import run_offline
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
-TRAINER = ("trainer", "grpo_seam", "trainer_parts")  # the trainer, its base class over TRL, what it is built from
+# The trainer (its module, its base class over TRL, what it is built from) and the command line above it.
+TRAINER = ("trainer", "cli")
 
 # room -> rooms (first component under trl_multiagent) it must never import
 FORBIDDEN = {
     "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy", "seams"),
-    # Tasks and workflows share the parse rules through the neutral `parse_rules` module, never each other.
+    # Tasks and workflows share the answer readers through common/parse_rules.py, never each other.
     "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training", "workflows"),
     "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config", "toy"),
     # Adapters report what they measured; monitoring reads it.
@@ -30,14 +31,20 @@ FORBIDDEN = {
     # loading and saving only: running a loaded workflow (backends, engine, episodes) is evaluation's
     "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring", "toy"),
     "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
-    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy", "seams"),
+    # What every folder may use (names that moved, model names, answer readers) imports none of them.
+    "common": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy", "seams"),
+    # The configuration and its checks sit below the trainer and the command line.
+    "config": TRAINER + ("evaluation", "toy"),
+    # The trainer never imports the command line or evaluation.
+    "trainer": ("cli", "evaluation", "toy"),
 }
 NO_TORCH = ("torch", "transformers", "peft", "trl", "accelerate")
-THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "parse_rules": NO_TORCH}
+THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "common": NO_TORCH}
 # Rooms below the trainer: they get small explicit inputs (a tokenizer, a model handle, settings), never the trainer.
 LOWER_ROOMS = (
     "adapters",
     "checkpoints",
+    "common",
     "config",
     "evaluation",
     "monitoring",
@@ -97,15 +104,15 @@ def test_no_upward_import(module):
 
 
 def test_the_core_never_imports_the_toy_world():
-    """The toy world registers its model names with the registry (model_names.py), which imports it by the name in
-    its ``REGISTRANTS`` on first lookup: no module of the package imports ``trl_multiagent.toy`` (the rooms that
+    """The toy world registers its model names with the registry (common/model_names.py), which imports it by the name
+    in its ``REGISTRANTS`` on first lookup: no module of the package imports ``trl_multiagent.toy`` (the rooms that
     resolve model names, adapters, checkpoints, training and rollout, included)."""
     importing = sorted(
         m for m, imports in MODULES.items() if room(m) != "toy" and any(room(i) == "toy" for i in imports)
     )
     assert not importing, f"{importing} import trl_multiagent.toy; resolve model names through model_names instead"
-    registry = MODULES["trl_multiagent.model_names"]
-    assert not any(room(i) not in (None, "model_names") for i in registry), registry  # the registry imports no room
+    registry = MODULES["trl_multiagent.common.model_names"]
+    assert not any(room(i) not in (None, "common") for i in registry), registry  # the registry imports no room
 
 
 def test_the_seams_import_nothing_of_the_package():

@@ -18,10 +18,10 @@ from trl import ModelConfig, ScriptArguments
 
 import trl_multiagent
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.config import SettingsWarning
+from trl_multiagent.cli.recipe_parser import RecipeParser
+from trl_multiagent.cli.shipped import preset_layers, read_preset
+from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.evaluation import EvalSettings
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import preset_layers, read_preset
 from trl_multiagent.workflows.options import BUILT_IN, WorkflowOptions
 
 FLAT = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "flat_presets.json").read_text())
@@ -56,7 +56,9 @@ def flat_file(name: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.filterwarnings("ignore::trl_multiagent.config.SettingsWarning")  # the flat cpu.yaml's, tested below
+@pytest.mark.filterwarnings(
+    "ignore::trl_multiagent.config.multiagent_grpo_config.SettingsWarning"
+)  # the flat cpu.yaml's, tested below
 @pytest.mark.parametrize("name", sorted(FLAT))
 def test_every_shipped_preset_reads_as_its_flat_file_did(name, tmp_path):
     before = settings(name, flat_file(name, tmp_path))

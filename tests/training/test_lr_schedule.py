@@ -13,7 +13,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import get_scheduler
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
-from trl_multiagent.adapters.lr_steps import UpdateCallScheduler
+from trl_multiagent.adapters.per_update_lr import UpdateCallScheduler
 from trl_multiagent.adapters.routing import adapter_parameters
 
 PEAK, WARMUP, TOTAL = 2e-5, 15, 500

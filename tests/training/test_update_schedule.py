@@ -15,7 +15,7 @@ from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.config import SettingsWarning
+from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.monitoring.summary import first_last
 from trl_multiagent.training.mini_batches import padded_tokens
 

@@ -1,5 +1,5 @@
-"""One seam to TRL: only ``trl_multiagent/grpo_seam.py`` names a private member of TRL's ``GRPOTrainer`` or of the
-Trainer (every other upstream internal: tests/package/test_seams.py), and what the package computes in TRL's place
+"""One seam to TRL: only ``trl_multiagent/trainer/grpo_seam.py`` names a private member of TRL's ``GRPOTrainer`` or of
+the Trainer (every other upstream internal: tests/package/test_seams.py), and what the package computes in TRL's place
 (the loss reduction per ``loss_type``, GRPO advantages) is TRL's own, checked against TRL's ``GRPOTrainer`` on fixed
 tensors."""
 
@@ -19,7 +19,6 @@ import transformers
 import trl
 from scripted import addition_dataset
 
-from trl_multiagent.grpo_seam import GRPOSeam
 from trl_multiagent.seams.trl import (
     GLOBAL_TOKEN_LOSSES,
     LOSS_TYPES,
@@ -28,11 +27,12 @@ from trl_multiagent.seams.trl import (
     LossScale,
     aggregate_like_trl,
 )
+from trl_multiagent.trainer.grpo_seam import GRPOSeam
 from trl_multiagent.training.advantages import outcome_advantages
 from trl_multiagent.training.loss_weights import chunk_correction, per_role_kl_loss, role_weights
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
-SEAM = PACKAGE / "grpo_seam.py"
+SEAM = PACKAGE / "trainer" / "grpo_seam.py"
 
 
 def _is_private(name: str) -> bool:
@@ -109,8 +109,8 @@ def test_only_the_seam_names_a_trl_private_member():
         for line, name in private_uses(path.read_text(), TRL_PRIVATE)
     ]
     assert not offenders, (
-        "Private members of TRL's GRPOTrainer / the Trainer named outside trl_multiagent/grpo_seam.py; reach them "
-        "through a public method or property of GRPOSeam instead:\n" + "\n".join(offenders)
+        "Private members of TRL's GRPOTrainer / the Trainer named outside trl_multiagent/trainer/grpo_seam.py; reach "
+        "them through a public method or property of GRPOSeam instead:\n" + "\n".join(offenders)
     )
 
 

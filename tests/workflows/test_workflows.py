@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trl_multiagent import workflows
-from trl_multiagent.parse_rules import parse_selection, parse_strategies, parse_verdict, read_strategies
+from trl_multiagent.common.parse_rules import parse_selection, parse_strategies, parse_verdict, read_strategies
 from trl_multiagent.tasks.math import MATH_INSTRUCTION, math_prompt
 from trl_multiagent.workflows import (
     PROMPT_SETS,

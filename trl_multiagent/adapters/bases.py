@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..model_names import model_name, resolve_model_name
+from ..common.model_names import model_name, resolve_model_name
 from ..seams.deepspeed import gathered as zero3_gathered
 from .routing import SHARED_ADAPTER
 

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 
 import torch
 
-from .engine_steps import ADAPTER_KEY, AdapterGroups, engine_clipping_off, group_by_adapter
+from .deepspeed_groups import ADAPTER_KEY, AdapterGroups, engine_clipping_off, group_by_adapter
 from .installed import InstalledAdapters
-from .lr_steps import UpdateCallScheduler
+from .per_update_lr import UpdateCallScheduler
 
 
 class AdapterOptimizer:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from ..seams.trl import disable_dropout_in_model
 from .bases import Bases
-from .engine_steps import adapter_groups_for
+from .deepspeed_groups import adapter_groups_for
 from .gradient_accounts import GradientAccounts
 from .installed import InstalledAdapters
-from .optimizer_steps import AdapterOptimizer
+from .optimizer import AdapterOptimizer
 from .process_alignment import ProcessAlignment
 from .sample_routing import SampleRouting
 

@@ -101,7 +101,7 @@ def bf16_device_available() -> bool:
     """Whether this machine trains in bf16 as transformers' TrainingArguments accept it (GPU, XPU, NPU, MPS, XLA)."""
     from transformers import is_torch_xla_available
 
-    from .seams.transformers import is_torch_bf16_gpu_available
+    from ..seams.transformers import is_torch_bf16_gpu_available
 
     return is_torch_bf16_gpu_available() or is_torch_xla_available()
 

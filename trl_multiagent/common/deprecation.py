@@ -1,13 +1,16 @@
 """Deprecated names: a public name that moved or was renamed keeps working for one release, with a warning.
 
 ``warn_deprecated`` says what to use instead and in which release the old name goes; ``moved_names`` builds a module
-``__getattr__`` that serves a module's old names (``MOVED``) from where they live now. Nothing here imports torch (the
-workflows package uses it and imports without torch).
+``__getattr__`` that serves a module's old names (``MOVED``) from where they live now; ``MovedModules`` serves a whole
+module from its new path when imported by its old one (``MOVED_MODULES``). Nothing here imports torch (the workflows
+package uses it and imports without torch).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import warnings
 from collections.abc import Callable
@@ -16,7 +19,7 @@ from typing import Any
 # The release that removes what is deprecated now (the package is at 0.1.0; the next release deprecates).
 REMOVED_IN = "0.3.0"
 
-_RULES = "trl_multiagent.parse_rules"
+_RULES = "trl_multiagent.common.parse_rules"
 _SERVER_ERRORS = "trl_multiagent.rollout.backends.server_errors"
 # Every public module-level name that moved: module -> {old name: where it is now, or (what to use instead, what
 # serves the old name until it goes) when the replacement is called differently}. The trainer's renamed methods and
@@ -24,8 +27,8 @@ _SERVER_ERRORS = "trl_multiagent.rollout.backends.server_errors"
 MOVED = {
     # The model-name registry took these over from the toy world (0.1.0's recipes imported them from there).
     "trl_multiagent.toy": {
-        "resolve_model_name": "trl_multiagent.model_names.resolve_model_name",
-        "model_name": "trl_multiagent.model_names.model_name",
+        "resolve_model_name": "trl_multiagent.common.model_names.resolve_model_name",
+        "model_name": "trl_multiagent.common.model_names.model_name",
     },
     # The answer readers moved to one module that workflows and tasks share.
     "trl_multiagent.workflows": {
@@ -58,6 +61,31 @@ MOVED = {
     },
 }
 
+# Modules that moved when the package's root modules went into folders (0.2.0): old path -> new path. `trainer`,
+# `config` and `cli` became packages of the same name, which keep their public names.
+MOVED_MODULES = {
+    "trl_multiagent.trainer_parts": "trl_multiagent.trainer.parts",
+    "trl_multiagent.grpo_seam": "trl_multiagent.trainer.grpo_seam",
+    "trl_multiagent.renamed_hooks": "trl_multiagent.trainer.renamed_hooks",
+    "trl_multiagent.grpo_config_fields": "trl_multiagent.config.grpo_config_fields",
+    "trl_multiagent.run_checks": "trl_multiagent.config.run_checks",
+    "trl_multiagent.recipe_parser": "trl_multiagent.cli.recipe_parser",
+    "trl_multiagent.shipped": "trl_multiagent.cli.shipped",
+    "trl_multiagent.validation": "trl_multiagent.cli.validation",
+    "trl_multiagent.slurm": "trl_multiagent.cli.slurm",
+    "trl_multiagent.vllm_serve": "trl_multiagent.cli.vllm_serve",
+    "trl_multiagent.serve_process": "trl_multiagent.cli.serve_process",
+    "trl_multiagent.report": "trl_multiagent.cli.report",
+    "trl_multiagent.deprecation": "trl_multiagent.common.deprecation",
+    "trl_multiagent.model_names": "trl_multiagent.common.model_names",
+    "trl_multiagent.parse_rules": "trl_multiagent.common.parse_rules",
+    # Renamed so that the adapters' modules are not all called "... steps".
+    "trl_multiagent.adapters.adapter_steps": "trl_multiagent.adapters.clip_and_step",
+    "trl_multiagent.adapters.optimizer_steps": "trl_multiagent.adapters.optimizer",
+    "trl_multiagent.adapters.engine_steps": "trl_multiagent.adapters.deepspeed_groups",
+    "trl_multiagent.adapters.lr_steps": "trl_multiagent.adapters.per_update_lr",
+}
+
 
 def warn_deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
     """A ``DeprecationWarning`` naming ``old``, what replaces it (``new``) and the release that removes it."""
@@ -85,3 +113,27 @@ def moved_names(module: str) -> Callable[[str], Any]:
         return getattr(importlib.import_module(where), attribute)
 
     return __getattr__
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """An import finder for ``MOVED_MODULES``: importing an old path warns once and gives the module at its new path
+    (the same module object, so its state is shared)."""
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        # The import system's own frames are skipped when the warning is placed: it points at the import line.
+        warn_deprecated(f"module {spec.name}", f"`{MOVED_MODULES[spec.name]}`", stacklevel=3)
+        return importlib.import_module(MOVED_MODULES[spec.name])
+
+    def exec_module(self, module) -> None:
+        pass  # the module at the new path ran already
+
+
+def serve_moved_modules() -> None:
+    """Put ``MovedModules`` on the import path, once (the package's ``__init__`` does it)."""
+    if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
+        sys.meta_path.insert(0, MovedModules())  # before any finder that could find a stale copy at the old path

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 
-from ..deprecation import moved_names
-from ..model_names import register_model_name
+from ..common.deprecation import moved_names
+from ..common.model_names import register_model_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TOY_MODEL_NAME = "toy"

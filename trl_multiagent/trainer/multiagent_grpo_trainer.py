@@ -25,36 +25,36 @@ from contextlib import nullcontext
 import torch
 from accelerate.utils import gather, gather_object
 
-from .adapters.adapter_steps import AdapterSteps, step_norm
-from .adapters.bases import Bases
-from .adapters.routing import BASE_MODEL
-from .adapters.updates import AdapterUpdates
-from .checkpoints.atomic import resume_checkpoint
-from .checkpoints.resume_command import resume_advice
-from .checkpoints.run import RunCheckpoints
-from .config import MultiAgentGRPOConfig
+from ..adapters.bases import Bases
+from ..adapters.clip_and_step import AdapterSteps, step_norm
+from ..adapters.routing import BASE_MODEL
+from ..adapters.updates import AdapterUpdates
+from ..checkpoints.atomic import resume_checkpoint
+from ..checkpoints.resume_command import resume_advice
+from ..checkpoints.run import RunCheckpoints
+from ..common.model_names import resolve_model_name
+from ..config import MultiAgentGRPOConfig
+from ..config.run_checks import check_run
+from ..monitoring.adapter_check import AdapterCheck
+from ..monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
+from ..rollout.backends.from_config import BackendContext, backend_metrics, build_backend
+from ..seams.accelerate import gradients_synced
+from ..seams.deepspeed import clear_zero3_gradients
+from ..seams.trl import disable_gradient_checkpointing, score_like_trl
+from ..training.advantages import outcome_advantages, weighted_rewards
+from ..training.batch import TrainingBatch
+from ..training.early_rewards import final_completion_ids, final_completions
+from ..training.episode_samples import episode_samples
+from ..training.even_forwards import even_forwards
+from ..training.importance_sampling import batch_importance_sampling_ratio
+from ..training.loss_weights import LossScale, loss_ready, per_role_kl_loss
+from ..training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
+from ..training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
+from ..training.row_layout import EndAligned
+from ..workflows.base import Workflow
 from .grpo_seam import GRPOSeam
-from .model_names import resolve_model_name
-from .monitoring.adapter_check import AdapterCheck
-from .monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
+from .parts import MonitoringParts, RolloutParts
 from .renamed_hooks import RenamedTrainerNames
-from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
-from .run_checks import check_run
-from .seams.accelerate import gradients_synced
-from .seams.deepspeed import clear_zero3_gradients
-from .seams.trl import disable_gradient_checkpointing, score_like_trl
-from .trainer_parts import MonitoringParts, RolloutParts
-from .training.advantages import outcome_advantages, weighted_rewards
-from .training.batch import TrainingBatch
-from .training.early_rewards import final_completion_ids, final_completions
-from .training.episode_samples import episode_samples
-from .training.even_forwards import even_forwards
-from .training.importance_sampling import batch_importance_sampling_ratio
-from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
-from .training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
-from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
-from .training.row_layout import EndAligned
-from .workflows.base import Workflow
 
 
 class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):

@@ -21,20 +21,20 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather
 
-from .adapters.bases import Bases
-from .adapters.installed import InstalledAdapters
-from .config import MultiAgentGRPOConfig
-from .monitoring import monitoring_callbacks
-from .monitoring.console import compact_console
-from .monitoring.learning_signal import LearningSignalCheck
-from .monitoring.training_metrics import TrainingMetrics
-from .rollout.ahead import RolloutsAhead
-from .rollout.backends.adapter_sync import AdapterSync
-from .rollout.engine import RolloutEngine
-from .rollout.environments import Environments
-from .rollout.tool_loop import RoleTools, build_role_tools
-from .training.early_rewards import EarlyRewards
-from .workflows.base import Workflow
+from ..adapters.bases import Bases
+from ..adapters.installed import InstalledAdapters
+from ..config import MultiAgentGRPOConfig
+from ..monitoring import monitoring_callbacks
+from ..monitoring.console import compact_console
+from ..monitoring.learning_signal import LearningSignalCheck
+from ..monitoring.training_metrics import TrainingMetrics
+from ..rollout.ahead import RolloutsAhead
+from ..rollout.backends.adapter_sync import AdapterSync
+from ..rollout.engine import RolloutEngine
+from ..rollout.environments import Environments
+from ..rollout.tool_loop import RoleTools, build_role_tools
+from ..training.early_rewards import EarlyRewards
+from ..workflows.base import Workflow
 
 
 def role_tools_for(

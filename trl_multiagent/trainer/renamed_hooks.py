@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from .deprecation import REMOVED_IN, warn_deprecated
+from ..common.deprecation import REMOVED_IN, warn_deprecated
 
 TRAINER = "MultiAgentGRPOTrainer"
 
