@@ -160,20 +160,20 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             accelerator=self.accelerator,
             decay_parameter_names=self.get_decay_parameter_names,
         )
-        self.installed_adapters = updates.installed  # each base's adapters, shadows and router
-        self.adapter_routing = updates.routing  # the adapter of every sample of a forward
-        self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
-        self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
-        self.gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
+        self._installed_adapters = updates.installed  # each base's adapters, shadows and router
+        self._adapter_routing = updates.routing  # the adapter of every sample of a forward
+        self._adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
+        self._process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
+        self._gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
         engine_steps = self.is_deepspeed_enabled
         clip = self.accelerator.clip_grad_norm_
         self._adapter_steps = AdapterSteps(updates, args, engine_steps=engine_steps, clip_grad_norm=clip)
-        self.earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
+        self._earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
         if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
             self.bases.hold_in(self.model)
-        self.adapter_names = self.installed_adapters.adapter_names
-        self.router = self.installed_adapters.router
-        self.adapter_check = AdapterCheck.for_run(args, self.workflow.roles, self.role_adapters, self.model)
+        self._adapter_names = self._installed_adapters.adapter_names
+        self._router = self._installed_adapters.router
+        self._adapter_check = AdapterCheck.for_run(args, self.workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in self.workflow.roles}
@@ -187,7 +187,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             workflow=workflow,
             backend=self.rollout_backend,
             bases=self.bases,
-            installed=self.installed_adapters,
+            installed=self._installed_adapters,
             tokenizer=self._text_tokenizer,
             reward_funcs=self.reward_funcs,
             tools=tools,
@@ -201,10 +201,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             more_steps=self._more_steps,
             ahead=checked.rollout_ahead,
         )
-        self.role_tools, self.engine = rollouts.role_tools, rollouts.engine
-        self.environment_runs, self.episode_tools = rollouts.environment_runs, None
-        self.early_rewards, self.rollouts = rollouts.early_rewards, rollouts.rollouts
-        self.answer_checker = answer_checker
+        self._role_tools, self.engine = rollouts.role_tools, rollouts.engine
+        self._environment_runs, self._episode_tools = rollouts.environment_runs, None
+        self._early_rewards, self._rollouts = rollouts.early_rewards, rollouts.rollouts
+        self._answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
@@ -220,7 +220,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             reward_names=self.reward_func_names,
             answer_checker=answer_checker,
         )
-        self._step_metrics, self.learning_signal = monitoring.step_metrics, monitoring.learning_signal
+        self._step_metrics, self._learning_signal = monitoring.step_metrics, monitoring.learning_signal
         self._update_size_before = None  # (generation batch, its log-probs before the step's first update)
         if args.monitor_update_size:
             self.add_callback(UpdateSizeCallback(self._log_update_size))
@@ -229,17 +229,17 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             self.role_adapters,
             policy_sharing=args.policy_sharing,
             bases=self.bases,
-            installed=self.installed_adapters,
-            update_state=self.gradient_accounts,
+            installed=self._installed_adapters,
+            update_state=self._gradient_accounts,
         )
 
     def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""
         context = BackendContext(
             model=self.model,
-            adapter_names=self.adapter_names,
+            adapter_names=self._adapter_names,
             tokenizer=self._text_tokenizer,
-            router=self.router,
+            router=self._router,
             unwrapped_model=self._unwrapped_for_generation,
             generation_config=self.generation_config,
             eos_token_ids=self.eos_token_ids,
@@ -250,12 +250,12 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             weights_step=lambda: self.state.global_step,
             next_steps=functools.partial(resume_advice, self.args.output_dir),
         )
-        return context.on_bases(self.bases, self.installed_adapters.routers)
+        return context.on_bases(self.bases, self._installed_adapters.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
-        if self.episode_tools is None:
-            return self.early_rewards.run(rows, self.engine.run)
-        return self.early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self.episode_tools))
+        if self._episode_tools is None:
+            return self._early_rewards.run(rows, self.engine.run)
+        return self._early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self._episode_tools))
 
     def _more_steps(self) -> bool:
         return self.state.global_step + 1 < self.state.max_steps
@@ -264,14 +264,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        if self.environment_runs is not None:  # one environment per episode, reset with its row
-            started = self.environment_runs.start(inputs)
-            inputs, self.environments, self.episode_tools = started.rows, started.environments, started.episode_tools
+        if self._environment_runs is not None:  # one environment per episode, reset with its row
+            started = self._environment_runs.start(inputs)
+            inputs, self.environments, self._episode_tools = started.rows, started.environments, started.episode_tools
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
-        episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
-        self._record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        episodes = self._rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
+        self._record_metrics(mode, {"timing/rollout_wait_s": self._rollouts.waited_s})
         self._record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
@@ -326,8 +326,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         values = self._step_metrics.workflow_batch(
             mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
         )
-        if mode == "train":  # most groups flat while a role fails its format: said once, early
-            self._record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
+        if mode == "train":  # warns once, early, when most groups are flat while a role fails its format
+            groups = logged.view(-1, num_generations).tolist()
+            self._record_metrics(mode, self._learning_signal.observe(groups, values))
         self._add_logps_before_update(batch, mode)
         self._check_adapters(episodes, batch, mode)
         return batch
@@ -344,9 +345,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _tool_roles(self) -> list[str] | None:
         """The roles whose tool calls are logged; None when no role has tools in this run."""
-        if not self.role_tools and self.environment_runs is None:
+        if not self._role_tools and self._environment_runs is None:
             return None
-        return [r for r in self.workflow.roles if r in self.role_tools or self.episode_tools]
+        return [r for r in self.workflow.roles if r in self._role_tools or self._episode_tools]
 
     def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
@@ -389,10 +390,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         elif logps is None:  # the loss's forward of these weights comes too late for the check
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 logps = self._routed_logps(batch, batch.adapters, mode)
-        ahead = self.rollouts.ran_ahead and mode == "train"
+        ahead = self._rollouts.ran_ahead and mode == "train"
         calls = [c for e in episodes for c in e.calls]
         step = self.state.global_step
-        metrics = self.adapter_check.check(
+        metrics = self._adapter_check.check(
             calls=calls, batch=batch, trainer_logps=logps, step=step, ran_ahead=ahead, gather=gather
         )
         self._record_metrics(mode, metrics)
@@ -402,21 +403,21 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            model, router = self.adapter_routing.forward_target(part.adapters, self.model)
+            model, router = self._adapter_routing.forward_target(part.adapters, self.model)
             with router.route(names):
                 return self._logps_and_entropies(model, *part.model_inputs())[0]
 
         same_order = stand_in = None
-        if self.process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
+        if self._process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
             keys = batch.adapters
             reference = adapters[0] == BASE_MODEL  # the base model, or each sample's own adapter
             pad = self._text_tokenizer.pad_token_id
 
             def same_order(groups: list[list[int]]) -> list:
-                return self.process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
+                return self._process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
 
             def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
-                return self.process_alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
+                return self._process_alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
 
         return bounded_logps(
             batch,
@@ -424,14 +425,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             max_samples=size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             forward=forward,
-            keys=self.adapter_routing.forward_keys(batch.adapters),
+            keys=self._adapter_routing.forward_keys(batch.adapters),
             same_order=same_order,
             stand_in=stand_in,
         )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
-        return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
+        return self._rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _micro_step_inputs(self, generation_batch) -> TrainingBatch:
@@ -480,18 +481,18 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             max_samples=self.args.per_device_train_batch_size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             loss_type=self.loss_type,
-            keys=self.adapter_routing.forward_keys(batch.adapters),
+            keys=self._adapter_routing.forward_keys(batch.adapters),
         )
         pad_token_id = self._text_tokenizer.pad_token_id
-        parts = self.process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
-        return self._even_forwards(self.process_alignment.synchronised_last(parts, pad_token_id))
+        parts = self._process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
+        return self._even_forwards(self._process_alignment.synchronised_last(parts, pad_token_id))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
         """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each
         weighted so that their losses add up to the batch's, alike on every process as training's are."""
-        keys = self.adapter_routing.forward_keys(batch.adapters)
+        keys = self._adapter_routing.forward_keys(batch.adapters)
         parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
-        return self._even_forwards(self.process_alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
+        return self._even_forwards(self._process_alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
 
     def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
         """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
@@ -531,7 +532,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
         plan = mini_batch_plan(
             batch,
-            self.adapter_names,
+            self._adapter_names,
             mini_batch_size=prompts * self.num_generations,
             num_processes=self.accelerator.num_processes,
             sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
@@ -547,8 +548,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
         clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
         losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
-        self.earlier_update_norms.extend(norms)
-        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
+        self._earlier_update_norms.extend(norms)
+        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self._adapter_names}
         self._record_metrics("train", steps)
         self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
         self._micro_step = step + 1
@@ -561,8 +562,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
-        model, router = self.adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
-        router.set(self.adapter_routing.names(inputs.adapters, inputs.roles, training))
+        model, router = self._adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
+        router.set(self._adapter_routing.names(inputs.adapters, inputs.roles, training))
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
@@ -610,7 +611,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     # ---------------------------------------------------------------------------------------- the optimizer step
     # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
     def create_optimizer(self, model=None):
-        return self.adapter_optimizer.create(
+        return self._adapter_optimizer.create(
             functools.partial(super().create_optimizer, model),
             weight_decay=self.args.weight_decay,
             decay_parameter_names=self.get_decay_parameter_names,
@@ -618,7 +619,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         )
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
-        self.lr_scheduler = self.adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
+        self.lr_scheduler = self._adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
     def _clip_gradients(self, model):
@@ -630,9 +631,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         gradient metrics are recorded here."""
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             grad_norm = self._adapter_steps.unclipped_norm(model)
-        grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self.earlier_update_norms)
-        self.earlier_update_norms = []
-        self._step_metrics.updates(self.gradient_accounts.step_measured(), self.role_adapters)
+        grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self._earlier_update_norms)
+        self._earlier_update_norms = []
+        self._step_metrics.updates(self._gradient_accounts.step_measured(), self.role_adapters)
         return grad_norm
 
     # ------------------------------------------------------------------------------------------ checkpoints

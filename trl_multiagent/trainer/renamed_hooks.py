@@ -1,8 +1,9 @@
 """The trainer's public names of 0.1.0 that became private: they keep working until ``REMOVED_IN``, with a warning.
 
-Until then the trainer's hooks over TRL's private ones (``generate_and_score``, ``prepare_inputs``, ...) and its view
-of TRL's state (``text_tokenizer``, ``micro_step``, ...) were public names; a subclass sees TRL's public API plus the
-trainer's documented attributes now. An old name still works: calling it, or reading or setting it, warns and uses
+In 0.1.0 the trainer's hooks over TRL's private ones (``generate_and_score``, ``prepare_inputs``, ...), its view of
+TRL's state (``text_tokenizer``, ``micro_step``, ...) and most of the parts it is built from (``router``,
+``rollouts``, ...) were public names; a subclass sees TRL's public API plus the trainer's eight documented attributes
+now (docs/api/trainer.md). An old name still works: calling it, or reading or setting it, warns and uses
 the private name that replaced it; a subclass that overrides an old method name warns when the class is made, and
 its override is still the one the trainer calls.
 """
@@ -45,14 +46,31 @@ RENAMED_ATTRIBUTES = {
     "buffered_micro_batches": "_buffered_micro_batches",
     "environment_pool": "_environment_instances",
     "saving_aside": "_saving_aside",
+    # 0.2.0: the trainer's public attributes are the eight its API page documents; these became private.
+    "adapter_check": "_adapter_check",
+    "adapter_names": "_adapter_names",  # the adapters are `set(role_adapters.values())`
+    "adapter_optimizer": "_adapter_optimizer",
+    "adapter_routing": "_adapter_routing",
+    "answer_checker": "_answer_checker",
+    "earlier_update_norms": "_earlier_update_norms",
+    "early_rewards": "_early_rewards",
+    "environment_runs": "_environment_runs",
+    "episode_tools": "_episode_tools",
+    "gradient_accounts": "_gradient_accounts",
+    "installed_adapters": "_installed_adapters",
+    "learning_signal": "_learning_signal",
+    "process_alignment": "_process_alignment",
+    "role_tools": "_role_tools",
+    "rollouts": "_rollouts",
+    "router": "_router",  # which adapter serves which role: `role_adapters`
 }
 # The parts of the update the trainer's `adapters` (0.1.0's `AdapterUpdates`) held, each its own attribute now.
 ADAPTER_PARTS = (
-    "installed_adapters",
-    "adapter_routing",
-    "adapter_optimizer",
-    "process_alignment",
-    "gradient_accounts",
+    "_installed_adapters",
+    "_adapter_routing",
+    "_adapter_optimizer",
+    "_process_alignment",
+    "_gradient_accounts",
 )
 
 
@@ -138,7 +156,7 @@ class RenamedTrainerNames:
     def adapters(self):
         """Deprecated: 0.1.0's ``AdapterUpdates``, split into the trainer's ``ADAPTER_PARTS``. Removed in
         ``REMOVED_IN``."""
-        warn_deprecated(f"{TRAINER}.adapters", f"the trainer's {', '.join(f'`{p}`' for p in ADAPTER_PARTS)}")
+        warn_deprecated(f"{TRAINER}.adapters", f"the trainer's private {', '.join(f'`{p}`' for p in ADAPTER_PARTS)}")
         return _AdapterParts(self)
 
 
