@@ -15,7 +15,7 @@ from trl_multiagent import EvalOpt
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.rollout.padding import padded
 from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
-from trl_multiagent.trainer import trainer as trainer_module
+from trl_multiagent.trainer import multiagent_grpo_trainer as trainer_module
 from trl_multiagent.trainer.grpo_seam import GRPOSeam
 from trl_multiagent.training import mini_batches
 from trl_multiagent.training.loss_weights import generation_chunks, loss_ready

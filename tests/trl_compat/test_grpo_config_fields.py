@@ -25,7 +25,7 @@ from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAg
 from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, NOT_APPLICABLE, REFUSED
 from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.rollout.backends.base import GenerationRequest
-from trl_multiagent.training.importance_sampling import batch_importance_sampling_ratio
+from trl_multiagent.seams.trl import batch_importance_sampling_ratio
 from trl_multiagent.training.loss_weights import loss_ready
 
 TRL_BELOW_1_15 = Version(trl.__version__) < Version("1.15.0")

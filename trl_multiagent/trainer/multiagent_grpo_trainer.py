@@ -40,13 +40,12 @@ from ..monitoring.update_size import UpdateSizeCallback, update_size_metrics, up
 from ..rollout.backends.from_config import BackendContext, backend_metrics, build_backend
 from ..seams.accelerate import gradients_synced
 from ..seams.deepspeed import clear_zero3_gradients
-from ..seams.trl import disable_gradient_checkpointing, score_like_trl
+from ..seams.trl import batch_importance_sampling_ratio, disable_gradient_checkpointing, score_like_trl
 from ..training.advantages import outcome_advantages, weighted_rewards
 from ..training.batch import TrainingBatch
 from ..training.early_rewards import final_completion_ids, final_completions
 from ..training.episode_samples import episode_samples
 from ..training.even_forwards import even_forwards
-from ..training.importance_sampling import batch_importance_sampling_ratio
 from ..training.loss_weights import LossScale, loss_ready, per_role_kl_loss
 from ..training.mini_batches import bounded_logps, micro_steps, mini_batch_plan, split_for_memory
 from ..training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer

@@ -22,7 +22,6 @@ from ..seams.trl import (
     check_loss_type,
 )
 from .batch import TrainingBatch
-from .importance_sampling import fold_into_advantages
 
 __all__ = [
     "GLOBAL_TOKEN_LOSSES",
@@ -122,6 +121,15 @@ def generation_chunks(batch: TrainingBatch, *, steps: int, loss_type: str, num_p
         chunk = batch.select(rows)
         chunks.append(replace(chunk, sample_weights=chunk.sample_weights * correction))
     return chunks
+
+
+def fold_into_advantages(advantages: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """`[N, C]` (or `[N, 1]`) advantages that apply the importance-sampling ratio inside TRL's policy loss.
+
+    TRL multiplies each token's policy loss by the ratio; every TRL policy loss except VESPO (which reads the ratio
+    itself) is linear in the advantage for a non-negative factor, so scaling the advantage is the same product.
+    """
+    return advantages.unsqueeze(1) * ratio
 
 
 def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:
