@@ -59,7 +59,7 @@ def training(
     if warm:
         report["warm_mean"] = {k: significant(sum(w[k] for w in warm) / len(warm)) for k in warm[0]}
     report["peak_tflops_used"] = peak_tflops
-    report["adapters"] = list(trainer._adapter_names)
+    report["adapters"] = list(trainer._updates.installed.adapter_names)
     return report
 
 

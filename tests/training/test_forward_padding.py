@@ -52,8 +52,8 @@ def test_end_aligned_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path):
     assert rows.input_ids.shape == (5, 30) and input_ids.shape == (5, 55)  # the longest: 3 + 25, and 30 + none
     assert rows.attention_mask.sum(dim=1).tolist() == attention_mask.sum(dim=1).tolist()
 
-    trainer._router.set(None)
-    with trainer._router.route(["shared"] * 5):
+    trainer._updates.installed.router.set(None)
+    with trainer._updates.installed.router.route(["shared"] * 5):
         ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, width, compute_entropy=True)
         trls = GRPOSeam._logps_and_entropies(
             trainer, trainer.model, input_ids, attention_mask, width, compute_entropy=True
@@ -78,8 +78,8 @@ def test_end_aligned_rows_narrower_than_the_completions(tiny_model_dir, tmp_path
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
 
     assert EndAligned.of(input_ids, attention_mask, 10).input_ids.shape == (2, 11)
-    trainer._router.set(None)
-    with trainer._router.route(["shared"] * 2):
+    trainer._updates.installed.router.set(None)
+    with trainer._updates.installed.router.route(["shared"] * 2):
         ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, 10)[0]
         trls = GRPOSeam._logps_and_entropies(trainer, trainer.model, input_ids, attention_mask, 10)[0]
     mask = completion_mask.bool()
@@ -145,7 +145,9 @@ def record_gradients(trainer) -> list[dict[str, torch.Tensor]]:
 
     def gradients() -> dict[str, torch.Tensor]:
         params = {
-            f"{a}/{n}": p for a in trainer._adapter_names for n, p in adapter_parameters(trainer.model, a).items()
+            f"{a}/{n}": p
+            for a in trainer._updates.installed.adapter_names
+            for n, p in adapter_parameters(trainer.model, a).items()
         }
         return {name: p.grad.detach().clone() for name, p in params.items() if p.grad is not None}
 

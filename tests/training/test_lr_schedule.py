@@ -75,7 +75,7 @@ def lr_per_optimizer_step(trainer) -> list[tuple[float, tuple[str, ...]]]:
     def record(optimizer, args, kwargs):
         moved = tuple(
             a
-            for a in trainer._adapter_names
+            for a in trainer._updates.installed.adapter_names
             if any(p.grad is not None for p in adapter_parameters(trainer.model, a).values())
         )
         seen.append((optimizer.param_groups[0]["lr"], moved))

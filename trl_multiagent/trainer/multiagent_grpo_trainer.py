@@ -25,22 +25,19 @@ from contextlib import nullcontext
 import torch
 from accelerate.utils import gather, gather_object
 
-from ..adapters.bases import Bases
-from ..adapters.clip_and_step import AdapterSteps, step_norm
+from ..adapters.clip_and_step import step_norm
 from ..adapters.routing import BASE_MODEL
-from ..adapters.updates import AdapterUpdates
 from ..checkpoints.atomic import resume_checkpoint
 from ..checkpoints.resume_command import resume_advice
 from ..checkpoints.run import RunCheckpoints
 from ..common.model_names import resolve_model_name
 from ..config import MultiAgentGRPOConfig
 from ..config.run_checks import check_run
-from ..monitoring.adapter_check import AdapterCheck
-from ..monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
+from ..monitoring.update_size import update_size_metrics, update_size_sums
 from ..rollout.backends.from_config import BackendContext, backend_metrics, build_backend
 from ..seams.accelerate import gradients_synced
 from ..seams.deepspeed import clear_zero3_gradients
-from ..seams.trl import batch_importance_sampling_ratio, disable_gradient_checkpointing, score_like_trl
+from ..seams.trl import batch_importance_sampling_ratio, disable_gradient_checkpointing
 from ..training.advantages import outcome_advantages, weighted_rewards
 from ..training.batch import TrainingBatch
 from ..training.early_rewards import final_completion_ids, final_completions
@@ -52,7 +49,7 @@ from ..training.role_rewards import builtin_role_rewards, custom_role_rewards, o
 from ..training.row_layout import EndAligned
 from ..workflows.base import Workflow
 from .grpo_seam import GRPOSeam
-from .parts import MonitoringParts, RolloutParts
+from .parts import AdapterParts, MonitoringParts, RolloutParts
 from .renamed_hooks import RenamedTrainerNames
 
 
@@ -136,57 +133,37 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             environment_factory=environment_factory,
         )
 
-        # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
-        self.bases = Bases.from_config(
-            args,
-            peft_model=self.model,
-            role_adapters=self.role_adapters,
-            device=self.accelerator.device,
-            peft_config=lora,
-            quantization_config=quantization_config,
-            score_like_trainer=lambda model: score_like_trl(model, args.temperature),
-        )
-        self.role_adapters = self.bases.role_adapters  # placed on the bases
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
-
-        # Every role adapter on its base, the router of each sample's adapter, and the parts of an update.
-        updates = AdapterUpdates.from_config(
-            self.model,
+        # The base models the roles sit on, every role adapter on its base and the parts of its update (parts.py).
+        adapters = AdapterParts.build(
             args,
-            bases=self.bases,
-            measure_gradients=not self.is_deepspeed_enabled,
+            model=self.model,
+            roles=workflow.roles,
+            role_adapters=self.role_adapters,
             accelerator=self.accelerator,
+            peft_config=lora,
+            quantization_config=quantization_config,
             decay_parameter_names=self.get_decay_parameter_names,
+            deepspeed=self.is_deepspeed_enabled,
         )
-        self._installed_adapters = updates.installed  # each base's adapters, shadows and router
-        self._adapter_routing = updates.routing  # the adapter of every sample of a forward
-        self._adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
-        self._process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
-        self._gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
-        engine_steps = self.is_deepspeed_enabled
-        clip = self.accelerator.clip_grad_norm_
-        self._adapter_steps = AdapterSteps(updates, args, engine_steps=engine_steps, clip_grad_norm=clip)
+        self.bases, self.role_adapters = adapters.bases, adapters.bases.role_adapters  # placed on the bases
+        self._updates, self._adapter_steps, self._adapter_check = adapters.updates, adapters.steps, adapters.check
         self._earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
-        if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
-            self.bases.hold_in(self.model)
-        self._adapter_names = self._installed_adapters.adapter_names
-        self._router = self._installed_adapters.router
-        self._adapter_check = AdapterCheck.for_run(args, self.workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in self.workflow.roles}
         self.beta = 0.0
         self.role_loss_weights = dict(args.role_loss_weights or {})
 
-        # The rollout backend, and what runs episodes over it (trainer_parts.py).
+        # The rollout backend, and what runs episodes over it (parts.py).
         self.rollout_backend = rollout_backend or build_backend(args, self._backend_context())
         rollouts = RolloutParts.build(
             args,
             workflow=workflow,
             backend=self.rollout_backend,
             bases=self.bases,
-            installed=self._installed_adapters,
+            installed=self._updates.installed,
             tokenizer=self._text_tokenizer,
             reward_funcs=self.reward_funcs,
             tools=tools,
@@ -200,15 +177,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             more_steps=self._more_steps,
             ahead=checked.rollout_ahead,
         )
-        self._role_tools, self.engine = rollouts.role_tools, rollouts.engine
-        self._environment_runs, self._episode_tools = rollouts.environment_runs, None
-        self._early_rewards, self._rollouts = rollouts.early_rewards, rollouts.rollouts
+        self._rollout, self.engine, self._episode_tools = rollouts, rollouts.engine, None
         self._answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
 
-        # What each step records and checks, and the callbacks: drift alarms, the summary (trainer_parts.py).
+        # What each step records and checks, and the callbacks: drift alarms, the summary, the update size (parts.py).
         monitoring = MonitoringParts.build(
             args,
             workflow=workflow,
@@ -218,27 +193,26 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             record_column=self._record_completion_column,
             reward_names=self.reward_func_names,
             answer_checker=answer_checker,
+            log_update_size=self._log_update_size,
         )
         self._step_metrics, self._learning_signal = monitoring.step_metrics, monitoring.learning_signal
         self._update_size_before = None  # (generation batch, its log-probs before the step's first update)
-        if args.monitor_update_size:
-            self.add_callback(UpdateSizeCallback(self._log_update_size))
         self._checkpoints = RunCheckpoints(
             workflow,
             self.role_adapters,
             policy_sharing=args.policy_sharing,
             bases=self.bases,
-            installed=self._installed_adapters,
-            update_state=self._gradient_accounts,
+            installed=self._updates.installed,
+            update_state=self._updates.accounts,
         )
 
     def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""
         context = BackendContext(
             model=self.model,
-            adapter_names=self._adapter_names,
+            adapter_names=self._updates.installed.adapter_names,
             tokenizer=self._text_tokenizer,
-            router=self._router,
+            router=self._updates.installed.router,
             unwrapped_model=self._unwrapped_for_generation,
             generation_config=self.generation_config,
             eos_token_ids=self.eos_token_ids,
@@ -249,12 +223,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             weights_step=lambda: self.state.global_step,
             next_steps=functools.partial(resume_advice, self.args.output_dir),
         )
-        return context.on_bases(self.bases, self._installed_adapters.routers)
+        return context.on_bases(self.bases, self._updates.installed.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
-        if self._episode_tools is None:
-            return self._early_rewards.run(rows, self.engine.run)
-        return self._early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self._episode_tools))
+        run = self.engine.run
+        if self._episode_tools is not None:  # the tools of this step's environments
+            run = functools.partial(run, episode_tools=self._episode_tools)
+        return self._rollout.early_rewards.run(rows, run)
 
     def _more_steps(self) -> bool:
         return self.state.global_step + 1 < self.state.max_steps
@@ -263,14 +238,15 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        if self._environment_runs is not None:  # one environment per episode, reset with its row
-            started = self._environment_runs.start(inputs)
+        if self._rollout.environment_runs is not None:  # one environment per episode, reset with its row
+            started = self._rollout.environment_runs.start(inputs)
             inputs, self.environments, self._episode_tools = started.rows, started.environments, started.episode_tools
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
-        episodes = self._rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
-        self._record_metrics(mode, {"timing/rollout_wait_s": self._rollouts.waited_s})
+        rollouts = self._rollout.rollouts
+        episodes = rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during the last step
+        self._record_metrics(mode, {"timing/rollout_wait_s": rollouts.waited_s})
         self._record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
@@ -344,9 +320,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _tool_roles(self) -> list[str] | None:
         """The roles whose tool calls are logged; None when no role has tools in this run."""
-        if not self._role_tools and self._environment_runs is None:
+        if not self._rollout.role_tools and self._rollout.environment_runs is None:
             return None
-        return [r for r in self.workflow.roles if r in self._role_tools or self._episode_tools]
+        return [r for r in self.workflow.roles if r in self._rollout.role_tools or self._episode_tools]
 
     def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
@@ -389,7 +365,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         elif logps is None:  # the loss's forward of these weights comes too late for the check
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 logps = self._routed_logps(batch, batch.adapters, mode)
-        ahead = self._rollouts.ran_ahead and mode == "train"
+        ahead = self._rollout.rollouts.ran_ahead and mode == "train"
         calls = [c for e in episodes for c in e.calls]
         step = self.state.global_step
         metrics = self._adapter_check.check(
@@ -402,21 +378,21 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            model, router = self._adapter_routing.forward_target(part.adapters, self.model)
+            model, router = self._updates.routing.forward_target(part.adapters, self.model)
             with router.route(names):
                 return self._logps_and_entropies(model, *part.model_inputs())[0]
 
         same_order = stand_in = None
-        if self._process_alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
+        if self._updates.alignment.aligns_forwards:  # several processes under DeepSpeed (ZeRO-3 gathers)
             keys = batch.adapters
             reference = adapters[0] == BASE_MODEL  # the base model, or each sample's own adapter
             pad = self._text_tokenizer.pad_token_id
 
             def same_order(groups: list[list[int]]) -> list:
-                return self._process_alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
+                return self._updates.alignment.same_order(groups, lambda rows: keys[rows[0]], batch.prompt_ids.device)
 
             def stand_in(adapter: str) -> tuple[TrainingBatch, list[str]]:
-                return self._process_alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
+                return self._updates.alignment.stand_in(batch, adapter, pad), [BASE_MODEL if reference else adapter]
 
         return bounded_logps(
             batch,
@@ -424,14 +400,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             max_samples=size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             forward=forward,
-            keys=self._adapter_routing.forward_keys(batch.adapters),
+            keys=self._updates.routing.forward_keys(batch.adapters),
             same_order=same_order,
             stand_in=stand_in,
         )
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
-        return self._rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
+        return self._rollout.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _micro_step_inputs(self, generation_batch) -> TrainingBatch:
@@ -480,18 +456,18 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             max_samples=self.args.per_device_train_batch_size,
             max_tokens=self.args.max_tokens_per_micro_batch,
             loss_type=self.loss_type,
-            keys=self._adapter_routing.forward_keys(batch.adapters),
+            keys=self._updates.routing.forward_keys(batch.adapters),
         )
         pad_token_id = self._text_tokenizer.pad_token_id
-        parts = self._process_alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
-        return self._even_forwards(self._process_alignment.synchronised_last(parts, pad_token_id))
+        parts = self._updates.alignment.same_forwards(parts, pad_token_id)  # under DeepSpeed
+        return self._even_forwards(self._updates.alignment.synchronised_last(parts, pad_token_id))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
         """An evaluation batch's loss forwards: one unless adapters (DeepSpeed) or bases must not mix in one, each
         weighted so that their losses add up to the batch's, alike on every process as training's are."""
-        keys = self._adapter_routing.forward_keys(batch.adapters)
+        keys = self._updates.routing.forward_keys(batch.adapters)
         parts = split_for_memory(batch, max_samples=len(batch), max_tokens=None, loss_type=self.loss_type, keys=keys)
-        return self._even_forwards(self._process_alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
+        return self._even_forwards(self._updates.alignment.same_forwards(parts, self._text_tokenizer.pad_token_id))
 
     def _even_forwards(self, parts: list[TrainingBatch]) -> list[TrainingBatch]:
         """With several processes, as many loss forwards of as many rows on each (training/even_forwards.py)."""
@@ -531,7 +507,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
         plan = mini_batch_plan(
             batch,
-            self._adapter_names,
+            self._updates.installed.adapter_names,
             mini_batch_size=prompts * self.num_generations,
             num_processes=self.accelerator.num_processes,
             sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
@@ -548,7 +524,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
         losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
         self._earlier_update_norms.extend(norms)
-        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self._adapter_names}
+        steps = {
+            f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan))
+            for a in self._updates.installed.adapter_names
+        }
         self._record_metrics("train", steps)
         self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
         self._micro_step = step + 1
@@ -561,8 +540,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
-        model, router = self._adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
-        router.set(self._adapter_routing.names(inputs.adapters, inputs.roles, training))
+        model, router = self._updates.routing.forward_target(inputs.adapters, model)  # the base these samples sit on
+        router.set(self._updates.routing.names(inputs.adapters, inputs.roles, training))
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         if inputs.ref_per_token_logps is not None:
@@ -610,7 +589,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     # ---------------------------------------------------------------------------------------- the optimizer step
     # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
     def create_optimizer(self, model=None):
-        return self._adapter_optimizer.create(
+        return self._updates.optimizer.create(
             functools.partial(super().create_optimizer, model),
             weight_decay=self.args.weight_decay,
             decay_parameter_names=self.get_decay_parameter_names,
@@ -618,7 +597,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         )
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
-        self.lr_scheduler = self._adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
+        self.lr_scheduler = self._updates.optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
     def _clip_gradients(self, model):
@@ -632,7 +611,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             grad_norm = self._adapter_steps.unclipped_norm(model)
         grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self._earlier_update_norms)
         self._earlier_update_norms = []
-        self._step_metrics.updates(self._gradient_accounts.step_measured(), self.role_adapters)
+        self._step_metrics.updates(self._updates.accounts.step_measured(), self.role_adapters)
         return grad_norm
 
     # ------------------------------------------------------------------------------------------ checkpoints

@@ -11,6 +11,7 @@ its override is still the one the trainer calls.
 from __future__ import annotations
 
 import warnings
+from operator import attrgetter
 from typing import Any
 
 from ..common.deprecation import REMOVED_IN, warn_deprecated
@@ -38,7 +39,7 @@ RENAMED_METHODS = {
     "record_completion_column": "_record_completion_column",
     "backend_context": "_backend_context",
 }
-# old public attribute -> the private attribute that replaced it
+# old public attribute -> the private attribute that replaced it (a dotted name: an attribute of a part it holds)
 RENAMED_ATTRIBUTES = {
     "text_tokenizer": "_text_tokenizer",
     "is_vision_language_model": "_is_vision_language_model",
@@ -48,29 +49,29 @@ RENAMED_ATTRIBUTES = {
     "saving_aside": "_saving_aside",
     # 0.2.0: the trainer's public attributes are the eight its API page documents; these became private.
     "adapter_check": "_adapter_check",
-    "adapter_names": "_adapter_names",  # the adapters are `set(role_adapters.values())`
-    "adapter_optimizer": "_adapter_optimizer",
-    "adapter_routing": "_adapter_routing",
+    "adapter_names": "_updates.installed.adapter_names",  # the adapters are `set(role_adapters.values())`
+    "adapter_optimizer": "_updates.optimizer",
+    "adapter_routing": "_updates.routing",
     "answer_checker": "_answer_checker",
     "earlier_update_norms": "_earlier_update_norms",
-    "early_rewards": "_early_rewards",
-    "environment_runs": "_environment_runs",
+    "early_rewards": "_rollout.early_rewards",
+    "environment_runs": "_rollout.environment_runs",
     "episode_tools": "_episode_tools",
-    "gradient_accounts": "_gradient_accounts",
-    "installed_adapters": "_installed_adapters",
+    "gradient_accounts": "_updates.accounts",
+    "installed_adapters": "_updates.installed",
     "learning_signal": "_learning_signal",
-    "process_alignment": "_process_alignment",
-    "role_tools": "_role_tools",
-    "rollouts": "_rollouts",
-    "router": "_router",  # which adapter serves which role: `role_adapters`
+    "process_alignment": "_updates.alignment",
+    "role_tools": "_rollout.role_tools",
+    "rollouts": "_rollout.rollouts",
+    "router": "_updates.installed.router",  # which adapter serves which role: `role_adapters`
 }
 # The parts of the update the trainer's `adapters` (0.1.0's `AdapterUpdates`) held, each its own attribute now.
 ADAPTER_PARTS = (
-    "_installed_adapters",
-    "_adapter_routing",
-    "_adapter_optimizer",
-    "_process_alignment",
-    "_gradient_accounts",
+    "_updates.installed",
+    "_updates.routing",
+    "_updates.optimizer",
+    "_updates.alignment",
+    "_updates.accounts",
 )
 
 
@@ -98,13 +99,15 @@ def _method(old: str, new: str):
 
 
 def _attribute(old: str, new: str) -> property:
+    owner, _, name = new.rpartition(".")  # "_updates.installed": the part of the trainer that holds it now
+
     def get(self):
         warn_deprecated(f"{TRAINER}.{old}", _replacement(new))
-        return getattr(self, new)
+        return attrgetter(new)(self)
 
     def set(self, value) -> None:
         warn_deprecated(f"{TRAINER}.{old}", _replacement(new))
-        setattr(self, new, value)
+        setattr(attrgetter(owner)(self) if owner else self, name, value)
 
     return property(get, set, doc=f"Deprecated: {TRAINER}.{new}, private. Removed in {REMOVED_IN}.")
 
@@ -113,7 +116,7 @@ class _AdapterParts:
     """0.1.0's ``trainer.adapters``: each name read from the part of the update that holds it now."""
 
     def __init__(self, trainer):
-        self._parts = [getattr(trainer, part) for part in ADAPTER_PARTS]
+        self._parts = [attrgetter(part)(trainer) for part in ADAPTER_PARTS]
 
     def __getattr__(self, name: str) -> Any:
         for part in self._parts:
