@@ -11,9 +11,9 @@ One training step, in order (mirrored by the numbered comments below):
     5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`SampleRouting`), plus the
        per-role KL term.
 
-Each step calls into the rooms below with what it needs; what the trainer is assembled from is built in
-trainer_parts.py, the optimizer steps over the adapters are adapters/adapter_steps.py's, and what a checkpoint holds
-is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
+Each step calls into the package's other folders with what it needs (training/, rollout/, adapters/, monitoring/); what
+the trainer is made of is built in parts.py, the optimizer steps over the adapters are adapters/clip_and_step.py's, and
+what a checkpoint holds is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
 """
 
 from __future__ import annotations
@@ -301,7 +301,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         values = self._step_metrics.workflow_batch(
             mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
         )
-        if mode == "train":  # warns once, early, when most groups are flat while a role fails its format
+        if mode == "train":  # a warning when most groups are flat while a role fails its format
             groups = logged.view(-1, num_generations).tolist()
             self._record_metrics(mode, self._learning_signal.observe(groups, values))
         self._add_logps_before_update(batch, mode)
@@ -498,7 +498,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
-        # last takes its optimizer step here (adapters/adapter_steps.py), the last one takes the Trainer's own step.
+        # last takes its optimizer step here (adapters/clip_and_step.py), the last one takes the Trainer's own step.
         step = self._micro_step
         self._micro_step = step + 1
         if self._micro_step % self.args.steps_per_generation:
@@ -587,7 +587,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         return loss
 
     # ---------------------------------------------------------------------------------------- the optimizer step
-    # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
+    # The mechanics of each optimizer step over the adapters: adapters/clip_and_step.py (`AdapterSteps`).
     def create_optimizer(self, model=None):
         return self._updates.optimizer.create(
             functools.partial(super().create_optimizer, model),
@@ -596,7 +596,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             deepspeed_plugin=self.accelerator.state.deepspeed_plugin,
         )
 
-    def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
+    def create_scheduler(self, num_training_steps: int, optimizer=None):  # lr_scheduler_steps: per_update_lr.py
         self.lr_scheduler = self._updates.optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 

@@ -201,7 +201,7 @@ class MonitoringParts:
     """What a training step records and checks besides TRL's own metrics."""
 
     step_metrics: TrainingMetrics  # per-role and per-workflow metrics, summed over processes, into TRL's store
-    learning_signal: LearningSignalCheck  # warns once, early, when most groups are flat while a role fails its format
+    learning_signal: LearningSignalCheck  # a warning when most groups are flat while a role fails its format
 
     @classmethod
     def build(

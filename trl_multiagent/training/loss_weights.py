@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-# TRL's reduction of its loss by `loss_type` lives in the seam (seams/trl.py); the rooms of training/ import it here.
+# TRL's reduction of its loss by `loss_type` lives in the seam (seams/trl.py); training/'s modules import it from here.
 from ..seams.trl import (
     GLOBAL_TOKEN_LOSSES,
     SEQUENCE_MEAN_LOSSES,

@@ -1,4 +1,4 @@
-"""Adapter updates inside the DeepSpeed engine's optimizer step (adapters/engine_steps.py), on a torch AdamW over a
+"""Adapter updates inside the DeepSpeed engine's optimizer step (adapters/deepspeed_groups.py), on a torch AdamW over a
 tiny PEFT model's adapters, stepped as ZeRO steps it: once per param group, that group alone in the optimizer.
 The trainings through the engine itself: tests/training/test_deepspeed.py (one process), test_multinode.py (two)."""
 
