@@ -18,7 +18,7 @@ __all__ = ["main"]
 
 
 def __getattr__(name: str) -> Any:
-    # Before 0.2.0 `trl_multiagent.cli` was the command's module: its other names still read from there.
+    # `trl_multiagent.cli` was the command's module before it became a folder: its other names still read from there.
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(commands, name)

@@ -61,7 +61,7 @@ MOVED = {
     },
 }
 
-# Modules that moved when the package's root modules went into folders (0.2.0): old path -> new path. `trainer`,
+# Modules that moved when the package's root modules went into folders: old path -> new path. `trainer`,
 # `config` and `cli` became packages of the same name, which keep their public names.
 MOVED_MODULES = {
     "trl_multiagent.trainer_parts": "trl_multiagent.trainer.parts",

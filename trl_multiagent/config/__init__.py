@@ -17,7 +17,7 @@ __all__ = ["MultiAgentGRPOConfig"]
 
 
 def __getattr__(name: str) -> Any:
-    # Before 0.2.0 `trl_multiagent.config` was the config's module: its other names still read from there.
+    # `trl_multiagent.config` was the config's module before it became a folder: its other names still read from there.
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(multiagent_grpo_config, name)

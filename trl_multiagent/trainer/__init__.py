@@ -16,7 +16,7 @@ __all__ = ["MultiAgentGRPOTrainer"]
 
 
 def __getattr__(name: str) -> Any:
-    # Before 0.2.0 `trl_multiagent.trainer` was the trainer's module: its other names still read from there.
+    # `trl_multiagent.trainer` was the trainer's module before it became a folder: its other names still read there.
     if name.startswith("__"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(multiagent_grpo_trainer, name)

@@ -47,7 +47,7 @@ RENAMED_ATTRIBUTES = {
     "buffered_micro_batches": "_buffered_micro_batches",
     "environment_pool": "_environment_instances",
     "saving_aside": "_saving_aside",
-    # 0.2.0: the trainer's public attributes are the eight its API page documents; these became private.
+    # The trainer's public attributes are the eight its API page documents; these became private.
     "adapter_check": "_adapter_check",
     "adapter_names": "_updates.installed.adapter_names",  # the adapters are `set(role_adapters.values())`
     "adapter_optimizer": "_updates.optimizer",
