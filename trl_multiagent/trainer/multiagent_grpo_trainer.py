@@ -29,7 +29,6 @@ from ..adapters.clip_and_step import step_norm
 from ..adapters.routing import BASE_MODEL
 from ..checkpoints.atomic import resume_checkpoint
 from ..checkpoints.resume_command import resume_advice
-from ..checkpoints.run import RunCheckpoints
 from ..common.model_names import resolve_model_name
 from ..config import MultiAgentGRPOConfig
 from ..config.run_checks import check_run
@@ -139,7 +138,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         adapters = AdapterParts.build(
             args,
             model=self.model,
-            roles=workflow.roles,
+            workflow=workflow,
             role_adapters=self.role_adapters,
             accelerator=self.accelerator,
             peft_config=lora,
@@ -149,6 +148,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         )
         self.bases, self.role_adapters = adapters.bases, adapters.bases.role_adapters  # placed on the bases
         self._updates, self._adapter_steps, self._adapter_check = adapters.updates, adapters.steps, adapters.check
+        self._checkpoints = adapters.checkpoints  # what a run saves beside TRL's checkpoint (checkpoints/run.py)
         self._earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
@@ -197,14 +197,6 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         )
         self._step_metrics, self._learning_signal = monitoring.step_metrics, monitoring.learning_signal
         self._update_size_before = None  # (generation batch, its log-probs before the step's first update)
-        self._checkpoints = RunCheckpoints(
-            workflow,
-            self.role_adapters,
-            policy_sharing=args.policy_sharing,
-            bases=self.bases,
-            installed=self._updates.installed,
-            update_state=self._updates.accounts,
-        )
 
     def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""

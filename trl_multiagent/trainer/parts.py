@@ -5,7 +5,8 @@ tokenizer, a model handle, callables that read the trainer's state when called),
 trainer keeps what they return and calls each part by name in its numbered steps.
 
 1. adapters (``AdapterParts``): the base models the roles sit on, every role adapter on its base and the parts of
-   their update, the optimizer steps over them, and the check that each role is served by its own adapter;
+   their update, the optimizer steps over them, the check that each role is served by its own adapter, and what a
+   checkpoint saves of them;
 2. rollouts (``RolloutParts``): the roles' tools, the environments, the rollout engine over the backend, the rewards
    that start as episodes end, and the rollouts run ahead, which send the trained adapters to the backend first;
 3. monitoring (``MonitoringParts``): the metrics a step records, the learning-signal check, and the callbacks (drift
@@ -27,6 +28,7 @@ from ..adapters.bases import Bases
 from ..adapters.clip_and_step import AdapterSteps
 from ..adapters.installed import InstalledAdapters
 from ..adapters.updates import AdapterUpdates
+from ..checkpoints.run import RunCheckpoints
 from ..config import MultiAgentGRPOConfig
 from ..monitoring import monitoring_callbacks
 from ..monitoring.adapter_check import AdapterCheck
@@ -52,6 +54,7 @@ class AdapterParts:
     updates: AdapterUpdates  # installed adapters, sample routing, optimizer, process alignment, gradient accounts
     steps: AdapterSteps  # the optimizer steps of a training step over the adapters, and the norm it logs
     check: AdapterCheck  # each role served by its own adapter at the synced version
+    checkpoints: RunCheckpoints  # what a checkpoint saves of them beside TRL's files, and reads back on resume
 
     @classmethod
     def build(
@@ -59,7 +62,7 @@ class AdapterParts:
         args: MultiAgentGRPOConfig,
         *,
         model: torch.nn.Module,
-        roles: Sequence[str],
+        workflow: Workflow,
         role_adapters: dict[str, str],
         accelerator: Accelerator,
         peft_config,
@@ -90,8 +93,16 @@ class AdapterParts:
         steps = AdapterSteps(updates, args, engine_steps=deepspeed, clip_grad_norm=accelerator.clip_grad_norm_)
         if deepspeed:
             bases.hold_in(model)
-        check = AdapterCheck.for_run(args, roles, bases.role_adapters, model)
-        return cls(bases=bases, updates=updates, steps=steps, check=check)
+        check = AdapterCheck.for_run(args, workflow.roles, bases.role_adapters, model)
+        checkpoints = RunCheckpoints(
+            workflow,
+            bases.role_adapters,
+            policy_sharing=args.policy_sharing,
+            bases=bases,
+            installed=updates.installed,
+            update_state=updates.accounts,
+        )
+        return cls(bases=bases, updates=updates, steps=steps, check=check, checkpoints=checkpoints)
 
 
 def role_tools_for(
