@@ -51,6 +51,7 @@ def test_a_moved_module_is_the_new_one_with_a_warning(old, new, monkeypatch):
     with pytest.warns(DeprecationWarning, match=re.escape(expected)):
         module = importlib.import_module(old)
     assert module is importlib.import_module(new)
+    assert module.__spec__.name == new and module.__spec__.origin == module.__file__  # still itself
 
 
 def test_an_old_module_path_warns_at_the_import_line():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import warnings
@@ -130,7 +131,13 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.import_module(MOVED_MODULES[spec.name])
 
     def exec_module(self, module) -> None:
-        pass  # the module at the new path ran already
+        # The module at the new path ran already; the import system set its `__spec__` to the old path's: put back
+        # its own, so that it still reads as the module it is (reloading, `importlib.util.find_spec`).
+        module.__spec__ = importlib.machinery.PathFinder.find_spec(module.__name__, _package_path(module.__name__))
+
+
+def _package_path(name: str) -> list[str]:
+    return list(sys.modules[name.rpartition(".")[0]].__path__)
 
 
 def serve_moved_modules() -> None:
