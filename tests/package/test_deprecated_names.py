@@ -14,7 +14,8 @@ from scripted import addition_dataset, boxed_answer_reward
 from tiny import random_answers, tiny_config, tiny_lora, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer
-from trl_multiagent.common.deprecation import MOVED, MOVED_MODULES, REMOVED_IN
+from trl_multiagent.common.deprecation import MOVED, REMOVED_IN
+from trl_multiagent.common.moved_modules import MOVED_MODULES
 from trl_multiagent.rollout.backends.from_config import BackendContext
 from trl_multiagent.trainer.renamed_hooks import ADAPTER_PARTS, RENAMED_ATTRIBUTES, RENAMED_METHODS
 

@@ -164,7 +164,8 @@ def cli_surface(monkeypatch) -> list[str]:
 
 
 def deprecated_module_names() -> list[str]:
-    from trl_multiagent.common.deprecation import MOVED, MOVED_MODULES
+    from trl_multiagent.common.deprecation import MOVED
+    from trl_multiagent.common.moved_modules import MOVED_MODULES
 
     lines = [f"deprecated module {old} -> {new}" for old, new in MOVED_MODULES.items()]
     lines += [
