@@ -38,7 +38,7 @@ import torch
 from model_flops import DecoderShape, backward_flops, forward_flops
 
 from trl_multiagent.adapters.process_alignment import ProcessAlignment
-from trl_multiagent.shipped import read_preset
+from trl_multiagent.cli.shipped import read_preset
 from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
 from trl_multiagent.training import mini_batches
 from trl_multiagent.training.forwards import Forwards, old_logps_after_first

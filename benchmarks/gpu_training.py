@@ -67,7 +67,7 @@ def training(
     report["warm_summary"] = summary(warm)
     report["lora_dtypes"] = clock.work.lora_dtypes()
     report["gradient_checkpointing_enabled"] = clock.work.checkpointing_enabled()
-    report["adapters"] = list(trainer.adapter_names)
+    report["adapters"] = list(trainer._updates.installed.adapter_names)
     return report
 
 

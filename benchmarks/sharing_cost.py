@@ -45,7 +45,7 @@ from peft import LoraConfig
 from transformers import AutoTokenizer, PrinterCallback
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, OrchWorkers
-from trl_multiagent.model_names import resolve_model_name
+from trl_multiagent.common.model_names import resolve_model_name
 
 TARGET = 1.15
 MODES = ("isolated", "shared")

@@ -101,7 +101,7 @@ def build_trainers(args, model_dir: str, output_dir: str) -> dict:
     if args.diagnose:
         # Diagnostic only: with one adapter, which is also PEFT's active one, skipping the per-sample routing hooks
         # computes the same loss; the difference in step time is the cost of routing.
-        trainers["routing off"].router.set = lambda names: None
+        trainers["routing off"]._updates.installed.router.set = lambda names: None
     for trainer in trainers.values():
         # Printing every step's logs would time the terminal: plain TRL's printer (disable_tqdm=True), and ours, which
         # replaces it with one line per step (monitoring/console.py).

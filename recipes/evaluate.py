@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl_multiagent.checkpoints import BUILT_IN_WORKFLOWS, read_multiagent_config, workflow_from_config
+from trl_multiagent.cli.recipe_parser import RecipeParser
 from trl_multiagent.evaluation import (
     MODES,
     EvalSettings,
@@ -62,7 +63,6 @@ from trl_multiagent.evaluation import (
     read_results,
 )
 from trl_multiagent.evaluation.attribution import format_attribution, run_attribution
-from trl_multiagent.recipe_parser import RecipeParser
 from trl_multiagent.workflows import Workflow
 
 # The paper's evaluation settings; `--config other.yaml` stands in for this file (it starts from EvalSettings'

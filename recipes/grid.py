@@ -88,7 +88,9 @@ from tqdm.auto import tqdm
 from trl import TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.config import POLICY_SHARINGS
+from trl_multiagent.cli.shipped import read_preset
+from trl_multiagent.common.model_names import registered_model_names
+from trl_multiagent.config.multiagent_grpo_config import POLICY_SHARINGS
 from trl_multiagent.evaluation import (
     EvalSettings,
     family_table,
@@ -99,8 +101,6 @@ from trl_multiagent.evaluation import (
     read_results,
     role_instability,
 )
-from trl_multiagent.model_names import registered_model_names
-from trl_multiagent.shipped import read_preset
 from trl_multiagent.tasks import TASKS
 from trl_multiagent.tasks.mod_search import ONE_CHECK_TOKENS
 
@@ -575,7 +575,7 @@ def run(command: list[str]) -> bool:
 def cell_training(args: GridArguments, cell: Cell, command: list[str]):
     """The submitit job of one training: `accelerate launch --config_file X` (this Python's accelerate) and the
     recipe with its flags; the node topology is filled in on each node from SLURM's environment."""
-    from trl_multiagent.slurm import CellTraining
+    from trl_multiagent.cli.slurm import CellTraining
 
     config = command.index("--config_file") + 1
     config_file = Path(command[config]) if Path(command[config]).is_file() else ROOT / command[config]
@@ -599,7 +599,7 @@ def cell_training(args: GridArguments, cell: Cell, command: list[str]):
 def executor(args: GridArguments, folder: Path, name: str, nodes: int, gpus: int, **parameters):
     """A submitit executor of ``--slurm_executor``'s kind for jobs of ``nodes`` nodes, one task and ``gpus`` GPUs
     each; its job scripts and logs go to ``folder/<job id>``."""
-    from trl_multiagent.slurm import require_submitit
+    from trl_multiagent.cli.slurm import require_submitit
 
     extra = json.loads(args.slurm_parameters)
     made = require_submitit().AutoExecutor(folder=folder / "%j", cluster=args.slurm_executor)
@@ -618,7 +618,7 @@ def executor(args: GridArguments, folder: Path, name: str, nodes: int, gpus: int
 
 def submit(args: GridArguments, trainings: list[tuple[Cell, list[str]]], evaluations: list[list[str]]) -> list[str]:
     """Submit the grid through submitit; the failed commands once the jobs ran (local/debug executors), else []."""
-    from trl_multiagent.slurm import FINISHED, GridEvaluation, evaluation_marker
+    from trl_multiagent.cli.slurm import FINISHED, GridEvaluation, evaluation_marker
 
     folder = Path(args.slurm_folder or Path(args.output_root) / "slurm")
     train_executor = executor(args, folder, name="grid-train", nodes=args.nodes_per_run, gpus=args.gpus_per_run)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl_multiagent import OrchWorkers
-from trl_multiagent.recipe_run import CodeRewardArguments, RecipeRun
+from trl_multiagent.cli.recipe_run import CodeRewardArguments, RecipeRun
 from trl_multiagent.tasks import CodeReward, get_task
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it

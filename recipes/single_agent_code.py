@@ -26,7 +26,7 @@ CPU, offline, minutes (tiny model, toy stdin/stdout problems):
 from pathlib import Path
 
 from trl_multiagent import SingleAgent
-from trl_multiagent.recipe_run import CodeRewardArguments, RecipeRun
+from trl_multiagent.cli.recipe_run import CodeRewardArguments, RecipeRun
 from trl_multiagent.tasks import CodeReward, get_task
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it

@@ -24,7 +24,7 @@ CPU, offline, minutes (tiny model, toy arithmetic task):
 from pathlib import Path
 
 from trl_multiagent import SingleAgent
-from trl_multiagent.recipe_run import RecipeRun
+from trl_multiagent.cli.recipe_run import RecipeRun
 from trl_multiagent.tasks import get_task
 
 # The paper's settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless it

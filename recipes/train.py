@@ -26,7 +26,7 @@ from datasets import load_dataset
 from trl import ScriptArguments
 
 from trl_multiagent.cli import import_object
-from trl_multiagent.recipe_run import RecipeRun
+from trl_multiagent.cli.recipe_run import RecipeRun
 from trl_multiagent.tasks import TASKS, get_task
 
 # The paper's math settings; `--config other.yaml` stands in for this file (it starts from the library defaults unless

@@ -1,12 +1,14 @@
 """Regenerate the generated parts of docs/configuration.md from the code, the one place each is said:
 
 - our fields (`MultiAgentGRPOConfig` beyond `GRPOConfig`): the help metadata (short) and the class docstring's
-  `Parameters:` section (groups and full descriptions, TRL's docstring format), in trl_multiagent/config.py;
+  `Parameters:` section (groups and full descriptions, TRL's docstring format), in
+  trl_multiagent/config/multiagent_grpo_config.py;
 - every field TRL's `GRPOConfig` adds to `TrainingArguments`: honoured, refused or not applicable, with why, from
-  trl_multiagent/grpo_config_fields.py.
+  trl_multiagent/config/grpo_config_fields.py.
 
 The prose around them is written in docs/configuration.md itself; each generated part sits between a
-`<!-- generated: NAME -->` line and a `<!-- end generated -->` line.
+`<!-- generated: NAME -->` line and a `<!-- end generated -->` line. Every line is at most 119 characters (a list and
+sections rather than tables, whose cells cannot wrap).
 
     python scripts/config_reference.py           # rewrites the generated parts of docs/configuration.md
     python scripts/config_reference.py --check   # exits 1 when they differ from the code
@@ -20,6 +22,7 @@ import argparse
 import dataclasses
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
@@ -27,10 +30,13 @@ from transformers import TrainingArguments
 from trl import GRPOConfig
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, REFUSED
+from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, REFUSED
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BLOCK = re.compile(r"(<!-- generated: (\w+) -->\n)(.*?)(<!-- end generated -->)", re.S)
+WIDTH = 119  # the longest line written
+# What markdown reads as the start of a block (a list item, a quote, a heading, a table row) at a line's start.
+BLOCK_START = re.compile(r"([-+*>#|]|\d+[.)])(\s|$)")
 
 
 class Parameter(NamedTuple):
@@ -86,13 +92,30 @@ def default_of(field: dataclasses.Field) -> str:
     return "required"
 
 
-def cell(text: str) -> str:
-    return text.replace("|", "\\|")
+def wrapped(text: str, *, first: str = "", rest: str = "") -> str:
+    """``text`` in lines of at most ``WIDTH`` characters, the first after ``first``, the others after ``rest``; a word
+    that would start a line as a markdown block (``-``, ``1.``, ``#``, ...) stays on the line of the word before it."""
+    words = text.split()
+    glued = [words[0]] if words else []
+    for word in words[1:]:
+        if BLOCK_START.fullmatch(word + " "):
+            glued[-1] += "\0" + word  # not a space: the wrap cannot break here
+        else:
+            glued.append(word)
+    lines = textwrap.wrap(
+        " ".join(glued),
+        WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    return "\n".join(line.replace("\0", " ") for line in lines)
 
 
 def our_fields() -> str:
     """The index of our fields (name, default, help), then each group of the docstring with each field's facts and
-    full description."""
+    full description, as sections."""
     fields = {field.name: field for field in own_fields()}
     groups = parameter_groups(MultiAgentGRPOConfig.__doc__)
     documented = [p.name for _, parameters in groups for p in parameters]
@@ -100,41 +123,45 @@ def our_fields() -> str:
         if not field.metadata.get("help"):
             raise ValueError(
                 f"MultiAgentGRPOConfig.{name} has no help metadata: describe it in "
-                "field(..., metadata={'help': ...}) in trl_multiagent/config.py."
+                "field(..., metadata={'help': ...}) in trl_multiagent/config/multiagent_grpo_config.py."
             )
         if name not in documented:
             raise ValueError(f"MultiAgentGRPOConfig.{name} is not in the class docstring's `Parameters:` section.")
-    index = ["| field | default | what it does |", "| --- | --- | --- |"]
+    index = []
     sections = []
     for title, parameters in groups:
         sections.append(f"## {title}\n")
         for parameter in parameters:
             field = fields[parameter.name]
-            index.append(
-                f"| [`{field.name}`](#{field.name}) | {cell(default_of(field))} | {cell(field.metadata['help'])} |"
-            )
+            entry = f"[`{field.name}`](#{field.name}), default {default_of(field)}: {field.metadata['help']}"
+            index.append(wrapped(entry, first="- ", rest="  "))
             # as written in config.py (a parser may have replaced `field.type` with the resolved type)
             facts = [f"`{MultiAgentGRPOConfig.__annotations__[field.name]}`", f"default {default_of(field)}"]
             if field.metadata.get("choices"):
                 facts.append("one of " + ", ".join(f"`{choice!r}`" for choice in field.metadata["choices"]))
-            sections.append(f"### `{field.name}`\n\n{'; '.join(facts)}.\n\n{parameter.description}\n")
+            facts_line, description = wrapped("; ".join(facts) + "."), wrapped(parameter.description)
+            sections.append(f"### `{field.name}`\n\n{facts_line}\n\n{description}\n")
     return "\n".join([*index, "", *sections])
 
 
 def trl_fields() -> str:
-    """One row per field `GRPOConfig` adds to `TrainingArguments`, in TRL's order, from grpo_config_fields.py (no
-    defaults: they differ between the TRL releases the range allows, and TRL's documentation has them)."""
-    rows = ["| field | here | what it does here, or why not | shown by |", "| --- | --- | --- | --- |"]
+    """One entry per field `GRPOConfig` adds to `TrainingArguments`, in TRL's order, from grpo_config_fields.py (no
+    defaults: they differ between the TRL releases the range allows, and TRL's documentation has them): a definition
+    list, what happens to the field and the test that shows it."""
+    entries = []
     for field in dataclasses.fields(GRPOConfig):
         if field.name in TrainingArguments.__dataclass_fields__:
             continue
         use = GRPO_CONFIG_FIELDS.get(field.name)
         if use is None:
-            raise ValueError(f"trl_multiagent/grpo_config_fields.py does not say what happens to `{field.name}`.")
+            raise ValueError(
+                f"trl_multiagent/config/grpo_config_fields.py does not say what happens to `{field.name}`."
+            )
         why = f"{use.why}. Instead: {use.instead}" if use.status == REFUSED else use.why
-        shown = f"`{use.test}`" if use.status == HONOURED else "construction"
-        rows.append(f"| `{field.name}` | {use.status} | {cell(why)} | {shown} |")
-    return "\n".join(rows) + "\n"
+        shown = f"shown by `{use.test}`" if use.status == HONOURED else "shown at construction"
+        definition = wrapped(f"**{use.status}**: {why} ({shown}).", first=":   ", rest="    ")
+        entries.append(f"`{field.name}`\n{definition}\n")
+    return "\n".join(entries)
 
 
 GENERATED = {"our_fields": our_fields, "trl_fields": trl_fields}

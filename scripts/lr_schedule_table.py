@@ -13,7 +13,7 @@ import argparse
 import torch
 from transformers import get_scheduler
 
-from trl_multiagent.adapters.lr_steps import UpdateCallScheduler
+from trl_multiagent.adapters.per_update_lr import UpdateCallScheduler
 
 
 def first_adapter_rates(k: int, mode: str, steps: list[int], peak: float, warmup: int, total: int) -> list[float]:

@@ -28,6 +28,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from trl_multiagent.cli.report import load_training_args
 from trl_multiagent.evaluation.instability import read_log_history
 from trl_multiagent.evaluation.mechanisms import (
     alarm_steps,
@@ -36,7 +37,6 @@ from trl_multiagent.evaluation.mechanisms import (
     seed_interval,
     step_series,
 )
-from trl_multiagent.report import load_training_args
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data" / "toy_amplification.csv"

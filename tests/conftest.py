@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 # The shared helpers (harness, tiny, scripted, presets, reference_rules, preemption, workers/) live here, beside the
-# rooms (training/, rollout/, ...): every room imports them by name.
+# folders (training/, rollout/, ...): every folder imports them by name.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

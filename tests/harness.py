@@ -1,4 +1,4 @@
-"""What every room of the test suite shares: one check for the code sandbox, one way to run a subprocess, and one
+"""What every folder of the test suite shares: one check for the code sandbox, one way to run a subprocess, and one
 way to import a repository script (scripts/, recipes/) that is not a package module.
 
 Tests that start a subprocess (a recipe, torchrun, a `vllm serve`) are marked ``slow``: the README's test command

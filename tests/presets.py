@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+import trl_multiagent.cli.recipe_run
 import trl_multiagent.evaluation
-import trl_multiagent.recipe_run
+from trl_multiagent.cli.shipped import read_preset
 from trl_multiagent.evaluation import EvalSettings
-from trl_multiagent.shipped import read_preset
 from trl_multiagent.workflows.options import WorkflowOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def recipe_call(recipe: str, *argv: str, stop_at: tuple[Any, str]) -> dict[str, 
 
 def recipe_trainer_kwargs(recipe: str, *argv: str) -> dict[str, Any]:
     """What a training recipe gives `MultiAgentGRPOTrainer` (``args``, ``workflow``, ``peft_config``, ...)."""
-    return recipe_call(recipe, *argv, stop_at=(trl_multiagent.recipe_run, "MultiAgentGRPOTrainer"))
+    return recipe_call(recipe, *argv, stop_at=(trl_multiagent.cli.recipe_run, "MultiAgentGRPOTrainer"))
 
 
 def evaluation_settings(*argv: str) -> EvalSettings:

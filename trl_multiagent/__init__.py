@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .common.moved_modules import serve_moved_modules
 from .workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ __all__ = [
     "Workflow",
 ]
 __version__ = "0.2.0"
+serve_moved_modules()  # the modules that moved into folders, under their old paths (common/moved_modules.py)
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,11 @@ def trainer_greedy(trainer, prompts):
     """Greedy episodes from the trainer's own model, routing and workflow (its sampling turned off)."""
     config = GenerationConfig(**{**trainer.generation_kwargs, "do_sample": False}, disable_compile=True)
     backend = TransformersBackend(
-        trainer._unwrapped_for_generation, trainer._text_tokenizer, trainer.router, config, trainer.eos_token_ids
+        trainer._unwrapped_for_generation,
+        trainer._text_tokenizer,
+        trainer._updates.installed.router,
+        config,
+        trainer.eos_token_ids,
     )
     return RolloutEngine(trainer.workflow, backend, trainer.role_adapters).run(prompts)
 

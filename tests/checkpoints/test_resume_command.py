@@ -6,9 +6,9 @@ from __future__ import annotations
 import shlex
 import sys
 
-from trl_multiagent import cli
 from trl_multiagent.checkpoints.atomic import REQUIRED_FILES
 from trl_multiagent.checkpoints.resume_command import COMMAND_VARIABLE, resume_advice, with_resume_flag
+from trl_multiagent.cli import commands as cli
 
 
 def complete_checkpoint(run_dir, step: int) -> str:

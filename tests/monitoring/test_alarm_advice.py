@@ -129,7 +129,7 @@ def test_a_stop_without_a_measured_setting_resumes_as_the_run_was(tmp_path, monk
 
 @pytest.mark.parametrize("kind", sorted(ADVICE))
 def test_the_report_row_of_an_alarm_says_what_to_do(kind):
-    from trl_multiagent.report import _alarms_section
+    from trl_multiagent.cli.report import _alarms_section
 
     page = _alarms_section([{"step": 5, f"alarm/critic/{kind}": 1.0}])
     assert "what to do" in page and f"{DOCS}#{ADVICE[kind].section}" in page

@@ -17,7 +17,7 @@ from trl_multiagent.monitoring import RoleDriftCallback, workflow_metrics
 from trl_multiagent.rollout.records import Episode, ModelCall
 from trl_multiagent.workflows import EvalOpt, Voting
 
-ROOMS = ("monitoring", "training", "adapters", "rollout", "checkpoints")
+FOLDERS = ("monitoring", "training", "adapters", "rollout", "checkpoints")
 
 
 def call(role: str, text: str) -> ModelCall:
@@ -84,11 +84,11 @@ def test_judges_and_solvers_are_read_from_the_declared_formats():
 
 
 def test_monitoring_and_training_name_no_built_in_role():
-    """Roles are known by what the workflow declares: no code of the trainer or the rooms it runs switches on a
+    """Roles are known by what the workflow declares: no code of the trainer or the folders it runs switches on a
     built-in role name (a string that is exactly one; docstrings and help texts name them inside longer text)."""
     names = {"evaluator", "aggregator", "generator", "voter", "orchestrator", "synthesizer", "worker"}
     package = Path(trl_multiagent.__file__).parent
-    paths = [package / "trainer.py", *(p for room in ROOMS for p in (package / room).rglob("*.py"))]
+    paths = [*(package / "trainer").glob("*.py"), *(p for folder in FOLDERS for p in (package / folder).rglob("*.py"))]
     for path in paths:
         named = {
             node.value

@@ -20,8 +20,8 @@ from transformers import TrainerState
 
 from trl_multiagent.checkpoints.workflow_config import workflow_config
 from trl_multiagent.cli import main
+from trl_multiagent.cli.report import load_training_args, report_html, settings_diff
 from trl_multiagent.config import MultiAgentGRPOConfig
-from trl_multiagent.report import load_training_args, report_html, settings_diff
 from trl_multiagent.workflows import EvalOpt
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -12,7 +12,7 @@ import pytest
 from trl import GRPOConfig, TrlParser
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS
+from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,13 +60,29 @@ def test_the_reference_lists_our_fields_with_their_help_and_description_and_ever
     descriptions = {
         p.name: p.description for _, ps in reference.parameter_groups(MultiAgentGRPOConfig.__doc__) for p in ps
     }
+    words = " ".join(text.split())  # the text as read: its line breaks are spaces
     for field in ours():
-        assert f"### `{field.name}`\n" in text and reference.cell(field.metadata["help"]) in text
-        assert descriptions[field.name] in text
-    assert "### `beta`" not in text and "### `num_generations`" not in text  # TRL's own, in the other table
-    table = reference.trl_fields()
+        assert f"### `{field.name}`\n" in text and " ".join(field.metadata["help"].split()) in words
+        assert " ".join(descriptions[field.name].split()) in words
+    assert "### `beta`" not in text and "### `num_generations`" not in text  # TRL's own, in the other list
+    listed = reference.trl_fields()
     for name, use in GRPO_CONFIG_FIELDS.items():
-        assert f"| `{name}` |" in table and f"| {use.status} |" in table
+        assert f"`{name}`\n:   **{use.status}**: " in listed
+
+
+def test_the_generated_lines_are_readable_and_stay_markdown_blocks():
+    """Every generated line fits in 119 characters, and no wrapped line starts a list item, a heading, a quote or a
+    table row that the text did not mean (a list and sections, not tables: a table cell cannot wrap)."""
+    reference = config_reference()
+    for text in (reference.our_fields(), reference.trl_fields()):
+        long = [line for line in text.splitlines() if len(line) > reference.WIDTH]
+        assert long == [], long[:3]
+        assert "| --- |" not in text
+    wrapped = reference.wrapped("a " * 58 + "- b 1. c " + "d " * 60, rest="    ")
+    lines = wrapped.splitlines()
+    assert len(lines) > 1 and all(len(line) <= reference.WIDTH for line in lines)
+    assert not any(reference.BLOCK_START.match(line.strip()) for line in lines[1:])
+    assert " ".join(wrapped.split()) == " ".join(("a " * 58 + "- b 1. c " + "d " * 60).split())
 
 
 def test_a_field_without_help_is_refused(monkeypatch):

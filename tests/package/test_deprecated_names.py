@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 import warnings
+from operator import attrgetter
 
 import pytest
 from scripted import addition_dataset, boxed_answer_reward
 from tiny import random_answers, tiny_config, tiny_lora, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer
-from trl_multiagent.deprecation import MOVED, REMOVED_IN
-from trl_multiagent.renamed_hooks import ADAPTER_PARTS, RENAMED_ATTRIBUTES, RENAMED_METHODS
+from trl_multiagent.common.deprecation import MOVED, REMOVED_IN
+from trl_multiagent.common.moved_modules import MOVED_MODULES
 from trl_multiagent.rollout.backends.from_config import BackendContext
+from trl_multiagent.trainer.renamed_hooks import ADAPTER_PARTS, RENAMED_ATTRIBUTES, RENAMED_METHODS
 
 MOVED_NAMES = [(module, old, new) for module, moved in MOVED.items() for old, new in moved.items()]
 
@@ -42,6 +45,49 @@ def test_a_moved_name_is_the_new_one_with_a_warning(module, old, new):
     assert value is resolve(target)
 
 
+@pytest.mark.parametrize("old, new", MOVED_MODULES.items())
+def test_a_moved_module_is_the_new_one_with_a_warning(old, new, monkeypatch):
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported by an earlier test: import it afresh
+    expected = f"`module {old}` is deprecated; use `{new}` instead. It will be removed in trl-multiagent {REMOVED_IN}."
+    with pytest.warns(DeprecationWarning, match=re.escape(expected)):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__spec__.name == new and module.__spec__.origin == module.__file__  # still itself
+
+
+def test_an_old_module_path_warns_at_the_import_line():
+    """`from trl_multiagent.recipe_parser import RecipeParser`, as the recipes of 0.1.0 wrote it: one warning, at the
+    recipe's line, and the same class as at its new path."""
+    recipe = "from trl_multiagent.recipe_parser import RecipeParser\n"
+    namespace = {"__name__": "__main__"}
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        patch.delitem(sys.modules, "trl_multiagent.recipe_parser", raising=False)
+        warnings.simplefilter("always")
+        exec(compile(recipe, "eval_opt_math.py", "exec"), namespace)
+    assert [(w.category, w.filename, w.lineno) for w in caught] == [(DeprecationWarning, "eval_opt_math.py", 1)]
+    from trl_multiagent.cli.recipe_parser import RecipeParser
+
+    assert namespace["RecipeParser"] is RecipeParser
+
+
+def test_the_packages_that_kept_their_names_import_without_a_warning():
+    """`trl_multiagent.trainer`, `.config` and `.cli` became folders of the same name: what users import from them
+    (the trainer, the config, the console command's `main`, and the other names of 0.1.0's modules) warns nothing."""
+    code = (
+        "from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer\n"
+        "from trl_multiagent.config import MultiAgentGRPOConfig, POLICY_SHARINGS\n"
+        "from trl_multiagent.trainer import MultiAgentGRPOTrainer\n"
+        "from trl_multiagent.cli import main, COMMANDS\n"
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(code, "user_script.py", "exec"), {"__name__": "__main__"})
+    assert [str(w.message) for w in caught if "trl-multiagent" in str(w.message)] == []
+    from trl_multiagent.config.multiagent_grpo_config import POLICY_SHARINGS
+
+    assert sys.modules["trl_multiagent.config"].POLICY_SHARINGS is POLICY_SHARINGS
+
+
 def test_the_old_evaluation_helpers_give_what_the_task_registry_gives():
     """0.1.0's `eval_dataset` and `task_reward`, whose replacement is called differently, through the registry."""
     from trl_multiagent.tasks import get_task
@@ -62,7 +108,7 @@ def test_a_0_1_0_recipe_import_warns_once_at_its_own_line():
         warnings.simplefilter("always")
         exec(compile(recipe, "eval_opt_math.py", "exec"), namespace)
     assert [(w.category, w.filename, w.lineno) for w in caught] == [(DeprecationWarning, "eval_opt_math.py", 1)]
-    assert namespace["folder"] == resolve("trl_multiagent.model_names.resolve_model_name")("toy")
+    assert namespace["folder"] == resolve("trl_multiagent.common.model_names.resolve_model_name")("toy")
 
 
 @pytest.mark.parametrize("old, new", RENAMED_METHODS.items())
@@ -87,7 +133,7 @@ def trainer(tiny_model_dir, tmp_path_factory):
 def test_an_old_attribute_name_reads_the_private_one_with_a_warning(trainer, old, new):
     with pytest.warns(DeprecationWarning, match=renamed(old, new)):
         value = getattr(trainer, old)
-    assert value is getattr(trainer, new) or value == getattr(trainer, new)
+    assert value is attrgetter(new)(trainer) or value == attrgetter(new)(trainer)
 
 
 def test_old_names_that_set_state_and_those_without_a_private_twin(trainer):
@@ -101,9 +147,9 @@ def test_old_names_that_set_state_and_those_without_a_private_twin(trainer):
     assert config["policy_sharing"] == trainer.args.policy_sharing
     with pytest.warns(DeprecationWarning, match=", ".join(f"`{part}`" for part in ADAPTER_PARTS)):
         adapters = trainer.adapters
-    assert adapters.adapter_names == trainer.installed_adapters.adapter_names
+    assert adapters.adapter_names == trainer._updates.installed.adapter_names
     assert adapters.forward_keys is not None  # from the routing part
-    with pytest.raises(AttributeError, match="None of the trainer's installed_adapters"):
+    with pytest.raises(AttributeError, match="None of the trainer's _updates.installed"):
         adapters.no_such_part  # noqa: B018
     with pytest.warns(DeprecationWarning, match="backend_context"):
         assert isinstance(trainer.backend_context(), BackendContext)

@@ -1,4 +1,4 @@
-"""The package's rooms import in one direction only, and no module imports itself back through another.
+"""The package's folders import in one direction only, and no module imports itself back through another.
 
 Read from the source with `ast` (every import, also those inside functions), so a new upward import fails here
 before it becomes a cycle at run time.
@@ -14,13 +14,14 @@ import pytest
 from harness import run_offline
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
-ROOMS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
-TRAINER = ("trainer", "grpo_seam", "trainer_parts")  # the trainer, its base class over TRL, what it is built from
+FOLDERS_ABOVE_WORKFLOWS = ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "trainer", "training")
+# The trainer (its module, its base class over TRL, what it is built from) and the command line above it.
+TRAINER = ("trainer", "cli")
 
-# room -> rooms (first component under trl_multiagent) it must never import
+# folder -> folders (first component under trl_multiagent) it must never import
 FORBIDDEN = {
-    "workflows": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy", "seams"),
-    # Tasks and workflows share the parse rules through the neutral `parse_rules` module, never each other.
+    "workflows": FOLDERS_ABOVE_WORKFLOWS + TRAINER + ("tasks", "config", "toy", "seams"),
+    # Tasks and workflows share the answer readers through common/parse_rules.py, never each other.
     "tasks": TRAINER + ("adapters", "checkpoints", "evaluation", "monitoring", "rollout", "training", "workflows"),
     "rollout": TRAINER + ("training", "checkpoints", "evaluation", "monitoring", "config", "toy"),
     # Adapters report what they measured; monitoring reads it.
@@ -29,15 +30,21 @@ FORBIDDEN = {
     "monitoring": TRAINER + ("training", "adapters", "checkpoints", "evaluation"),
     # loading and saving only: running a loaded workflow (backends, engine, episodes) is evaluation's
     "checkpoints": TRAINER + ("evaluation", "rollout", "training", "monitoring", "toy"),
-    "toy": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
-    "parse_rules": ROOMS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy", "seams"),
+    "toy": FOLDERS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks"),
+    # What every folder may use (names that moved, model names, answer readers) imports none of them.
+    "common": FOLDERS_ABOVE_WORKFLOWS + TRAINER + ("workflows", "tasks", "config", "toy", "seams"),
+    # The configuration and its checks sit below the trainer and the command line.
+    "config": TRAINER + ("evaluation", "toy"),
+    # The trainer never imports the command line or evaluation.
+    "trainer": ("cli", "evaluation", "toy"),
 }
 NO_TORCH = ("torch", "transformers", "peft", "trl", "accelerate")
-THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "parse_rules": NO_TORCH}
-# Rooms below the trainer: they get small explicit inputs (a tokenizer, a model handle, settings), never the trainer.
-LOWER_ROOMS = (
+THIRD_PARTY_FORBIDDEN = {"workflows": NO_TORCH, "common": NO_TORCH}
+# Folders below the trainer: they get small explicit inputs (a tokenizer, a model handle, settings), never the trainer.
+LOWER_FOLDERS = (
     "adapters",
     "checkpoints",
+    "common",
     "config",
     "evaluation",
     "monitoring",
@@ -82,48 +89,48 @@ def imports_of(path: Path) -> set[str]:
 MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def room(module: str) -> str | None:
+def folder(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if parts[0] == "trl_multiagent" and len(parts) > 1 else None
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_upward_import(module):
-    here = room(module)
+    here = folder(module)
     imported = MODULES[module]
-    bad = sorted(m for m in imported if room(m) in FORBIDDEN.get(here, ()))
+    bad = sorted(m for m in imported if folder(m) in FORBIDDEN.get(here, ()))
     bad += sorted(m for m in imported if m.split(".")[0] in THIRD_PARTY_FORBIDDEN.get(here, ()))
     assert not bad, f"{module} ({here}) imports {bad}"
 
 
 def test_the_core_never_imports_the_toy_world():
-    """The toy world registers its model names with the registry (model_names.py), which imports it by the name in
-    its ``REGISTRANTS`` on first lookup: no module of the package imports ``trl_multiagent.toy`` (the rooms that
+    """The toy world registers its model names with the registry (common/model_names.py), which imports it by the name
+    in its ``REGISTRANTS`` on first lookup: no module of the package imports ``trl_multiagent.toy`` (the folders that
     resolve model names, adapters, checkpoints, training and rollout, included)."""
     importing = sorted(
-        m for m, imports in MODULES.items() if room(m) != "toy" and any(room(i) == "toy" for i in imports)
+        m for m, imports in MODULES.items() if folder(m) != "toy" and any(folder(i) == "toy" for i in imports)
     )
     assert not importing, f"{importing} import trl_multiagent.toy; resolve model names through model_names instead"
-    registry = MODULES["trl_multiagent.model_names"]
-    assert not any(room(i) not in (None, "model_names") for i in registry), registry  # the registry imports no room
+    registry = MODULES["trl_multiagent.common.model_names"]
+    assert not any(folder(i) not in (None, "common") for i in registry), registry  # the registry imports no folder
 
 
 def test_the_seams_import_nothing_of_the_package():
-    """The seams (one module per upstream library) sit below every room, so any room may use them."""
-    seams = {m: imports for m, imports in MODULES.items() if room(m) == "seams"}
+    """The seams (one module per upstream library) sit below every folder, so any folder may use them."""
+    seams = {m: imports for m, imports in MODULES.items() if folder(m) == "seams"}
     assert len(seams) > 1  # the package and its modules
-    inward = {m: sorted(i for i in imports if room(i) not in (None, "seams")) for m, imports in seams.items()}
+    inward = {m: sorted(i for i in imports if folder(i) not in (None, "seams")) for m, imports in seams.items()}
     assert not any(inward.values()), inward
 
 
 def test_the_layout_check_reads_the_rooms_it_names():
-    """The checks above pass vacuously if a room is renamed away: every room they name exists."""
-    rooms = {room(m) for m in MODULES}
-    named = set(FORBIDDEN) | set(LOWER_ROOMS) | {r for forbidden in FORBIDDEN.values() for r in forbidden}
-    assert named <= rooms, f"rooms named here but not in the package: {sorted(named - rooms)}"
+    """The checks above pass vacuously if a folder is renamed away: every folder they name exists."""
+    folders = {folder(m) for m in MODULES}
+    named = set(FORBIDDEN) | set(LOWER_FOLDERS) | {r for forbidden in FORBIDDEN.values() for r in forbidden}
+    assert named <= folders, f"folders named here but not in the package: {sorted(named - folders)}"
 
 
-@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if room(module_name(p)) in LOWER_ROOMS))
+@pytest.mark.parametrize("path", sorted(p for p in PACKAGE.rglob("*.py") if folder(module_name(p)) in LOWER_FOLDERS))
 def test_lower_rooms_never_take_the_trainer(path):
     """No function below the trainer has a parameter named ``trainer`` (it would read whatever it likes of it,
     duck-typed): the trainer builds a small input for it instead (``BackendContext``, ``LossScale``, ``Bases``)."""
@@ -146,7 +153,7 @@ def test_workflows_import_without_torch():
 
 def test_no_import_cycles():
     graph = {m: {i for i in imports if i in MODULES and i != m} for m, imports in MODULES.items()}
-    # A package's __init__ re-exporting its own modules is not a cycle of rooms: drop edges from a package into
+    # A package's __init__ re-exporting its own modules is not a cycle of folders: drop edges from a package into
     # its own submodules' imports of the package itself.
     for module, imports in graph.items():
         graph[module] = {i for i in imports if not (i.startswith(module + ".") and module in graph.get(i, set()))}
@@ -176,8 +183,8 @@ def test_no_python_file_skips_the_formatter():
     markers = ("fmt: " + "skip", "fmt: " + "off")  # split, so that this file does not name them
     skips = [
         f"{path.relative_to(root)}:{i}"
-        for folder in ("trl_multiagent", "tests", "recipes", "scripts", "benchmarks")
-        for path in sorted((root / folder).rglob("*.py"))
+        for top in ("trl_multiagent", "tests", "recipes", "scripts", "benchmarks")
+        for path in sorted((root / top).rglob("*.py"))
         for i, line in enumerate(path.read_text().splitlines(), 1)
         if any(marker in line for marker in markers)
     ]

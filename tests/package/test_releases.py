@@ -9,7 +9,7 @@ from pathlib import Path
 from packaging.version import Version
 
 import trl_multiagent
-from trl_multiagent.deprecation import REMOVED_IN
+from trl_multiagent.common.deprecation import REMOVED_IN
 
 CHANGELOG = Path(__file__).resolve().parents[2] / "CHANGELOG.md"
 RELEASE = re.compile(r"## (?P<version>\d+\.\d+\.\d+(?:\+\w+)?) - (?P<date>\d{4}-\d\d-\d\d)\b.*")

@@ -33,7 +33,7 @@ import torch
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
 SEAMS = PACKAGE / "seams"
-GRPO_SEAM = PACKAGE / "grpo_seam.py"
+GRPO_SEAM = PACKAGE / "trainer" / "grpo_seam.py"
 
 PUBLIC_MODULES = {
     "trl": {"trl"},
@@ -244,7 +244,11 @@ def allowed(path: Path, upstream: str, what: str, package: Path) -> bool:
     relative = path.relative_to(package)
     if relative.parent == Path("seams"):
         return relative.stem == upstream or upstream == REPLACED
-    return relative == Path("grpo_seam.py") and upstream in ("trl", "transformers") and not what.startswith(IMPORTS)
+    return (
+        relative == Path("trainer/grpo_seam.py")
+        and upstream in ("trl", "transformers")
+        and not what.startswith(IMPORTS)
+    )
 
 
 def offenders(package: Path = PACKAGE) -> list[str]:

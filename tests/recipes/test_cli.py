@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from harness import ROOT, offline_env, run_offline
 
-from trl_multiagent.cli import main, shipped_file, train_command, vllm_serve_command
+from trl_multiagent.cli.commands import main, shipped_file, train_command, vllm_serve_command
 
 # The toy preset, cut to one tiny step (8 episodes, short completions).
 TINY = ["--max_steps", "1", "--save_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4"]

@@ -41,8 +41,8 @@ import pytest
 from documented_commands import ROOT, DocCommand, Job, Outcome, documented_commands
 from harness import offline_env
 
-from trl_multiagent.cli import train_run
-from trl_multiagent.validation import (
+from trl_multiagent.cli.commands import train_run
+from trl_multiagent.cli.validation import (
     LAUNCH_VARIABLE,
     PRINT_CONFIG,
     VALIDATE,

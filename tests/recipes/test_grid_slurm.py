@@ -14,8 +14,8 @@ from harness import ROOT, run_offline
 
 submitit = pytest.importorskip("submitit", reason="install the slurm extra: pip install -e '.[slurm]'")
 
+from trl_multiagent.cli.slurm import CellTraining, last_complete_checkpoint  # noqa: E402
 from trl_multiagent.evaluation import read_results  # noqa: E402
-from trl_multiagent.slurm import CellTraining, last_complete_checkpoint  # noqa: E402
 
 
 def load_grid():

@@ -16,7 +16,7 @@ from presets import recipe_trainer_kwargs
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent import Voting
-from trl_multiagent.recipe_run import RecipeRun
+from trl_multiagent.cli.recipe_run import RecipeRun
 from trl_multiagent.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,13 +16,13 @@ import yaml
 from presets import ON_CPU, recipe_call
 from trl import ModelConfig, ScriptArguments
 
+import trl_multiagent.cli.recipe_run
 import trl_multiagent.evaluation
-import trl_multiagent.recipe_run
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.config import SettingsWarning
+from trl_multiagent.cli.recipe_parser import RecipeParser
+from trl_multiagent.cli.shipped import preset_layers, read_preset
+from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.evaluation import EvalSettings
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.shipped import preset_layers, read_preset
 from trl_multiagent.workflows.options import BUILT_IN, WorkflowOptions
 
 FLAT = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "flat_presets.json").read_text())
@@ -57,7 +57,9 @@ def flat_file(name: str, folder: Path) -> Path:
     return path
 
 
-@pytest.mark.filterwarnings("ignore::trl_multiagent.config.SettingsWarning")  # the flat cpu.yaml's, tested below
+@pytest.mark.filterwarnings(
+    "ignore::trl_multiagent.config.multiagent_grpo_config.SettingsWarning"
+)  # the flat cpu.yaml's, tested below
 @pytest.mark.parametrize("name", sorted(FLAT))
 def test_every_shipped_preset_reads_as_its_flat_file_did(name, tmp_path):
     before = settings(name, flat_file(name, tmp_path))
@@ -167,7 +169,7 @@ def test_one_line_says_which_layers_made_the_settings(tmp_path, capsys):
 def test_print_config_prints_each_setting_with_its_layer_and_trains_nothing(capsys):
     argv = ("--config", "toy", "--max_steps", "3", "--print-config")
     with pytest.raises(SystemExit) as stop:
-        recipe_call("eval_opt_math", *argv, stop_at=(trl_multiagent.recipe_run, "MultiAgentGRPOTrainer"))
+        recipe_call("eval_opt_math", *argv, stop_at=(trl_multiagent.cli.recipe_run, "MultiAgentGRPOTrainer"))
     assert stop.value.code == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "# settings: library defaults + paper_math.yaml + toy.yaml + command line"

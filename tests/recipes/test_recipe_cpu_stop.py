@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from harness import offline_env
 
-import trl_multiagent.shipped
-from trl_multiagent.shipped import bf16_device_available, recipe_argv
+import trl_multiagent.cli.shipped
+from trl_multiagent.cli.shipped import bf16_device_available, recipe_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "recipes" / "configs"
@@ -30,7 +30,7 @@ def cpu_preset_of(recipe: str) -> str:
 @pytest.mark.parametrize("recipe", TRAINING_RECIPES)
 def test_bare_recipe_without_accelerator_names_the_cpu_preset(recipe, monkeypatch):
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: False)
     monkeypatch.setattr(sys, "argv", [f"recipes/{recipe}.py", "--output_dir", "unused"])
     with pytest.raises(SystemExit) as stop:
         runpy.run_path(str(ROOT / "recipes" / f"{recipe}.py"), run_name="__main__")
@@ -45,7 +45,7 @@ def test_bare_recipe_without_accelerator_names_the_cpu_preset(recipe, monkeypatc
 
 def test_paper_preset_is_added_where_it_can_run(monkeypatch):
     paper, toy = CONFIGS / "paper_math.yaml", CONFIGS / "toy.yaml"
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: True)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: True)
     argv = ["recipes/eval_opt_math.py", "--output_dir", "out"]
     assert recipe_argv(argv, paper_preset=paper, cpu_preset=toy) == ["--config", str(paper), "--output_dir", "out"]
 
@@ -55,7 +55,7 @@ def test_paper_preset_is_added_where_it_can_run(monkeypatch):
 )
 def test_a_chosen_config_or_precision_is_not_second_guessed(args, monkeypatch):
     paper, toy = CONFIGS / "paper_math.yaml", CONFIGS / "toy.yaml"
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: False)
     expected = args if "--config" in args else ["--config", str(paper), *args]
     assert recipe_argv(["recipes/eval_opt_math.py", *args], paper_preset=paper, cpu_preset=toy) == expected
 

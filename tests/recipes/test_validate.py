@@ -14,11 +14,11 @@ from peft import LoraConfig
 from presets import ON_CPU
 from trl import ModelConfig, ScriptArguments
 
-import trl_multiagent.shipped
+import trl_multiagent.cli.shipped
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer
-from trl_multiagent.cli import train_run
-from trl_multiagent.recipe_parser import RecipeParser
-from trl_multiagent.validation import LAUNCH_VARIABLE, one_process_launch, planned_launch_of_this_process
+from trl_multiagent.cli.commands import train_run
+from trl_multiagent.cli.recipe_parser import RecipeParser
+from trl_multiagent.cli.validation import LAUNCH_VARIABLE, one_process_launch, planned_launch_of_this_process
 from trl_multiagent.workflows.options import WorkflowOptions
 
 # vLLM rollouts of the next batch during this step: a setting whose check depends on the number of processes.
@@ -51,7 +51,7 @@ def launched(accelerate_config: str, recipe: str, *argv: str) -> dict[str, str]:
 
 def test_the_paper_preset_validates_on_a_machine_without_a_gpu(monkeypatch, capsys):
     """Bare, a recipe runs the paper preset in bf16: on CPU it stops naming the toy preset; `--validate` checks it."""
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: False)
     code, out, err = validate("voting_math", "--output_dir", "runs/voting", monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err
     assert "validate: every check the trainer makes of these settings passed" in out
@@ -76,7 +76,7 @@ def test_a_launch_dependent_check_sees_the_launchs_processes(monkeypatch, capsys
 def test_a_deepspeed_launch_is_validated_as_deepspeed(monkeypatch, capsys):
     """The paper preset's own update under ZeRO-3 (mini-batches per adapter, each clipped on its own, token-bounded
     forwards, the scheduler per update call), as docs/quickstart.md launches it: accepted."""
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: False)
     env = launched("deepspeed_zero3", "eval_opt_math")
     assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
     argv = ("--output_dir", "runs/eval_opt", "--policy_sharing", "isolated")
@@ -113,7 +113,7 @@ def test_under_accelerate_launch_the_paper_preset_is_checked_with_the_launchs_pr
     --output_dir runs/voting --policy_sharing shared --validate` on a machine without a GPU: each of the 8 processes
     accelerate starts checks the 8-process launch (64 prompts a step: 8 per process), joins no process group (it
     would wait for the others), and the first alone prints."""
-    monkeypatch.setattr(trl_multiagent.shipped, "bf16_device_available", lambda: False)
+    monkeypatch.setattr(trl_multiagent.cli.shipped, "bf16_device_available", lambda: False)
     argv = ("--output_dir", "runs/voting", "--policy_sharing", "shared")
     env = started_by(accelerate_config, "voting_math")
     assert env["WORLD_SIZE"] == "8" and env["LOCAL_RANK"] == "0"

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import shlex
 
-from trl_multiagent import MultiAgentGRPOConfig, serve_process
-from trl_multiagent.cli import main, vllm_serve_command
-from trl_multiagent.model_names import resolve_model_name
+from trl_multiagent import MultiAgentGRPOConfig
+from trl_multiagent.cli import serve_process
+from trl_multiagent.cli.commands import main, vllm_serve_command
+from trl_multiagent.common.model_names import resolve_model_name
 from trl_multiagent.rollout.backends.from_config import server_urls
 
 TWO_BASES = ["--config", "toy_two_models", "--workflow", "eval_opt", "--host", "127.0.0.1", "--port", "8100"]

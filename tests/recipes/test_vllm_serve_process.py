@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from harness import CHECKOUT
 
-from trl_multiagent.serve_process import group_members, stop_group
+from trl_multiagent.cli.serve_process import group_members, stop_group
 
 pytestmark = [
     pytest.mark.slow,
@@ -76,7 +76,7 @@ def start_stand_in(tmp_path, *, stubborn: bool, through_cli: bool, shared=()):
     out, shm = tmp_path / "pids", f"/dev/shm/trl-ma-test-{uuid.uuid4().hex}"
     server = [sys.executable, "-c", STAND_IN, str(out), "1" if stubborn else "0", shm, *map(str, shared)]
     if through_cli:
-        code = f"import sys, trl_multiagent.serve_process as p; sys.exit(p.run_server({server!r}, {{}}))"
+        code = f"import sys, trl_multiagent.cli.serve_process as p; sys.exit(p.run_server({server!r}, {{}}))"
         env = {**os.environ, "PYTHONPATH": str(CHECKOUT)}
         started = subprocess.Popen([sys.executable, "-c", code], env=env)
     else:

@@ -148,7 +148,7 @@ def test_a_dict_of_factories_routes_rows_by_their_environment_column(tool_model_
     assert trainer.state.log_history[0]["rewards/Counter/mean"] == 2.0
 
     with pytest.raises(ValueError, match=r"`environment` \['maze'\].*names \['counter', 'echo'\]"):
-        trainer.environment_runs.start([{"environment": "maze"}])
+        trainer._rollout.environment_runs.start([{"environment": "maze"}])
 
 
 def test_without_a_dataset_the_environment_gives_the_prompts(tool_model_dir, tmp_path):

@@ -63,7 +63,7 @@ def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
     events, started = [], {k: threading.Event() for k in range(3)}
     trainer.add_callback(StepEnds(events, started, max_steps=3))
     runs, asked, took = [], [], []
-    run, episodes = trainer.rollouts.run, trainer.rollouts.episodes
+    run, episodes = trainer._rollout.rollouts.run, trainer._rollout.rollouts.episodes
 
     def recording_run(prompts):
         runs.append((prompts, threading.current_thread().name, trainer.state.global_step))
@@ -78,7 +78,7 @@ def test_the_next_batch_runs_while_this_one_trains(tiny_model_dir, tmp_path):
         asked.append((prompts, trainer.state.global_step))
         return episodes(prompts, training)
 
-    trainer.rollouts.run, trainer.rollouts.episodes = recording_run, recording_episodes
+    trainer._rollout.rollouts.run, trainer._rollout.rollouts.episodes = recording_run, recording_episodes
     trainer.train()
 
     assert [step for _, step in asked] == [0, 1, 2]

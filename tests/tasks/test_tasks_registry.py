@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trl_multiagent.cli import train_command
+from trl_multiagent.cli.commands import train_command
 from trl_multiagent.evaluation import EvalSettings
 from trl_multiagent.evaluation.toy import held_out_dataset, role_quality
 from trl_multiagent.monitoring import workflow_metrics

@@ -7,8 +7,13 @@ import sys
 
 import pytest
 
-import trl_multiagent.model_names as model_names
-from trl_multiagent.model_names import model_name, register_model_name, registered_model_names, resolve_model_name
+import trl_multiagent.common.model_names as model_names
+from trl_multiagent.common.model_names import (
+    model_name,
+    register_model_name,
+    registered_model_names,
+    resolve_model_name,
+)
 
 
 def test_other_names_pass_through():

@@ -12,8 +12,8 @@ import torch
 from harness import ROOT, needs_sandbox, run_offline
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from trl_multiagent.common.model_names import model_name, resolve_model_name
 from trl_multiagent.evaluation.toy import WORKFLOWS, format_rates, held_out_dataset, load_policy, run_toy, successes
-from trl_multiagent.model_names import model_name, resolve_model_name
 from trl_multiagent.toy import TOY_JUDGE_DIR, TOY_MODEL_DIR, TOY_SEARCH_DIR
 
 

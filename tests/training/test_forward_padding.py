@@ -12,11 +12,11 @@ import torch
 from tiny import tiny_trainer
 
 from trl_multiagent import EvalOpt
-from trl_multiagent import trainer as trainer_module
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.grpo_seam import GRPOSeam
 from trl_multiagent.rollout.padding import padded
 from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
+from trl_multiagent.trainer import multiagent_grpo_trainer as trainer_module
+from trl_multiagent.trainer.grpo_seam import GRPOSeam
 from trl_multiagent.training import forwards as forwards_module
 from trl_multiagent.training import mini_batches
 from trl_multiagent.training.loss_weights import generation_chunks, loss_ready
@@ -187,7 +187,9 @@ def record_gradients(trainer) -> list[dict[str, torch.Tensor]]:
 
     def gradients() -> dict[str, torch.Tensor]:
         params = {
-            f"{a}/{n}": p for a in trainer.adapter_names for n, p in adapter_parameters(trainer.model, a).items()
+            f"{a}/{n}": p
+            for a in trainer._updates.installed.adapter_names
+            for n, p in adapter_parameters(trainer.model, a).items()
         }
         return {name: p.grad.detach().clone() for name, p in params.items() if p.grad is not None}
 

@@ -13,7 +13,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from transformers import get_scheduler
 
 from trl_multiagent import MultiAgentGRPOConfig, Voting
-from trl_multiagent.adapters.lr_steps import UpdateCallScheduler
+from trl_multiagent.adapters.per_update_lr import UpdateCallScheduler
 from trl_multiagent.adapters.routing import adapter_parameters
 
 PEAK, WARMUP, TOTAL = 2e-5, 15, 500
@@ -75,7 +75,7 @@ def lr_per_optimizer_step(trainer) -> list[tuple[float, tuple[str, ...]]]:
     def record(optimizer, args, kwargs):
         moved = tuple(
             a
-            for a in trainer.adapter_names
+            for a in trainer._updates.installed.adapter_names
             if any(p.grad is not None for p in adapter_parameters(trainer.model, a).values())
         )
         seen.append((optimizer.param_groups[0]["lr"], moved))

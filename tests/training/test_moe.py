@@ -28,7 +28,7 @@ def test_isolated_voting_trains_every_role_adapter_on_a_moe_model(tiny_moe_dir, 
         seed=0,
         update_schedule=schedule,
     )
-    assert not trainer.router.mixes_adapters  # LoRA on expert/router weights (PEFT's ParamWrapper)
+    assert not trainer._updates.installed.router.mixes_adapters  # LoRA on expert/router weights (PEFT's ParamWrapper)
     experts = [n for n in adapter_parameters(trainer.model, "generator") if "experts" in n]
     assert experts  # the experts carry LoRA weights of every adapter
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}

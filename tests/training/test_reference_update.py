@@ -57,7 +57,7 @@ def sgd_step_as_verl(trainer, part: TrainingBatch, adapter: str, mini_batch_size
     total = [torch.zeros_like(p) for p in params.values()]
     for i in range(len(part)):
         micro = part.select([i]).trimmed()
-        with trainer.router.route([adapter]):
+        with trainer._updates.installed.router.route([adapter]):
             logps = trainer._logps_and_entropies(trainer.model, *micro.model_inputs())[0]
         loss = verl_policy_loss(logps, micro.old_per_token_logps, micro.advantages, micro.completion_mask)
         grads = torch.autograd.grad(loss * len(micro) / mini_batch_size, list(params.values()), allow_unused=True)
@@ -77,7 +77,7 @@ def restore(trainer, before: dict[str, dict[str, torch.Tensor]]) -> None:
         for adapter, weights in before.items():
             for name, param in adapter_parameters(trainer.model, adapter).items():
                 param.copy_(weights[name])
-    trainer.router.set(None)
+    trainer._updates.installed.router.set(None)
 
 
 def moved(before, after) -> float:

@@ -16,7 +16,7 @@ from tiny import half_right_answers, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, SingleAgent, Voting
 from trl_multiagent.adapters.routing import adapter_parameters
-from trl_multiagent.config import SettingsWarning
+from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.monitoring.summary import first_last
 from trl_multiagent.training.mini_batches import padded_tokens
 
@@ -99,11 +99,11 @@ def test_two_mini_batches_equal_two_hand_written_sgd_steps(tiny_model_dir, tmp_p
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(before[name])
-    trainer.router.set(None)
+    trainer._updates.installed.router.set(None)
     eps = trainer.args.epsilon
     for rows in (slice(0, 4), slice(4, 8)):
         part = batch.select(rows)
-        with trainer.router.route(["shared"] * 4):
+        with trainer._updates.installed.router.route(["shared"] * 4):
             logps = trainer._logps_and_entropies(trainer.model, *part.model_inputs())[0]
         ratio = torch.exp(logps - part.old_per_token_logps)
         advantage = part.advantages.unsqueeze(1)
@@ -256,7 +256,7 @@ def record_updates(trainer) -> dict[int, list[dict[str, float]]]:
     updates, create = defaultdict(list), trainer.create_optimizer
 
     def squares() -> dict[str, float]:
-        params = {a: adapter_parameters(trainer.model, a).values() for a in trainer.adapter_names}
+        params = {a: adapter_parameters(trainer.model, a).values() for a in trainer._updates.installed.adapter_names}
         return {
             a: sum(p.grad.double().pow(2).sum().item() for p in ps if p.grad is not None) for a, ps in params.items()
         }

@@ -1,6 +1,6 @@
 """Every field TRL's GRPOConfig adds to TrainingArguments is honoured (its effect on the trainer shown here, or in the
-test trl_multiagent/grpo_config_fields.py names), refused at construction saying what to set instead, or said not to
-apply; the installed TRL has no field the table leaves out."""
+test trl_multiagent/config/grpo_config_fields.py names), refused at construction saying what to set instead, or said
+not to apply; the installed TRL has no field the table leaves out."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from tiny import half_right_answers, tiny_config, tiny_lora, tiny_trainer
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
 
 from trl_multiagent import MultiAgentGRPOConfig, MultiAgentGRPOTrainer, SingleAgent, Voting
-from trl_multiagent.config import SettingsWarning
-from trl_multiagent.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, NOT_APPLICABLE, REFUSED
+from trl_multiagent.config.grpo_config_fields import GRPO_CONFIG_FIELDS, HONOURED, NOT_APPLICABLE, REFUSED
+from trl_multiagent.config.multiagent_grpo_config import SettingsWarning
 from trl_multiagent.rollout.backends.base import GenerationRequest
-from trl_multiagent.training.importance_sampling import batch_importance_sampling_ratio
+from trl_multiagent.seams.trl import batch_importance_sampling_ratio
 from trl_multiagent.training.loss_weights import loss_ready
 
 TRL_BELOW_1_15 = Version(trl.__version__) < Version("1.15.0")
@@ -222,7 +222,7 @@ def test_cast_lm_head_to_fp32_on_a_tied_head_is_refused_before_trl_fails_on_it(t
     with an AttributeError, so the trainer refuses first, naming the fix, also in `--validate`'s checks."""
     from peft import get_peft_model
 
-    from trl_multiagent.run_checks import check_run
+    from trl_multiagent.config.run_checks import check_run
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     with pytest.raises(AttributeError, match="embed_tokens"):  # what a user would meet without the refusal
@@ -590,7 +590,7 @@ def test_continuous_batching_generates_each_adapters_calls(tiny_model_dir, tmp_p
 
 
 def test_ds3_gather_for_generation_reaches_the_unwrap(tiny_model_dir, tmp_path, monkeypatch):
-    from trl_multiagent import grpo_seam
+    from trl_multiagent.trainer import grpo_seam
 
     asked = []
 

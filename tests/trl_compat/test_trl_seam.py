@@ -1,5 +1,5 @@
-"""One seam to TRL: only ``trl_multiagent/grpo_seam.py`` names a private member of TRL's ``GRPOTrainer`` or of the
-Trainer (every other upstream internal: tests/package/test_seams.py), and what the package computes in TRL's place
+"""One seam to TRL: only ``trl_multiagent/trainer/grpo_seam.py`` names a private member of TRL's ``GRPOTrainer`` or of
+the Trainer (every other upstream internal: tests/package/test_seams.py), and what the package computes in TRL's place
 (the loss reduction per ``loss_type``, GRPO advantages) is TRL's own, checked against TRL's ``GRPOTrainer`` on fixed
 tensors."""
 
@@ -19,7 +19,6 @@ import transformers
 import trl
 from scripted import addition_dataset
 
-from trl_multiagent.grpo_seam import GRPOSeam
 from trl_multiagent.seams.trl import (
     GLOBAL_TOKEN_LOSSES,
     LOSS_TYPES,
@@ -27,13 +26,15 @@ from trl_multiagent.seams.trl import (
     TOKEN_MEAN_LOSSES,
     LossScale,
     aggregate_like_trl,
+    batch_importance_sampling_ratio,
     entropy_bonus_like_trl,
 )
+from trl_multiagent.trainer.grpo_seam import GRPOSeam
 from trl_multiagent.training.advantages import outcome_advantages
 from trl_multiagent.training.loss_weights import chunk_correction, per_role_kl_loss, role_weights
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trl_multiagent"
-SEAM = PACKAGE / "grpo_seam.py"
+SEAM = PACKAGE / "trainer" / "grpo_seam.py"
 
 
 def _is_private(name: str) -> bool:
@@ -110,8 +111,8 @@ def test_only_the_seam_names_a_trl_private_member():
         for line, name in private_uses(path.read_text(), TRL_PRIVATE)
     ]
     assert not offenders, (
-        "Private members of TRL's GRPOTrainer / the Trainer named outside trl_multiagent/grpo_seam.py; reach them "
-        "through a public method or property of GRPOSeam instead:\n" + "\n".join(offenders)
+        "Private members of TRL's GRPOTrainer / the Trainer named outside trl_multiagent/trainer/grpo_seam.py; reach "
+        "them through a public method or property of GRPOSeam instead:\n" + "\n".join(offenders)
     )
 
 
@@ -451,6 +452,56 @@ def test_outcome_advantages_are_trls(trl_trainer, scale_rewards, aggregation, mo
     )
     assert torch.allclose(ours, output["advantages"], atol=1e-6)
     assert ours.abs().sum() > 0
+
+
+def trl_importance_sampling_modes() -> list[str]:
+    """The modes TRL supports, as its GRPOConfig's ``vllm_importance_sampling_mode`` help lists them."""
+    help_text = trl.GRPOConfig.__dataclass_fields__["vllm_importance_sampling_mode"].metadata["help"]
+    supported = re.search(r"Supported options are: (.*?)\.", help_text)
+    assert supported, f"GRPOConfig.vllm_importance_sampling_mode's help lists no options: {help_text[:200]!r}"
+    return re.findall(r"'(\w+)'", supported.group(1))
+
+
+# Four completions of one prompt: the trained policy's log-probs before the update, and the sampler's (NaN: a token
+# whose log-prob the sampler did not return). Gaps of -1 to +1.5 nats, so that the clips below bind.
+OLD_LOGPS = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -2.0, -1.0], [-0.5, -3.0, -1.0], [-2.0, -1.0, -1.0]])
+SAMPLING_LOGPS = [[-2.0, -0.5, -1.0], [-1.0, -1.0], [-2.0, math.nan, -1.5], [-1.0]]
+
+
+@pytest.mark.parametrize("clip_min, clip_max", [(None, 2.0), (0.5, 2.0), (0.3, 5.0)])
+@pytest.mark.parametrize("mode", trl_importance_sampling_modes())
+def test_the_importance_sampling_ratio_is_trls_for_every_mode(trl_trainer, mode, clip_min, clip_max, monkeypatch):
+    """TRL's ratio from its own generation step, run on vLLM-style rollouts whose sampling log-probs are fixed (the
+    old log-probs fixed too), against ``batch_importance_sampling_ratio`` on the same tensors."""
+    settings = {
+        "use_vllm": True,
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": mode,
+        "vllm_importance_sampling_clip_min": clip_min,
+        "vllm_importance_sampling_clip_max": clip_max,
+    }
+    for name, value in settings.items():
+        monkeypatch.setattr(trl_trainer, name, value)
+    eos = trl_trainer.eos_token_ids[0]
+    completion_ids = [[5, 6, eos], [5, eos], [7, 8, eos], [eos]]
+    generated = ([[3, 4]] * 4, completion_ids, None, ["a"] * 4, SAMPLING_LOGPS, {}, None, None)
+    monkeypatch.setattr(trl_trainer, "_generate", lambda prompts: generated)
+    old = lambda *args, **kwargs: (OLD_LOGPS, None, None)  # noqa: E731
+    monkeypatch.setattr(trl_trainer, "_get_per_token_logps_and_entropies", old)
+    trl_trainer.fixed_scores["first"] = [1.0, 0.0, 1.0, 0.0]
+    trl_trainer.fixed_scores["second"] = [0.0, 0.5, 0.5, 1.0]
+    trl_trainer.model.train()
+    output = trl_trainer._generate_and_score_completions([row for row in addition_dataset(1) for _ in range(4)])
+
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    padded = torch.tensor([row + [0.0] * (3 - len(row)) for row in SAMPLING_LOGPS])
+    batch = SimpleNamespace(old_per_token_logps=OLD_LOGPS, sampling_per_token_logps=padded, completion_mask=mask)
+    args = SimpleNamespace(**{k: v for k, v in settings.items() if k.startswith("vllm_importance_sampling_")})
+    ours = batch_importance_sampling_ratio(batch, args)
+    theirs = output["importance_sampling_ratio"]
+    assert ours.shape == theirs.shape == ((4, 1) if mode.startswith("sequence") else (4, 3))
+    assert torch.allclose(ours, theirs)
+    assert (theirs != 1).any()  # the gaps moved the ratio: a ratio of ones everywhere would compare nothing
 
 
 def test_the_seed_decides_the_initial_adapters_on_every_trl_release(tiny_model_dir, tmp_path):

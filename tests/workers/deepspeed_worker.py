@@ -22,7 +22,7 @@ model_dir, output_dir, ds_config, *cases = [a for a in sys.argv[1:] if not a.sta
 
 def adapter_weights(trainer) -> dict:
     weights = {}
-    for adapter in trainer.adapter_names:
+    for adapter in trainer._updates.installed.adapter_names:
         params = adapter_parameters(trainer.model, adapter)
         with gathered(list(params.values())):  # whole under ZeRO-3, which partitions them
             weights[adapter] = {name: p.detach().clone() for name, p in params.items()}

@@ -54,9 +54,9 @@ for case in cases:
         respond_seed=100 + rank,
         **settings,
     )
-    before = {adapter: adapter_weights(trainer, adapter) for adapter in trainer.adapter_names}
+    before = {adapter: adapter_weights(trainer, adapter) for adapter in trainer._updates.installed.adapter_names}
     trainer.train()
-    weights = {adapter: adapter_weights(trainer, adapter) for adapter in trainer.adapter_names}
+    weights = {adapter: adapter_weights(trainer, adapter) for adapter in trainer._updates.installed.adapter_names}
     torch.save(weights, os.path.join(out_dir, f"{case.replace(':', '-')}-rank{rank}.pt"))
     torch.save(before, os.path.join(out_dir, f"{case.replace(':', '-')}-rank{rank}-before.pt"))
     state = trainer.accelerator.state

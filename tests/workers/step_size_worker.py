@@ -58,7 +58,9 @@ def one_step(model_dir: str, out_dir: str, rank: int) -> dict:
     return {
         "per_device_train_batch_size": trainer.args.per_device_train_batch_size,
         "episodes": len(episodes),
-        "optimizer_steps": {a: logged[f"adapter/{a}/optimizer_steps"] for a in trainer.adapter_names},
+        "optimizer_steps": {
+            a: logged[f"adapter/{a}/optimizer_steps"] for a in trainer._updates.installed.adapter_names
+        },
         "samples_trained": logged["workflow/samples_trained"],
     }
 

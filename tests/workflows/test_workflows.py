@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trl_multiagent import workflows
-from trl_multiagent.parse_rules import parse_selection, parse_strategies, parse_verdict, read_strategies
+from trl_multiagent.common.parse_rules import parse_selection, parse_strategies, parse_verdict, read_strategies
 from trl_multiagent.tasks.math import MATH_INSTRUCTION, math_prompt
 from trl_multiagent.workflows import (
     PROMPT_SETS,
@@ -729,7 +729,7 @@ def test_parallel_roles_declare_their_most_instances():
 
 
 def test_workflows_import_no_models():
-    """Workflows must stay importable and testable without torch, and independent of the other rooms."""
+    """Workflows must stay importable and testable without torch, and independent of the package's other folders."""
     forbidden = {"torch", "transformers", "trl", "peft", "vllm", "accelerate"}
     for path in Path(workflows.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -2,7 +2,7 @@
 
 ``InstalledAdapters`` (installed.py) puts the adapters, their routers and shadows on the bases (bases.py); the
 update is four parts built together (``AdapterUpdates``, updates.py), each called by the trainer by name: routing
-(sample_routing.py), the optimizer (optimizer_steps.py), process alignment (process_alignment.py) and gradient
-accounts (gradient_accounts.py); ``AdapterSteps`` (adapter_steps.py) takes the optimizer steps of a training step
+(sample_routing.py), the optimizer (optimizer.py), process alignment (process_alignment.py) and gradient
+accounts (gradient_accounts.py); ``AdapterSteps`` (clip_and_step.py) takes the optimizer steps of a training step
 over them.
 """

@@ -13,7 +13,7 @@ log-probs from it) and gradient checkpointing when the run asks for it, and live
 the main base; ``InstalledAdapters`` installs its adapters, ``SampleRouting`` routes its forwards, and the optimizer
 steps its adapters with the main base's; under DeepSpeed the extra bases become submodules of the trainer's model
 (``hold_in``), so the one engine holds and steps every base (each called through the engine's forward). The other
-rooms read what they need from ``Bases`` (the rollout backend factory one engine per base, checkpoints the saved
+folders read what they need from ``Bases`` (the rollout backend factory one engine per base, checkpoints the saved
 mapping) and never the configuration field.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..model_names import model_name, resolve_model_name
+from ..common.model_names import model_name, resolve_model_name
 from ..seams.deepspeed import gathered as zero3_gathered
 from .routing import SHARED_ADAPTER
 

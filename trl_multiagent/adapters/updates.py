@@ -5,9 +5,9 @@ trainer holds each and calls it by name:
 
 1. routing (``SampleRouting``, sample_routing.py): the adapter or shadow of every sample of a forward, what a forward
    must not mix, the base model it calls;
-2. the optimizer (``AdapterOptimizer``, optimizer_steps.py): one optimizer and schedule stepping every adapter, one
+2. the optimizer (``AdapterOptimizer``, optimizer.py): one optimizer and schedule stepping every adapter, one
    adapter alone before a mini-batch's step, the shadows after each step; under DeepSpeed through param groups per
-   adapter (``AdapterGroups``, engine_steps.py);
+   adapter (``AdapterGroups``, deepspeed_groups.py);
 3. process alignment (``ProcessAlignment``, process_alignment.py): the forwards and gradients several processes must
    keep alike under DDP and DeepSpeed;
 4. gradient accounts (``GradientAccounts``, gradient_accounts.py): each adapter's gradient measured, merged from the
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from ..seams.trl import disable_dropout_in_model
 from .bases import Bases
-from .engine_steps import adapter_groups_for
+from .deepspeed_groups import adapter_groups_for
 from .gradient_accounts import GradientAccounts
 from .installed import InstalledAdapters
-from .optimizer_steps import AdapterOptimizer
+from .optimizer import AdapterOptimizer
 from .process_alignment import ProcessAlignment
 from .sample_routing import SampleRouting
 

@@ -4,7 +4,7 @@ Loading and saving only: running a loaded workflow (backends, generation setting
 ``trl_multiagent.evaluation``'s.
 """
 
-from ..deprecation import moved_names
+from ..common.deprecation import moved_names
 from .load import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load_trained_workflow, read_multiagent_config
 from .workflow_config import BUILT_IN_WORKFLOWS, check_workflow_config, workflow_from_config
 

@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..adapters.routing import BASE_MODEL, AdapterRouter, unique_adapters
-from ..model_names import resolve_model_name
+from ..common.model_names import resolve_model_name
 from ..workflows import Workflow
 from .workflow_config import workflow_from_config
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from .atomic import newest_complete_checkpoint
 
-COMMAND_VARIABLE = "TRL_MULTIAGENT_COMMAND"  # the `trl-multiagent train ...` command line, shell-quoted (cli.py)
+# the `trl-multiagent train ...` command line, shell-quoted (cli/commands.py)
+COMMAND_VARIABLE = "TRL_MULTIAGENT_COMMAND"
 _FLAG = "--resume_from_checkpoint"
 
 

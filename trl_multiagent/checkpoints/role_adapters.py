@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from ..adapters.routing import unique_adapters
-from ..model_names import model_name
+from ..common.model_names import model_name
 from .load import CONFIG_NAME
 from .workflow_config import workflow_config
 

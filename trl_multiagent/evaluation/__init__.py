@@ -14,7 +14,7 @@
 - ``plot_accuracy`` / ``plot_role_metric`` (``plots.py``, needs matplotlib).
 """
 
-from ..deprecation import moved_names
+from ..common.deprecation import moved_names
 from ..monitoring.pass_at_k import pass_at_k
 from .evaluator import EvalSettings, evaluate, final_answer_rewards, sample_episodes, score
 from .generation import eos_token_ids, make_generation_config, run_episodes

@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from transformers import set_seed
 
 from ..checkpoints import TrainedWorkflow
-from ..config import ROLLOUT_BACKENDS, config_field
-from ..model_names import resolve_model_name
+from ..common.model_names import resolve_model_name
+from ..config.multiagent_grpo_config import ROLLOUT_BACKENDS, config_field
 from ..monitoring.pass_at_k import pass_at_k
 from ..rollout.chat_rendering import check_chat_rendering
 from ..rollout.engine import RolloutEngine

@@ -18,7 +18,7 @@ import torch
 from transformers import GenerationConfig
 
 from ..checkpoints import TrainedWorkflow
-from ..config import config_field
+from ..config.multiagent_grpo_config import config_field
 from ..rollout.backends.from_config import base_eos_token_ids
 from ..rollout.backends.per_base import PerBaseBackend
 from ..rollout.backends.transformers_backend import TransformersBackend

@@ -26,9 +26,9 @@ import torch
 from datasets import Dataset
 
 from ..checkpoints import CONFIG_NAME, TrainedWorkflow, load_base_workflow, load_trained_workflow
-from ..model_names import resolve_model_name
+from ..cli.shipped import read_preset
+from ..common.model_names import resolve_model_name
 from ..rollout.records import Episode
-from ..shipped import read_preset
 from ..tasks import TASKS, get_task
 from ..tasks.mod_search import ONE_CHECK_TOKENS
 from ..workflows import EvalOpt, OrchWorkers, SingleAgent, Voting, Workflow

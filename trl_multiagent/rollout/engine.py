@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..deprecation import moved_names
+from ..common.deprecation import moved_names
 from ..workflows.base import Messages, Workflow
 from .backends.base import GenerationBackend, GenerationRequest, GenerationResult, check_generation_kwargs
 from .records import Episode, ModelCall, ToolConversation

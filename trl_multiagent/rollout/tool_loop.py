@@ -14,7 +14,7 @@ One ``generate`` of a role with tools runs, as TRL's ``GRPOTrainer(tools=...)`` 
 
 Every model call is one training sample of the role: its prompt holds the earlier turns and the tool outputs, so tool
 outputs are only ever prompt tokens (masked from the loss). Workflows only declare tools; this module, in the rollout
-room, runs them.
+package, runs them.
 """
 
 from __future__ import annotations

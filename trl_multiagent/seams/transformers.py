@@ -1,5 +1,5 @@
 """transformers below its public surface (the names ``transformers`` exports at top level, and the callbacks of
-``transformers.integrations`` its reference documents), the Trainer's private members aside (``grpo_seam.py``).
+``transformers.integrations`` its reference documents), the Trainer's private members aside (``trainer/grpo_seam.py``).
 Checked against transformers 5.3 (setup.cfg's floor) and 5.25; where they differ, the branch is here."""
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ they differ.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "LossScale",
     "aggregate_like_trl",
     "before_peft_wraps",
+    "batch_importance_sampling_ratio",
     "check_lm_head_cast",
     "check_loss_type",
     "create_model_from_path",
@@ -205,3 +207,28 @@ def entropy_bonus_like_trl(
     how the samples are cut into forwards."""
     mean = (coefficients.unsqueeze(1) * entropies * kept).sum() / kept.sum().clamp(min=1.0)
     return mean * mask.sum() / _tokens_per_step(scale, num_items_in_batch)
+
+
+def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
+    """TRL's correction for the gap between the rollout engine's sampling policy and the trained one, as
+    ``GRPOTrainer._generate_and_score_completions`` computes it for vLLM rollouts (since 0.23; the four modes since
+    0.25), with the ``vllm_importance_sampling_*`` settings of ``args``.
+
+    ``batch`` holds ``old_per_token_logps``, ``sampling_per_token_logps`` and ``completion_mask`` (``[N, C]``); the
+    ratio is ``[N, C]`` for the token modes, ``[N, 1]`` for the sequence modes. "truncate" clamps to
+    [clip_min, clip_max], "mask" zeroes the ratios outside; a NaN sampling log-prob counts as no gap. TRL computes it
+    inline, so there is nothing to call: tests/trl_compat/test_trl_seam.py runs TRL's own method on the same inputs
+    for every mode and compares.
+    """
+    mode = args.vllm_importance_sampling_mode
+    clip_min, clip_max = args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max
+    gap = (batch.old_per_token_logps - batch.sampling_per_token_logps) * batch.completion_mask
+    diff = torch.nan_to_num(gap, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = clip_min if clip_min is not None else -math.inf
+    high = clip_max if clip_max is not None else math.inf
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from datasets import Dataset
 
-from ..parse_rules import last_code_block
+from ..common.parse_rules import last_code_block
 from .math import completion_text
 from .rows import check_split, field, published_rows, take
 from .sandbox import ProblemTime, SandboxLimits, SandboxPool, TestCase, TestSuite

@@ -21,7 +21,7 @@ from typing import Any
 from datasets import Dataset
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from ..parse_rules import last_boxed
+from ..common.parse_rules import last_boxed
 from .rows import check_split, field, published_rows, take
 
 logger = logging.getLogger(__name__)

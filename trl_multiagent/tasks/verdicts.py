@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..parse_rules import check_rule, parse_verdict
+from ..common.parse_rules import check_rule, parse_verdict
 from .code import extract_code
 from .sandbox import Outcome, SandboxPool, TestSuite, run_tests
 

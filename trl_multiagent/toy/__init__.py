@@ -6,17 +6,17 @@ for the two-model preset (``role_models``). ``toy-search``: a Qwen3 of ``toy``'s
 ``mod_search`` family only (its own tokenizer), for the toy grid's third family. All three are built by
 ``scripts/build_toy_model.py``.
 
-Importing this package registers the three names with the package's model-name registry (``model_names.py``), which
-imports it the first time a name is looked up: ``resolve_model_name("toy")`` is the folder of the packaged weights
-and tokenizer.
+Importing this package registers the three names with the package's model-name registry (``common/model_names.py``),
+which imports it the first time a name is looked up: ``resolve_model_name("toy")`` is the folder of the packaged
+weights and tokenizer.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..deprecation import moved_names
-from ..model_names import register_model_name
+from ..common.deprecation import moved_names
+from ..common.model_names import register_model_name
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 TOY_MODEL_NAME = "toy"

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import torch
 
-# TRL's reduction of its loss by `loss_type` lives in the seam (seams/trl.py); the rooms of training/ import it here.
+# TRL's reduction of its loss by `loss_type` lives in the seam (seams/trl.py); training/'s modules import it from here.
 from ..seams.trl import (
     GLOBAL_TOKEN_LOSSES,
     SEQUENCE_MEAN_LOSSES,
@@ -22,7 +22,6 @@ from ..seams.trl import (
     check_loss_type,
 )
 from .batch import TrainingBatch
-from .importance_sampling import fold_into_advantages
 
 __all__ = [
     "GLOBAL_TOKEN_LOSSES",
@@ -122,6 +121,15 @@ def generation_chunks(batch: TrainingBatch, *, steps: int, loss_type: str, num_p
         chunk = batch.select(rows)
         chunks.append(replace(chunk, sample_weights=chunk.sample_weights * correction))
     return chunks
+
+
+def fold_into_advantages(advantages: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """`[N, C]` (or `[N, 1]`) advantages that apply the importance-sampling ratio inside TRL's policy loss.
+
+    TRL multiplies each token's policy loss by the ratio; every TRL policy loss except VESPO (which reads the ratio
+    itself) is linear in the advantage for a non-negative factor, so scaling the advantage is the same product.
+    """
+    return advantages.unsqueeze(1) * ratio
 
 
 def loss_ready(batch: TrainingBatch, loss_type: str) -> TrainingBatch:

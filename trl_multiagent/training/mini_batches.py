@@ -264,7 +264,7 @@ def _stand_in(batch: TrainingBatch, adapter: str) -> TrainingBatch:
 def check_schedule(args, deepspeed: bool, deepspeed_config: Mapping | None = None) -> None:
     """The update schedule's settings under DeepSpeed (``deepspeed_config``: its config, where known). The engine
     takes each mini-batch's optimizer step through the optimizer the Trainer builds, one param group per adapter
-    (adapters/engine_steps.py), and the Trainer's scheduler steps as ``lr_scheduler_steps`` says: an ``optimizer``
+    (adapters/deepspeed_groups.py), and the Trainer's scheduler steps as ``lr_scheduler_steps`` says: an ``optimizer``
     or ``scheduler`` section of the config, which puts DeepSpeed's own in their place, and a partial optimizer
     offload, which steps part of the parameters with an optimizer ZeRO-3 builds itself, are refused where they would
     step other than without DeepSpeed."""

@@ -1,8 +1,8 @@
 """Multi-agent workflows: what roles say to each other. Built-ins follow the paper; subclass ``Workflow`` for more."""
 
-# The two readers a workflow of one's own usually needs; every rule is in trl_multiagent.parse_rules.
-from ..deprecation import moved_names
-from ..parse_rules import last_boxed, last_code_block
+# The two readers a workflow of one's own usually needs; every rule is in trl_multiagent.common.parse_rules.
+from ..common.deprecation import moved_names
+from ..common.parse_rules import last_boxed, last_code_block
 from .base import Generate, Messages, Workflow, problem_text, request_text
 from .eval_opt import EvalOpt
 from .formats import BoxedAnswer, CodeAnswer, OutputFormat, Selection, Strategies, Verdict
@@ -36,6 +36,6 @@ __all__ = [
     "request_text",
 ]
 
-# The other readers moved to trl_multiagent.parse_rules (shared with the tasks): the old names still work until they
-# are removed, with a warning.
+# The other readers moved to trl_multiagent.common.parse_rules (shared with the tasks): the old names still work until
+# they are removed, with a warning.
 __getattr__ = moved_names(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..parse_rules import check_rule
+from ..common.parse_rules import check_rule
 from .base import Workflow
 from .prompt_set import PromptSet
 from .prompts import check_task, resolve

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..parse_rules import (
+from ..common.parse_rules import (
     check_rule,
     last_boxed,
     last_code_block,

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..parse_rules import RULES
+from ..common.parse_rules import RULES
 from .eval_opt import HISTORIES, EvalOpt
 from .orch_workers import WORKER_COUNTS, OrchWorkers
 from .single_agent import TEMPLATES, SingleAgent

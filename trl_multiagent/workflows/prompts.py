@@ -11,7 +11,8 @@ r"""The built-in prompt sets, for ``task="math"`` and ``task="code"``, and how a
 Math answers go in ``\boxed{}``; code answers are Python in a ```` ```python ```` block, in the form the problem asks
 for (DeepCoder has stdin/stdout programs and function-call problems, and each row's statement says which, so the
 code prompts defer to it). The machine-read formats (``\boxed{Correct}``/``\boxed{Incorrect}``, ``\boxed{i}``,
-``STRATEGY k:``) are the reference's, because ``parse_rules.py`` and the reported role behaviours depend on them.
+``STRATEGY k:``) are the reference's, because ``common/parse_rules.py`` and the reported role behaviours depend on
+them.
 """
 
 from __future__ import annotations

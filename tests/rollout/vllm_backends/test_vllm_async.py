@@ -165,7 +165,7 @@ def test_every_workflow_trains_through_the_async_path(engine, tiny_model_dir, tm
 
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
-    for adapter in trainer.adapter_names:
+    for adapter in trainer._updates.installed.adapter_names:
         moved = adapter_parameters(trainer.model, adapter)
         assert any(not torch.equal(before[n], p) for n, p in moved.items()), adapter
     for batch in batches:  # vLLM sampled with the weights the trainer had at that step
@@ -215,7 +215,7 @@ def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_mod
     assert not torch.allclose(
         batches[2].importance_sampling_ratio, torch.ones_like(batches[2].importance_sampling_ratio)
     )
-    assert engine.unfinished_requests() == 0 and trainer.rollouts._ahead is None
+    assert engine.unfinished_requests() == 0 and trainer._rollout.rollouts._ahead is None
 
 
 def start_server(model_dir: str, log_path) -> tuple[subprocess.Popen, str]:

@@ -303,7 +303,7 @@ def test_trains_two_steps_through_vllm(tiny_model_dir, tmp_path, sharing):
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
     assert synced_at == [0, 1]  # before the first rollout, then after the optimizer step
-    for adapter in trainer.adapter_names:
+    for adapter in trainer._updates.installed.adapter_names:
         moved = adapter_parameters(trainer.model, adapter)
         assert any(not torch.equal(before[n], p) for n, p in moved.items()), adapter
     for batch in batches:

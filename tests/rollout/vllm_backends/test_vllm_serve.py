@@ -120,7 +120,7 @@ def test_one_printed_server_per_base_serves_the_training_run(tiny_model_dir, tin
         assert isinstance(trainer.rollout_backend, PerBaseBackend)
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():  # random, different adapters: serving the base model alone would show
-            for model, adapter in trainer.installed_adapters.by_base(trainer.model).values():
+            for model, adapter in trainer._updates.installed.by_base(trainer.model).values():
                 for name in adapter:
                     for key, param in adapter_parameters(model, name).items():
                         if "lora_B" in key:

@@ -79,7 +79,7 @@ def test_each_base_syncs_its_adapters_to_its_own_servers(tiny_model_dir, tiny_ju
         tiny_model_dir: [main_url],
         tiny_judge_dir: [judge_url],
     }
-    sync_adapters(backend, trainer.installed_adapters.by_base(trainer.model), is_main_process=True)
+    sync_adapters(backend, trainer._updates.installed.by_base(trainer.model), is_main_process=True)
     loaded = {
         name: {body["lora_name"].split("@")[0] for route, body in httpd.posts if route == "/v1/load_lora_adapter"}
         for name, httpd in (("main", main), ("judge", judge))

@@ -290,4 +290,4 @@ def test_a_killed_server_is_the_first_error_of_the_trainings_traceback(
     )
     resume = f"`{typed} --resume_from_checkpoint {run_dir}/checkpoint-2`"
     assert f"newest complete checkpoint is {run_dir}/checkpoint-2: resume from it with {resume}" in first_error_line
-    trainer.rollouts.close()
+    trainer._rollout.rollouts.close()

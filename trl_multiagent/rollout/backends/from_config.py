@@ -26,7 +26,7 @@ from .transformers_backend import TransformersBackend
 @dataclass(frozen=True)
 class BackendContext:
     """What a backend is built from: the model, tokenizer, routing and generation settings of one base model (the
-    trainer builds it from what it owns; the rollout room never sees the trainer)."""
+    trainer builds it from what it owns; the rollout package never sees the trainer)."""
 
     model: Any  # the PEFT model holding the role adapters
     adapter_names: Sequence[str]

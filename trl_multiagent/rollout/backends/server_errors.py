@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ...deprecation import moved_names
+from ...common.deprecation import moved_names
 
 CAUSES = {
     "died": "its process died or was stopped",

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...deprecation import moved_names
+from ...common.deprecation import moved_names
 from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
 from .event_loop import BackgroundLoop, LoopCalls

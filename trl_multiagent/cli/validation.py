@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .seams.accelerate import planned_launch
+from ..seams.accelerate import planned_launch
 
 # The flags that make a recipe read its settings and exit, training nothing: check them as the trainer would, or
 # print them with where each came from (recipe_parser.py). Neither needs a device or the launcher's processes.
@@ -142,7 +142,7 @@ def rows_for_checks(task, name: str | None, *, split: str = "train", seed: int =
     """A few rows of the dataset ``name`` as training would read it (``task``'s offline generators, a local file),
     or, for a Hub dataset, a few of ``task``'s offline rows (the same columns), named as such: nothing is downloaded.
     """
-    from .tasks import TASKS
+    from ..tasks import TASKS
 
     for candidate in (task, *TASKS.values()):
         generate = candidate.generator(name)
@@ -171,8 +171,8 @@ def validate_run(
     """Make every check the trainer makes of these settings (``check_run``), print what would run (on the first
     process) and exit 0; on a refusal print it and exit 1. ``model``: the name or folder given (not loaded);
     ``settings``: the layers that made the settings (``RecipeParser.settings``)."""
-    from .model_names import resolve_model_name
-    from .run_checks import check_run
+    from ..common.model_names import resolve_model_name
+    from ..config.run_checks import check_run
 
     try:
         checked = check_run(
@@ -192,7 +192,7 @@ def refuse(reason: str) -> NoReturn:
 
 def summary(checked, workflow, *, model: str, peft_config: Any, dataset: RowsForChecks, settings: str) -> str:
     """What would run, one line a part."""
-    from .model_names import resolve_model_name
+    from ..common.model_names import resolve_model_name
 
     args = checked.args
     folder = resolve_model_name(model)

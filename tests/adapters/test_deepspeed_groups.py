@@ -1,4 +1,4 @@
-"""Adapter updates inside the DeepSpeed engine's optimizer step (adapters/engine_steps.py), on a torch AdamW over a
+"""Adapter updates inside the DeepSpeed engine's optimizer step (adapters/deepspeed_groups.py), on a torch AdamW over a
 tiny PEFT model's adapters, stepped as ZeRO steps it: once per param group, that group alone in the optimizer.
 The trainings through the engine itself: tests/training/test_deepspeed.py (one process), test_multinode.py (two)."""
 
@@ -13,7 +13,7 @@ from tiny import tiny_lora
 from transformers import AutoModelForCausalLM
 
 from trl_multiagent import MultiAgentGRPOConfig
-from trl_multiagent.adapters.engine_steps import ADAPTER_KEY, AdapterGroups, adapter_groups_for, group_by_adapter
+from trl_multiagent.adapters.deepspeed_groups import ADAPTER_KEY, AdapterGroups, adapter_groups_for, group_by_adapter
 from trl_multiagent.adapters.installed import InstalledAdapters
 from trl_multiagent.training.mini_batches import check_schedule
 

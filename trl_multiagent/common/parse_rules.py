@@ -114,7 +114,7 @@ def last_boxed(text: str) -> str | None:
 def check_rule(rule: str) -> str:
     """Return ``rule`` if it names a judges' reading rule, else raise a ``ValueError`` naming them."""
     if rule not in RULES:
-        raise ValueError(f"Unknown parsing rule {rule!r}; use one of {RULES} (see trl_multiagent.parse_rules).")
+        raise ValueError(f"Unknown parsing rule {rule!r}; use one of {RULES} (see trl_multiagent.common.parse_rules).")
     return rule
 
 

@@ -62,10 +62,10 @@ def parser(built_in: Sequence[str]) -> argparse.ArgumentParser:
 
 def serve_commands(known: argparse.Namespace, extra: Sequence[str], workflow) -> list[ServeCommand]:
     """One `vllm serve` command per base model of ``workflow``'s roles, the main base first; ``extra``: vLLM flags."""
-    from .adapters.bases import adapters_on_bases, role_bases
-    from .adapters.routing import resolve_role_adapters
-    from .model_names import resolve_model_name
-    from .rollout.backends.vllm_backend import max_lora_rank
+    from ..adapters.bases import adapters_on_bases, role_bases
+    from ..adapters.routing import resolve_role_adapters
+    from ..common.model_names import resolve_model_name
+    from ..rollout.backends.vllm_backend import max_lora_rank
 
     preset = read_preset(known.config or "paper_math")  # the recipes' own default preset
 
@@ -106,7 +106,7 @@ def trainer_urls(commands: Sequence[ServeCommand]) -> str:
 
 def pick(commands: Sequence[ServeCommand], base: str | None) -> ServeCommand:
     """The server to start here: the only one, or the one ``--base`` names."""
-    from .adapters.bases import same_model
+    from ..adapters.bases import same_model
 
     if base is not None:
         found = [command for command in commands if same_model(command.base, base)]

@@ -26,7 +26,7 @@ import yaml
 from transformers import TrainingArguments
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config
 
-from .seams.transformers import bf16_accepted_without_device
+from ..seams.transformers import bf16_accepted_without_device
 from .shipped import BASE, PresetLayer, merged_settings, preset_layers
 from .validation import (
     PRINT_CONFIG,

@@ -100,7 +100,7 @@ def train_run(argv: Sequence[str]) -> tuple[list[str], dict[str, str]]:
         raise SystemExit(
             f"Unknown workflow {name!r}: built in are {sorted(BUILT_IN)}; yours: --workflow pkg.mod:Class."
         )
-    from .tasks import TASKS  # here, not at the top: `trl-multiagent --help` should not load the datasets library
+    from ..tasks import TASKS  # here, not at the top: `trl-multiagent --help` should not load the datasets library
 
     parser = argparse.ArgumentParser(prog="trl-multiagent train", add_help=False)
     parser.add_argument("--task", choices=list(TASKS), default="math")

@@ -20,7 +20,7 @@ BASE = "base"  # the key by which a preset names the preset it builds on
 
 def shipped_dir(folder: str) -> Path:
     """``recipes`` or ``accelerate_configs``: inside the installed wheel, else at the root of this checkout."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # trl_multiagent/
     for candidate in (package / folder, package.parent / folder):
         if candidate.is_dir():
             return candidate
@@ -101,7 +101,7 @@ def bf16_device_available() -> bool:
     """Whether this machine trains in bf16 as transformers' TrainingArguments accept it (GPU, XPU, NPU, MPS, XLA)."""
     from transformers import is_torch_xla_available
 
-    from .seams.transformers import is_torch_bf16_gpu_available
+    from ..seams.transformers import is_torch_bf16_gpu_available
 
     return is_torch_bf16_gpu_available() or is_torch_xla_available()
 

@@ -6,7 +6,7 @@ adapter's gradient measured (``GradientAccounts``) before any step; clipping per
 (``clip_grad_norm_per_adapter``, and every mini-batch of ``update_schedule="mini_batches"``, which moves one adapter
 alone) or over every base's adapters together; under mini-batches an optimizer step of its own for each mini-batch
 but the last, whose norms before clipping count in the step's ``grad_norm``, added in squares. Under DeepSpeed the
-engine steps and clips (each adapter's param group on its own: engine_steps.py); its norm is the one counted.
+engine steps and clips (each adapter's param group on its own: deepspeed_groups.py); its norm is the one counted.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class AdapterSteps:
         """Prepare and clip before the step's optimizer step; the norm before clipping. ``clip_as_trainer()``: the
         Trainer's own clipping of ``model`` (under DeepSpeed: the norm the engine clipped, having stepped already)."""
         self.prepare()
-        if self.engine_steps:  # the engine clipped (or its optimizer's groups did: engine_steps.py) and stepped
+        if self.engine_steps:  # the engine clipped (or its optimizer's groups did: deepspeed_groups.py) and stepped
             return clip_as_trainer()
         if self.args.clip_grad_norm_per_adapter or self.args.update_schedule == "mini_batches":
             return self.updates.accounts.clip(self.args.max_grad_norm)

@@ -11,9 +11,9 @@ One training step, in order (mirrored by the numbered comments below):
     5. TRL's loss on each micro-batch, every sample routed to its role's adapter (`SampleRouting`), plus the
        per-role KL term.
 
-Each step calls into the rooms below with what it needs; what the trainer is assembled from is built in
-trainer_parts.py, the optimizer steps over the adapters are adapters/adapter_steps.py's, and what a checkpoint holds
-is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
+Each step calls into the package's other folders with what it needs (training/, rollout/, adapters/, monitoring/); what
+the trainer is made of is built in parts.py, the optimizer steps over the adapters are adapters/clip_and_step.py's, and
+what a checkpoint holds is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
 """
 
 from __future__ import annotations
@@ -26,43 +26,44 @@ import torch
 from accelerate.utils import gather, gather_object
 from peft import PeftModel
 
-from .adapters.adapter_steps import AdapterSteps, step_norm
-from .adapters.bases import Bases
-from .adapters.routing import BASE_MODEL
-from .adapters.updates import AdapterUpdates
-from .checkpoints.atomic import resume_checkpoint
-from .checkpoints.resume_command import resume_advice
-from .checkpoints.role_adapters import load_entropy_control, save_entropy_control
-from .checkpoints.run import RunCheckpoints
-from .config import MultiAgentGRPOConfig
+from ..adapters.clip_and_step import step_norm
+from ..adapters.routing import BASE_MODEL
+from ..checkpoints.atomic import resume_checkpoint
+from ..checkpoints.resume_command import resume_advice
+from ..checkpoints.role_adapters import load_entropy_control, save_entropy_control
+from ..common.model_names import resolve_model_name
+from ..config import MultiAgentGRPOConfig
+from ..config.model_flags import check_quantization
+from ..config.run_checks import check_run
+from ..monitoring.update_size import update_size_metrics, update_size_sums
+from ..rollout.backends.from_config import BackendContext, backend_metrics, build_backend
+from ..seams.accelerate import gradients_synced
+from ..seams.deepspeed import clear_zero3_gradients
+from ..seams.liger import layer_kernels
+from ..seams.peft import skip_input_casts_autocast_undoes
+from ..seams.transformers import attention_implementation
+from ..seams.trl import (
+    batch_importance_sampling_ratio,
+    before_peft_wraps,
+    disable_gradient_checkpointing,
+    entropy_bonus_like_trl,
+    score_like_trl,
+)
+from ..training.advantages import outcome_advantages, weighted_rewards
+from ..training.batch import TrainingBatch
+from ..training.early_rewards import final_completion_ids, final_completions
+from ..training.entropy_control import EntropyStepCallback, RoleEntropyControl
+from ..training.episode_samples import episode_samples
+from ..training.forwards import Forwards, old_logps_after_first
+from ..training.loss_weights import LossScale, loss_ready, per_role_kl_loss
+from ..training.mini_batches import micro_steps, mini_batch_plan
+from ..training.recompute import fit_of
+from ..training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
+from ..training.row_layout import LaidOut, layout_for, rows_by_adapter
+from ..workflows.base import Workflow
 from .grpo_seam import GRPOSeam
-from .model_flags import check_quantization
-from .model_names import resolve_model_name
-from .monitoring.adapter_check import AdapterCheck
-from .monitoring.update_size import UpdateSizeCallback, update_size_metrics, update_size_sums
+from .parts import AdapterParts, MonitoringParts, RolloutParts
 from .renamed_hooks import RenamedTrainerNames
-from .rollout.backends.from_config import BackendContext, backend_metrics, build_backend
-from .run_checks import check_run
-from .seams.accelerate import gradients_synced
-from .seams.deepspeed import clear_zero3_gradients
-from .seams.liger import layer_kernels
-from .seams.peft import skip_input_casts_autocast_undoes
-from .seams.transformers import attention_implementation
-from .seams.trl import before_peft_wraps, disable_gradient_checkpointing, entropy_bonus_like_trl, score_like_trl
-from .trainer_parts import MonitoringParts, RolloutParts
-from .training.advantages import outcome_advantages, weighted_rewards
-from .training.batch import TrainingBatch
-from .training.early_rewards import final_completion_ids, final_completions
-from .training.entropy_control import EntropyStepCallback, RoleEntropyControl
-from .training.episode_samples import episode_samples
-from .training.forwards import Forwards, old_logps_after_first
-from .training.importance_sampling import batch_importance_sampling_ratio
-from .training.loss_weights import LossScale, loss_ready, per_role_kl_loss
-from .training.mini_batches import micro_steps, mini_batch_plan
-from .training.recompute import fit_of
-from .training.role_rewards import builtin_role_rewards, custom_role_rewards, outcome_scorer
-from .training.row_layout import LaidOut, layout_for, rows_by_adapter
-from .workflows.base import Workflow
 
 
 class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
@@ -153,45 +154,27 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
                 environment_factory=environment_factory,
             )
 
-        # The base models the roles sit on (the trainer's model and any other the config names), loaded now.
-        self.bases = Bases.from_config(
-            args,
-            peft_model=self.model,
-            role_adapters=self.role_adapters,
-            device=self.accelerator.device,
-            peft_config=lora,
-            quantization_config=quantization_config,
-            score_like_trainer=lambda model: prepare_role_base(model, kernels, args.temperature),
-        )
-        self.role_adapters = self.bases.role_adapters  # placed on the bases
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
-
-        # Every role adapter on its base, the router of each sample's adapter, and the parts of an update.
-        updates = AdapterUpdates.from_config(
-            self.model,
+        # The base models the roles sit on, every role adapter on its base and the parts of its update (parts.py).
+        adapters = AdapterParts.build(
             args,
-            bases=self.bases,
-            measure_gradients=not self.is_deepspeed_enabled,
+            model=self.model,
+            workflow=workflow,
+            role_adapters=self.role_adapters,
             accelerator=self.accelerator,
+            peft_config=lora,
+            quantization_config=quantization_config,
             decay_parameter_names=self.get_decay_parameter_names,
+            deepspeed=self.is_deepspeed_enabled,
+            prepare_role_base=lambda base: prepare_role_base(base, kernels, args.temperature),
         )
-        self.installed_adapters = updates.installed  # each base's adapters, shadows and router
-        for model in self.installed_adapters.models.values():  # fp32 LoRA on a bf16 base: no cast autocast undoes
+        self.bases, self.role_adapters = adapters.bases, adapters.bases.role_adapters  # placed on the bases
+        self._updates, self._adapter_steps, self._adapter_check = adapters.updates, adapters.steps, adapters.check
+        self._checkpoints = adapters.checkpoints  # what a run saves beside TRL's checkpoint (checkpoints/run.py)
+        self._earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
+        for model in self._updates.installed.models.values():  # fp32 LoRA on a bf16 base: no cast autocast undoes
             skip_input_casts_autocast_undoes(model)
-        self.adapter_routing = updates.routing  # the adapter of every sample of a forward
-        self.adapter_optimizer = updates.optimizer  # one optimizer and schedule over every adapter
-        self.process_alignment = updates.alignment  # what DDP and DeepSpeed processes keep alike
-        self.gradient_accounts = updates.accounts  # each adapter's gradient measured, merged, damped, clipped
-        engine_steps = self.is_deepspeed_enabled
-        clip = self.accelerator.clip_grad_norm_
-        self._adapter_steps = AdapterSteps(updates, args, engine_steps=engine_steps, clip_grad_norm=clip)
-        self.earlier_update_norms: list[float] = []  # this step's mini-batch updates so far: norms before clipping
-        if self.is_deepspeed_enabled:  # one engine holds every base (adapters/bases.py, `Bases.hold_in`)
-            self.bases.hold_in(self.model)
-        self.adapter_names = self.installed_adapters.adapter_names
-        self.router = self.installed_adapters.router
-        self.adapter_check = AdapterCheck.for_run(args, self.workflow.roles, self.role_adapters, self.model)
         # The KL term is computed here, per role, against the base model reached by routing samples to no adapter;
         # TRL's own reference pass (disable_adapter) would leave non-active adapters frozen.
         self.role_beta = {role: float((args.role_beta or {}).get(role, args.beta)) for role in self.workflow.roles}
@@ -203,14 +186,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         if self._entropy_control.active:
             self.add_callback(EntropyStepCallback(self._end_entropy_step))
 
-        # The rollout backend, and what runs episodes over it (trainer_parts.py).
+        # The rollout backend, and what runs episodes over it (parts.py).
         self.rollout_backend = rollout_backend or build_backend(args, self._backend_context())
         rollouts = RolloutParts.build(
             args,
             workflow=workflow,
             backend=self.rollout_backend,
             bases=self.bases,
-            installed=self.installed_adapters,
+            installed=self._updates.installed,
             tokenizer=self._text_tokenizer,
             reward_funcs=self.reward_funcs,
             tools=tools,
@@ -224,15 +207,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             more_steps=self._more_steps,
             ahead=checked.rollout_ahead,
         )
-        self.role_tools, self.engine = rollouts.role_tools, rollouts.engine
-        self.environment_runs, self.episode_tools = rollouts.environment_runs, None
-        self.early_rewards, self.rollouts = rollouts.early_rewards, rollouts.rollouts
-        self.answer_checker = answer_checker
+        self._rollout, self.engine, self._episode_tools = rollouts, rollouts.engine, None
+        self._answer_checker = answer_checker
         self.role_reward_funcs = role_reward_funcs
         if args.role_rewards is not None:
             self._score = outcome_scorer(self.reward_funcs, self.reward_weights.tolist())  # grades a role's answer
 
-        # What each step records and checks, and the callbacks: drift alarms, the summary (trainer_parts.py).
+        # What each step records and checks, and the callbacks: drift alarms, the summary, the update size (parts.py).
         monitoring = MonitoringParts.build(
             args,
             workflow=workflow,
@@ -242,27 +223,18 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             record_column=self._record_completion_column,
             reward_names=self.reward_func_names,
             answer_checker=answer_checker,
+            log_update_size=self._log_update_size,
         )
-        self._step_metrics, self.learning_signal = monitoring.step_metrics, monitoring.learning_signal
+        self._step_metrics, self._learning_signal = monitoring.step_metrics, monitoring.learning_signal
         self._update_size_before = None  # (generation batch, its log-probs before the step's first update)
-        if args.monitor_update_size:
-            self.add_callback(UpdateSizeCallback(self._log_update_size))
-        self._checkpoints = RunCheckpoints(
-            workflow,
-            self.role_adapters,
-            policy_sharing=args.policy_sharing,
-            bases=self.bases,
-            installed=self.installed_adapters,
-            update_state=self.gradient_accounts,
-        )
 
     def _backend_context(self) -> BackendContext:
         """What a rollout backend is built from, read from this trainer now (one context per base model)."""
         context = BackendContext(
             model=self.model,
-            adapter_names=self.adapter_names,
+            adapter_names=self._updates.installed.adapter_names,
             tokenizer=self._text_tokenizer,
-            router=self.router,
+            router=self._updates.installed.router,
             unwrapped_model=self._unwrapped_for_generation,
             generation_config=self.generation_config,
             eos_token_ids=self.eos_token_ids,
@@ -273,12 +245,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             weights_step=lambda: self.state.global_step,
             next_steps=functools.partial(resume_advice, self.args.output_dir),
         )
-        return context.on_bases(self.bases, self.installed_adapters.routers)
+        return context.on_bases(self.bases, self._updates.installed.routers)
 
     def _run_episodes(self, rows: list[dict]) -> list:
-        if self.episode_tools is None:
-            return self.early_rewards.run(rows, self.engine.run)
-        return self.early_rewards.run(rows, functools.partial(self.engine.run, episode_tools=self.episode_tools))
+        run = self.engine.run
+        if self._episode_tools is not None:  # the tools of this step's environments
+            run = functools.partial(run, episode_tools=self._episode_tools)
+        return self._rollout.early_rewards.run(rows, run)
 
     def _more_steps(self) -> bool:
         return self.state.global_step + 1 < self.state.max_steps
@@ -287,14 +260,15 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _generate_and_score(self, inputs: list[dict]) -> TrainingBatch:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        if self.environment_runs is not None:  # one environment per episode, reset with its row
-            started = self.environment_runs.start(inputs)
-            inputs, self.environments, self.episode_tools = started.rows, started.environments, started.episode_tools
+        if self._rollout.environment_runs is not None:  # one environment per episode, reset with its row
+            started = self._rollout.environment_runs.start(inputs)
+            inputs, self.environments, self._episode_tools = started.rows, started.environments, started.episode_tools
         prompts = [row["prompt"] for row in inputs]
 
         # 1. Episodes: every model call of every episode, batched per tick or sent as made (rollout_mode).
-        episodes = self.rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during last step
-        self._record_metrics(mode, {"timing/rollout_wait_s": self.rollouts.waited_s})
+        rollouts = self._rollout.rollouts
+        episodes = rollouts.episodes(inputs, training=mode == "train")  # rollout_ahead: ran during the last step
+        self._record_metrics(mode, {"timing/rollout_wait_s": rollouts.waited_s})
         self._record_metrics(mode, backend_metrics(self.rollout_backend))  # servers lost and calls failed over
 
         # 2. Outcome rewards on the final answers (those that take work started as each episode ended), advantages
@@ -349,8 +323,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         values = self._step_metrics.workflow_batch(
             mode, episodes, inputs, rewards=logged[start : start + len(prompts)].tolist()
         )
-        if mode == "train":  # most groups flat while a role fails its format: said once, early
-            self._record_metrics(mode, self.learning_signal.observe(logged.view(-1, num_generations).tolist(), values))
+        if mode == "train":  # a warning when most groups are flat while a role fails its format
+            groups = logged.view(-1, num_generations).tolist()
+            self._record_metrics(mode, self._learning_signal.observe(groups, values))
         self._add_logps_before_update(batch, mode)
         self._check_adapters(episodes, batch, mode)
         return batch
@@ -367,9 +342,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _tool_roles(self) -> list[str] | None:
         """The roles whose tool calls are logged; None when no role has tools in this run."""
-        if not self.role_tools and self.environment_runs is None:
+        if not self._rollout.role_tools and self._rollout.environment_runs is None:
             return None
-        return [r for r in self.workflow.roles if r in self.role_tools or self.episode_tools]
+        return [r for r in self.workflow.roles if r in self._rollout.role_tools or self._episode_tools]
 
     def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
@@ -416,10 +391,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         elif logps is None:  # the loss's forward of these weights comes too late for the check
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 logps = self._routed_logps(batch, batch.adapters, mode)
-        ahead = self.rollouts.ran_ahead and mode == "train"
+        ahead = self._rollout.rollouts.ran_ahead and mode == "train"
         calls = [c for e in episodes for c in e.calls]
         step = self.state.global_step
-        metrics = self.adapter_check.check(
+        metrics = self._adapter_check.check(
             calls=calls, batch=batch, trainer_logps=logps, step=step, ran_ahead=ahead, gather=gather
         )
         self._record_metrics(mode, metrics)
@@ -428,12 +403,12 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
 
         def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            model, router = self.adapter_routing.forward_target(part.adapters, self.model)
+            model, router = self._updates.routing.forward_target(part.adapters, self.model)
             with router.route(names):
                 self._routed_samples = (router, names)
                 return self._logps_and_entropies(model, *part.model_inputs())[0]
 
-        keys = self.adapter_routing.forward_keys(batch.adapters)
+        keys = self._updates.routing.forward_keys(batch.adapters)
         return self._forwards(mode).routed_logps(batch, adapters, keys=keys, forward=forward)
 
     def _forwards(self, mode: str, *, backward: bool = False) -> Forwards:
@@ -452,7 +427,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             layout=self._forward_layout(),
             loss_type=self.loss_type,
             pad_token_id=self._text_tokenizer.pad_token_id,
-            alignment=self.process_alignment,
+            alignment=self._updates.alignment,
             most_over_processes=(lambda t: gather(t[None]).max(dim=0).values) if several else None,
             fit=fit,
         )
@@ -468,7 +443,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
-        return self.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
+        return self._rollout.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
 
     # --------------------------------------------------------------------------------------- 4 micro-batches
     def _micro_step_inputs(self, generation_batch) -> TrainingBatch:
@@ -514,17 +489,17 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
         """One micro-step's memory-bounded loss forwards, alike on every process (training/forwards.py)."""
         forwards = self._forwards("train", backward=True)
-        return forwards.loss_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
+        return forwards.loss_forwards(batch, self._updates.routing.forward_keys(batch.adapters))
 
     def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        return self._forwards("eval").evaluation_forwards(batch, self.adapter_routing.forward_keys(batch.adapters))
+        return self._forwards("eval").evaluation_forwards(batch, self._updates.routing.forward_keys(batch.adapters))
 
     def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch, engine_steps=False) -> torch.Tensor:
         """Forward and backward each part; only the last one synchronises gradients across processes (and, under
         DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed, or, with
         ``engine_steps``, one after these parts, as a mini-batch's step)."""
         loss = torch.zeros((), device=self.accelerator.device)
-        forwards, bases = self._forwards("train", backward=True), list(self.installed_adapters.models.values())
+        forwards, bases = self._forwards("train", backward=True), list(self._updates.installed.models.values())
         for i, part in enumerate(parts):
             if i < len(parts) - 1:
                 context = self._accumulating(model)
@@ -539,7 +514,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
         # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
-        # last takes its optimizer step here (adapters/adapter_steps.py), the last one takes the Trainer's own step.
+        # last takes its optimizer step here (adapters/clip_and_step.py), the last one takes the Trainer's own step.
         step = self._micro_step
         self._micro_step = step + 1
         if self._micro_step % self.args.steps_per_generation:
@@ -548,7 +523,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
         plan = mini_batch_plan(
             batch,
-            self.adapter_names,
+            self._updates.installed.adapter_names,
             mini_batch_size=prompts * self.num_generations,
             num_processes=self.accelerator.num_processes,
             sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
@@ -568,8 +543,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
         clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
         losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
-        self.earlier_update_norms.extend(norms)
-        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan)) for a in self.adapter_names}
+        self._earlier_update_norms.extend(norms)
+        steps = {
+            f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan))
+            for a in self._updates.installed.adapter_names
+        }
         self._record_metrics("train", steps)
         self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
         self._micro_step = step + 1
@@ -582,8 +560,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
-        model, router = self.adapter_routing.forward_target(inputs.adapters, model)  # the base these samples sit on
-        names = self.adapter_routing.names(inputs.adapters, inputs.roles, training)
+        model, router = self._updates.routing.forward_target(inputs.adapters, model)  # the base these samples sit on
+        names = self._updates.routing.names(inputs.adapters, inputs.roles, training)
         self._routed_samples = (router, names)
         router.set(names)
         trl_inputs = inputs.to_trl_inputs()
@@ -671,17 +649,17 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self._record_metrics("train", self._entropy_control.metrics())
 
     # ---------------------------------------------------------------------------------------- the optimizer step
-    # The mechanics of each optimizer step over the adapters: adapters/adapter_steps.py (`AdapterSteps`).
+    # The mechanics of each optimizer step over the adapters: adapters/clip_and_step.py (`AdapterSteps`).
     def create_optimizer(self, model=None):
-        return self.adapter_optimizer.create(
+        return self._updates.optimizer.create(
             functools.partial(super().create_optimizer, model),
             weight_decay=self.args.weight_decay,
             decay_parameter_names=self.get_decay_parameter_names,
             deepspeed_plugin=self.accelerator.state.deepspeed_plugin,
         )
 
-    def create_scheduler(self, num_training_steps: int, optimizer=None):  # `lr_scheduler_steps`: adapters/lr_steps.py
-        self.lr_scheduler = self.adapter_optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
+    def create_scheduler(self, num_training_steps: int, optimizer=None):  # lr_scheduler_steps: per_update_lr.py
+        self.lr_scheduler = self._updates.optimizer.scheduled(super().create_scheduler(num_training_steps, optimizer))
         return self.lr_scheduler
 
     def _clip_gradients(self, model):
@@ -693,9 +671,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         gradient metrics are recorded here."""
         if grad_norm is None:  # no clipping this run: the same preparation happens here instead
             grad_norm = self._adapter_steps.unclipped_norm(model)
-        grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self.earlier_update_norms)
-        self.earlier_update_norms = []
-        self._step_metrics.updates(self.gradient_accounts.step_measured(), self.role_adapters)
+        grad_norm = step_norm(super()._step_grad_norm(model, grad_norm=grad_norm), self._earlier_update_norms)
+        self._earlier_update_norms = []
+        self._step_metrics.updates(self._updates.accounts.step_measured(), self.role_adapters)
         return grad_norm
 
     # ------------------------------------------------------------------------------------------ checkpoints

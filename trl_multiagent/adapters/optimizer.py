@@ -5,7 +5,7 @@ must move one adapter alone (a mini-batch of ``update_schedule="mini_batches"``)
 after each step the shadows take the new weights; under ``lr_scheduler_steps="per_update"`` the schedule advances
 once per adapter update call (``UpdateCallScheduler``). Under DeepSpeed, whose engine steps its own copies of the
 parameters, one adapter steps alone, and each is clipped on its own, through param groups per adapter
-(``AdapterGroups``, engine_steps.py).
+(``AdapterGroups``, deepspeed_groups.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from contextlib import contextmanager
 
 import torch
 
-from .engine_steps import ADAPTER_KEY, AdapterGroups, engine_clipping_off, group_by_adapter
+from .deepspeed_groups import ADAPTER_KEY, AdapterGroups, engine_clipping_off, group_by_adapter
 from .installed import InstalledAdapters
-from .lr_steps import UpdateCallScheduler
+from .per_update_lr import UpdateCallScheduler
 
 
 class AdapterOptimizer:

@@ -24,13 +24,13 @@ from typing import Any, Literal
 
 from trl import ModelConfig, ScriptArguments, get_peft_config, get_quantization_config
 
-from .config import MultiAgentGRPOConfig
-from .model_flags import model_init_kwargs
-from .model_names import resolve_model_name
+from ..common.model_names import resolve_model_name
+from ..config import MultiAgentGRPOConfig
+from ..config.model_flags import model_init_kwargs
+from ..trainer import MultiAgentGRPOTrainer
+from ..workflows.options import WorkflowOptions
 from .recipe_parser import RecipeParser
 from .shipped import recipe_argv
-from .trainer import MultiAgentGRPOTrainer
-from .workflows.options import WorkflowOptions
 
 __all__ = ["CodeRewardArguments", "RecipeRun"]
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from ..rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
+from ..seams.liger import LAYER_KERNELS_ONLY, liger_kernel_unavailable
+from ..seams.transformers import add_json_dict_fields, refill_deepspeed_config, rename_checkpointing
+from ..seams.trl import check_loss_type
+from ..training.mini_batches import MINI_BATCH_ORDERS
 from .grpo_config_fields import inapplicable, refusals
-from .rollout.chat_rendering import CHAT_RENDERINGS, check_chat_rendering
-from .seams.liger import LAYER_KERNELS_ONLY, liger_kernel_unavailable
-from .seams.transformers import add_json_dict_fields, refill_deepspeed_config, rename_checkpointing
-from .seams.trl import check_loss_type
-from .training.mini_batches import MINI_BATCH_ORDERS
 
 POLICY_SHARINGS = ("shared", "isolated")
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
@@ -993,7 +993,7 @@ def check_trainer_arguments(
     """``args`` (a default config when None) once the trainer's own arguments are known to fit together."""
     from peft import PeftModel
 
-    from .workflows.base import Workflow
+    from ..workflows.base import Workflow
 
     for name, value in (unsupported or {}).items():
         what = UNSUPPORTED_TRL_ARGUMENTS.get(name)

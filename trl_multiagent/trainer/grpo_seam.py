@@ -26,10 +26,10 @@ from accelerate.utils import gather, gather_object, set_seed
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from .checkpoints import atomic as atomic_checkpoints
-from .seams.accelerate import gradients_unsynced
-from .seams.transformers import rotate_checkpoints
-from .seams.trl import TRL_VERSION, unwrapped_for_generation
+from ..checkpoints import atomic as atomic_checkpoints
+from ..seams.accelerate import gradients_unsynced
+from ..seams.transformers import rotate_checkpoints
+from ..seams.trl import TRL_VERSION, unwrapped_for_generation
 
 
 class GRPOSeam(GRPOTrainer):

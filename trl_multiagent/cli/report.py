@@ -24,14 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import CONFIG_NAME, read_multiagent_config, workflow_from_config
-from .checkpoints.workflow_config import IMPORT_PATH
-from .evaluation.instability import read_log_history
-from .evaluation.results import read_results
-from .monitoring.alarm_advice import alarm_advice
-from .monitoring.drift import alarm_meaning
-from .monitoring.summary import first_last
-from .monitoring.summary_plot import judge_roles, logged_alarms, plot_summary
+from ..checkpoints import CONFIG_NAME, read_multiagent_config, workflow_from_config
+from ..checkpoints.workflow_config import IMPORT_PATH
+from ..evaluation.instability import read_log_history
+from ..evaluation.results import read_results
+from ..monitoring.alarm_advice import alarm_advice
+from ..monitoring.drift import alarm_meaning
+from ..monitoring.summary import first_last
+from ..monitoring.summary_plot import judge_roles, logged_alarms, plot_summary
 
 REPORT_FILE = "report.html"
 ARGS_FILE = "training_args.bin"  # what the Trainer saves: its arguments, pickled

@@ -1,13 +1,16 @@
-"""What ``MultiAgentGRPOTrainer`` is assembled from, once TRL's trainer and the role adapters exist.
+"""What ``MultiAgentGRPOTrainer`` is assembled from, once TRL's trainer exists.
 
-Assembly only: each function builds the parts of one room from the run's config and the handles it is given (a
+Assembly only: each builder makes the parts of one folder from the run's config and the handles it is given (a
 tokenizer, a model handle, callables that read the trainer's state when called), never the trainer itself; the
 trainer keeps what they return and calls each part by name in its numbered steps.
 
-1. rollouts (``RolloutParts``): the roles' tools, the environments, the rollout engine over the backend, the rewards
+1. adapters (``AdapterParts``): the base models the roles sit on, every role adapter on its base and the parts of
+   their update, the optimizer steps over them, the check that each role is served by its own adapter, and what a
+   checkpoint saves of them;
+2. rollouts (``RolloutParts``): the roles' tools, the environments, the rollout engine over the backend, the rewards
    that start as episodes end, and the rollouts run ahead, which send the trained adapters to the backend first;
-2. monitoring (``MonitoringParts``): the metrics a step records, the learning-signal check, and the callbacks (drift
-   alarms, the summary) in the trainer's callback handler.
+3. monitoring (``MonitoringParts``): the metrics a step records, the learning-signal check, and the callbacks (drift
+   alarms, the summary, the update size) in the trainer's callback handler.
 """
 
 from __future__ import annotations
@@ -22,21 +25,86 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import gather
 
-from .adapters.bases import Bases
-from .adapters.installed import InstalledAdapters
-from .checkpoints.resume_command import resume_advice
-from .config import MultiAgentGRPOConfig
-from .monitoring import monitoring_callbacks
-from .monitoring.console import compact_console
-from .monitoring.learning_signal import LearningSignalCheck
-from .monitoring.training_metrics import TrainingMetrics
-from .rollout.ahead import RolloutsAhead
-from .rollout.backends.adapter_sync import AdapterSync
-from .rollout.engine import RolloutEngine
-from .rollout.environments import Environments
-from .rollout.tool_loop import RoleTools, build_role_tools
-from .training.early_rewards import EarlyRewards
-from .workflows.base import Workflow
+from ..adapters.bases import Bases
+from ..adapters.clip_and_step import AdapterSteps
+from ..adapters.installed import InstalledAdapters
+from ..adapters.updates import AdapterUpdates
+from ..checkpoints.resume_command import resume_advice
+from ..checkpoints.run import RunCheckpoints
+from ..config import MultiAgentGRPOConfig
+from ..monitoring import monitoring_callbacks
+from ..monitoring.adapter_check import AdapterCheck
+from ..monitoring.console import compact_console
+from ..monitoring.learning_signal import LearningSignalCheck
+from ..monitoring.training_metrics import TrainingMetrics
+from ..monitoring.update_size import UpdateSizeCallback
+from ..rollout.ahead import RolloutsAhead
+from ..rollout.backends.adapter_sync import AdapterSync
+from ..rollout.engine import RolloutEngine
+from ..rollout.environments import Environments
+from ..rollout.tool_loop import RoleTools, build_role_tools
+from ..training.early_rewards import EarlyRewards
+from ..workflows.base import Workflow
+
+
+@dataclass(frozen=True)
+class AdapterParts:
+    """The role adapters on their bases, and what updates them."""
+
+    bases: Bases  # which base model serves each role and adapter; the extra bases `role_models` asks for, loaded
+    updates: AdapterUpdates  # installed adapters, sample routing, optimizer, process alignment, gradient accounts
+    steps: AdapterSteps  # the optimizer steps of a training step over the adapters, and the norm it logs
+    check: AdapterCheck  # each role served by its own adapter at the synced version
+    checkpoints: RunCheckpoints  # what a checkpoint saves of them beside TRL's files, and reads back on resume
+
+    @classmethod
+    def build(
+        cls,
+        args: MultiAgentGRPOConfig,
+        *,
+        model: torch.nn.Module,
+        workflow: Workflow,
+        role_adapters: dict[str, str],
+        accelerator: Accelerator,
+        peft_config,
+        quantization_config,
+        decay_parameter_names: Callable,
+        deepspeed: bool,
+        prepare_role_base: Callable[[torch.nn.Module], None],
+    ) -> AdapterParts:
+        """The parts over ``model``, the PEFT model TRL built (``peft_config``: a copy of the configuration it was
+        given, for the other bases: PEFT resolves "all-linear" into the model it is given); under ``deepspeed`` the
+        engine steps and clips, and holds every base (``Bases.hold_in``)."""
+        bases = Bases.from_config(
+            args,
+            peft_model=model,
+            role_adapters=role_adapters,
+            device=accelerator.device,
+            peft_config=peft_config,
+            quantization_config=quantization_config,
+            score_like_trainer=prepare_role_base,
+        )
+        updates = AdapterUpdates.from_config(
+            model,
+            args,
+            bases=bases,
+            measure_gradients=not deepspeed,
+            accelerator=accelerator,
+            decay_parameter_names=decay_parameter_names,
+        )
+        steps = AdapterSteps(updates, args, engine_steps=deepspeed, clip_grad_norm=accelerator.clip_grad_norm_)
+        if deepspeed:
+            bases.hold_in(model)
+        check = AdapterCheck.for_run(args, workflow.roles, bases.role_adapters, model)
+        checkpoints = RunCheckpoints(
+            workflow,
+            bases.role_adapters,
+            policy_sharing=args.policy_sharing,
+            bases=bases,
+            installed=updates.installed,
+            update_state=updates.accounts,
+        )
+        return cls(bases=bases, updates=updates, steps=steps, check=check, checkpoints=checkpoints)
 
 
 def role_tools_for(
@@ -146,7 +214,7 @@ class MonitoringParts:
     """What a training step records and checks besides TRL's own metrics."""
 
     step_metrics: TrainingMetrics  # per-role and per-workflow metrics, summed over processes, into TRL's store
-    learning_signal: LearningSignalCheck  # most groups flat while a role fails its format: said once, early
+    learning_signal: LearningSignalCheck  # a warning when most groups are flat while a role fails its format
 
     @classmethod
     def build(
@@ -160,11 +228,12 @@ class MonitoringParts:
         record_column: Callable[[str, list], None],
         reward_names: list[str],
         answer_checker: Callable[[str, Any], bool] | None,
+        log_update_size: Callable[[], None],
     ) -> MonitoringParts:
         """The parts, and the run's callbacks added to ``callback_handler`` (the Trainer's): the alarms first in
         line, so the report_to integrations that log after them see the alarm metrics, and the console compacted.
         ``record(mode, values)`` and ``record_column(column, values)`` write TRL's metric store and completions
-        table."""
+        table; ``log_update_size()`` records the step's update size after its updates (``monitor_update_size``)."""
         step_metrics = TrainingMetrics(
             workflow,
             record=record,
@@ -183,5 +252,7 @@ class MonitoringParts:
         callback_handler.callbacks[:0] = first
         for callback in last:
             callback_handler.add_callback(callback)
+        if args.monitor_update_size:
+            callback_handler.add_callback(UpdateSizeCallback(log_update_size))
         compact_console(callback_handler.callbacks)  # one line per step; every metric still goes to report_to
         return cls(step_metrics=step_metrics, learning_signal=learning_signal)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoints.atomic import newest_complete_checkpoint
+from ..checkpoints.atomic import newest_complete_checkpoint
 
 FINISHED = "multiagent_config.json"  # written by the trainer's final save: the training finished
 

@@ -13,17 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .adapters.bases import place_roles
-from .adapters.routing import resolve_role_adapters
-from .checkpoints.workflow_config import check_workflow_config
-from .config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
-from .model_names import model_name
-from .rollout.environments import EMPTY_PROMPT, check_environment_run
-from .rollout.probe import check_prompt_column, probe_first_row
-from .rollout.records import Episode
-from .seams.trl import check_lm_head_cast
-from .training.mini_batches import check_schedule
-from .workflows.base import Workflow
+from ..adapters.bases import place_roles
+from ..adapters.routing import resolve_role_adapters
+from ..checkpoints.workflow_config import check_workflow_config
+from ..common.model_names import model_name
+from ..rollout.environments import EMPTY_PROMPT, check_environment_run
+from ..rollout.probe import check_prompt_column, probe_first_row
+from ..rollout.records import Episode
+from ..seams.trl import check_lm_head_cast
+from ..training.mini_batches import check_schedule
+from ..workflows.base import Workflow
+from .multiagent_grpo_config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The trainer's public names of 0.1.0 that became private: they keep working until ``REMOVED_IN``, with a warning.
 
-Until then the trainer's hooks over TRL's private ones (``generate_and_score``, ``prepare_inputs``, ...) and its view
-of TRL's state (``text_tokenizer``, ``micro_step``, ...) were public names; a subclass sees TRL's public API plus the
-trainer's documented attributes now. An old name still works: calling it, or reading or setting it, warns and uses
+In 0.1.0 the trainer's hooks over TRL's private ones (``generate_and_score``, ``prepare_inputs``, ...), its view of
+TRL's state (``text_tokenizer``, ``micro_step``, ...) and most of the parts it is built from (``router``,
+``rollouts``, ...) were public names; a subclass sees TRL's public API plus the trainer's eight documented attributes
+now (docs/api/trainer.md). An old name still works: calling it, or reading or setting it, warns and uses
 the private name that replaced it; a subclass that overrides an old method name warns when the class is made, and
 its override is still the one the trainer calls.
 """
@@ -10,9 +11,10 @@ its override is still the one the trainer calls.
 from __future__ import annotations
 
 import warnings
+from operator import attrgetter
 from typing import Any
 
-from .deprecation import REMOVED_IN, warn_deprecated
+from ..common.deprecation import REMOVED_IN, warn_deprecated
 
 TRAINER = "MultiAgentGRPOTrainer"
 
@@ -37,7 +39,7 @@ RENAMED_METHODS = {
     "record_completion_column": "_record_completion_column",
     "backend_context": "_backend_context",
 }
-# old public attribute -> the private attribute that replaced it
+# old public attribute -> the private attribute that replaced it (a dotted name: an attribute of a part it holds)
 RENAMED_ATTRIBUTES = {
     "text_tokenizer": "_text_tokenizer",
     "is_vision_language_model": "_is_vision_language_model",
@@ -45,14 +47,31 @@ RENAMED_ATTRIBUTES = {
     "buffered_micro_batches": "_buffered_micro_batches",
     "environment_pool": "_environment_instances",
     "saving_aside": "_saving_aside",
+    # The trainer's public attributes are the eight its API page documents; these became private.
+    "adapter_check": "_adapter_check",
+    "adapter_names": "_updates.installed.adapter_names",  # the adapters are `set(role_adapters.values())`
+    "adapter_optimizer": "_updates.optimizer",
+    "adapter_routing": "_updates.routing",
+    "answer_checker": "_answer_checker",
+    "earlier_update_norms": "_earlier_update_norms",
+    "early_rewards": "_rollout.early_rewards",
+    "environment_runs": "_rollout.environment_runs",
+    "episode_tools": "_episode_tools",
+    "gradient_accounts": "_updates.accounts",
+    "installed_adapters": "_updates.installed",
+    "learning_signal": "_learning_signal",
+    "process_alignment": "_updates.alignment",
+    "role_tools": "_rollout.role_tools",
+    "rollouts": "_rollout.rollouts",
+    "router": "_updates.installed.router",  # which adapter serves which role: `role_adapters`
 }
 # The parts of the update the trainer's `adapters` (0.1.0's `AdapterUpdates`) held, each its own attribute now.
 ADAPTER_PARTS = (
-    "installed_adapters",
-    "adapter_routing",
-    "adapter_optimizer",
-    "process_alignment",
-    "gradient_accounts",
+    "_updates.installed",
+    "_updates.routing",
+    "_updates.optimizer",
+    "_updates.alignment",
+    "_updates.accounts",
 )
 
 
@@ -80,13 +99,15 @@ def _method(old: str, new: str):
 
 
 def _attribute(old: str, new: str) -> property:
+    owner, _, name = new.rpartition(".")  # "_updates.installed": the part of the trainer that holds it now
+
     def get(self):
         warn_deprecated(f"{TRAINER}.{old}", _replacement(new))
-        return getattr(self, new)
+        return attrgetter(new)(self)
 
     def set(self, value) -> None:
         warn_deprecated(f"{TRAINER}.{old}", _replacement(new))
-        setattr(self, new, value)
+        setattr(attrgetter(owner)(self) if owner else self, name, value)
 
     return property(get, set, doc=f"Deprecated: {TRAINER}.{new}, private. Removed in {REMOVED_IN}.")
 
@@ -95,7 +116,7 @@ class _AdapterParts:
     """0.1.0's ``trainer.adapters``: each name read from the part of the update that holds it now."""
 
     def __init__(self, trainer):
-        self._parts = [getattr(trainer, part) for part in ADAPTER_PARTS]
+        self._parts = [attrgetter(part)(trainer) for part in ADAPTER_PARTS]
 
     def __getattr__(self, name: str) -> Any:
         for part in self._parts:
@@ -138,7 +159,7 @@ class RenamedTrainerNames:
     def adapters(self):
         """Deprecated: 0.1.0's ``AdapterUpdates``, split into the trainer's ``ADAPTER_PARTS``. Removed in
         ``REMOVED_IN``."""
-        warn_deprecated(f"{TRAINER}.adapters", f"the trainer's {', '.join(f'`{p}`' for p in ADAPTER_PARTS)}")
+        warn_deprecated(f"{TRAINER}.adapters", f"the trainer's private {', '.join(f'`{p}`' for p in ADAPTER_PARTS)}")
         return _AdapterParts(self)
 
 

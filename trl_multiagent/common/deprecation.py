@@ -1,8 +1,8 @@
 """Deprecated names: a public name that moved or was renamed keeps working for one release, with a warning.
 
 ``warn_deprecated`` says what to use instead and in which release the old name goes; ``moved_names`` builds a module
-``__getattr__`` that serves a module's old names (``MOVED``) from where they live now. Nothing here imports torch (the
-workflows package uses it and imports without torch).
+``__getattr__`` that serves a module's old names (``MOVED``) from where they live now (whole modules that moved:
+moved_modules.py). Nothing here imports torch (the workflows package uses it and imports without torch).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 # them sets this to the minor after it (tests/package/test_releases.py keeps the three in step).
 REMOVED_IN = "0.3.0"
 
-_RULES = "trl_multiagent.parse_rules"
+_RULES = "trl_multiagent.common.parse_rules"
 _SERVER_ERRORS = "trl_multiagent.rollout.backends.server_errors"
 # Every public module-level name that moved: module -> {old name: where it is now, or (what to use instead, what
 # serves the old name until it goes) when the replacement is called differently}. The trainer's renamed methods and
@@ -26,8 +26,8 @@ _SERVER_ERRORS = "trl_multiagent.rollout.backends.server_errors"
 MOVED = {
     # The model-name registry took these over from the toy world (0.1.0's recipes imported them from there).
     "trl_multiagent.toy": {
-        "resolve_model_name": "trl_multiagent.model_names.resolve_model_name",
-        "model_name": "trl_multiagent.model_names.model_name",
+        "resolve_model_name": "trl_multiagent.common.model_names.resolve_model_name",
+        "model_name": "trl_multiagent.common.model_names.model_name",
     },
     # The answer readers moved to one module that workflows and tasks share.
     "trl_multiagent.workflows": {
