@@ -218,8 +218,11 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="kernel time by group of a micro-batch, and tables")
     parser.add_argument("--decode-tokens", type=int, help="new tokens per decode call (default: 64, smoke: 8)")
     parser.add_argument("--decode-rounds", type=int, help="timed rounds of each decode path (default: 3)")
-    parser.add_argument("--compile-backend", help="torch.compile backend of the static-cache decode (default: "
-                        "inductor; smoke: eager, which checks the path without compiling)")  # fmt: skip
+    parser.add_argument(
+        "--compile-backend",
+        help="torch.compile backend of the static-cache decode (default: "
+        "inductor; smoke: eager, which checks the path without compiling)",
+    )
     parser.add_argument("--digest", action="store_true", help="print the digest of this tree's sources and exit")
     args = parser.parse_args()
     if args.digest:
@@ -292,8 +295,10 @@ def main() -> int:
         stem = write_results(results, Path(args.results_dir))
     results["wall_s"] = round(time.perf_counter() - START, 1)
     stem = write_results(results, Path(args.results_dir))
-    print(f"written: {stem}.json, {stem}.md; wall {results['wall_s']} s (planned {sum(budget.values())} s, over "
-          f"budget: {results.get('over_budget', 'none')}); failed: {failed or 'none'}")  # fmt: skip
+    print(
+        f"written: {stem}.json, {stem}.md; wall {results['wall_s']} s (planned {sum(budget.values())} s, over "
+        f"budget: {results.get('over_budget', 'none')}); failed: {failed or 'none'}"
+    )
     return 1 if failed else 0
 
 

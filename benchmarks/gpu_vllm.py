@@ -67,9 +67,13 @@ def vllm_section(sizes: Sizes, device: torch.device, **_) -> dict:
     figures["adapter_sync_s"] = {"first": syncs[0], "then": syncs[1:]}
 
     generation = GenerationConfig(
-        max_new_tokens=length, min_new_tokens=length, do_sample=True, temperature=0.7, eos_token_id=eos,
+        max_new_tokens=length,
+        min_new_tokens=length,
+        do_sample=True,
+        temperature=0.7,
+        eos_token_id=eos,
         pad_token_id=pad,
-    )  # fmt: skip
+    )
     ours = TransformersBackend(lambda: nullcontext(model), tokenizer, AdapterRouter(model), generation, [eos])
 
     def requests(n: int) -> list[GenerationRequest]:

@@ -489,7 +489,7 @@ class ReportsSamplerLogprobs(ScriptedBackend):
         return results
 
 
-def test_vllm_importance_sampling_correction_reweighs_the_sampled_calls(tiny_model_dir, tmp_path):
+def test_vllm_sampling_correction_reweighs_the_calls(tiny_model_dir, tmp_path):
     """With the correction, each token's loss is weighed by TRL's ratio of the trainer's probability over the
     sampler's; without it, the sampler's log-probs are kept but weigh nothing."""
 

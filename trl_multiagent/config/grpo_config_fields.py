@@ -231,7 +231,7 @@ GRPO_CONFIG_FIELDS: dict[str, FieldUse] = {
     ),
     "vllm_importance_sampling_correction": honoured(
         "reweighs vLLM-sampled calls by the trainer's over the sampler's probability",
-        "test_vllm_importance_sampling_correction_reweighs_the_sampled_calls",
+        "test_vllm_sampling_correction_reweighs_the_calls",
     ),
     "vllm_importance_sampling_mode": honoured(
         "token or sequence ratios, truncated or masked", "test_vllm_importance_sampling_fields_shape_the_ratio"
