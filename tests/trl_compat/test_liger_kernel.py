@@ -13,7 +13,7 @@ from harness import ROOT
 from scripted import addition_dataset
 from tiny import tiny_config, tiny_lora, tiny_trainer
 
-import trl_multiagent.config
+import trl_multiagent.config.multiagent_grpo_config
 import trl_multiagent.seams.liger
 from trl_multiagent import EvalOpt, MultiAgentGRPOTrainer, Voting
 from trl_multiagent.seams.liger import liger_kernel_unavailable
@@ -63,7 +63,7 @@ def observed_liger(monkeypatch) -> list[dict]:
     module._apply_liger_kernel_to_instance = patch
     monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
     monkeypatch.setitem(sys.modules, "liger_kernel.transformers", module)
-    monkeypatch.setattr(trl_multiagent.config, "liger_kernel_unavailable", lambda use_cpu: None)
+    monkeypatch.setattr(trl_multiagent.config.multiagent_grpo_config, "liger_kernel_unavailable", lambda use_cpu: None)
     return calls
 
 
