@@ -324,7 +324,7 @@ def table(args, per_level: dict[int, dict[str, list]]) -> tuple[list, dict]:
             "p99_ms": median(seen["p99_ms"]),
         }
 
-        def spread(key: str, form: str = ".0f") -> str:
+        def spread(key: str, form: str = ".0f", seen: dict[str, list] = seen) -> str:
             values = seen[key]
             return f"{median(values):{form}} ({min(values):{form}}-{max(values):{form}})"
 

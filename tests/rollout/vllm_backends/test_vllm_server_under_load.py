@@ -92,7 +92,7 @@ def test_an_answer_that_is_not_a_completion_stops_naming_the_server_and_the_resu
     assert isinstance(lost, ServerLostError) and lost.cause == "garbled" and lost.url == url
     message = str(lost)
     assert message.startswith(f"vLLM server {url} answered /v1/completions with a body that is not a completion")
-    assert "'{\"id\": \"cmpl-1\", \"choices\": [{\"tok'" in message  # what it answered, for the user to see
+    assert '\'{"id": "cmpl-1", "choices": [{"tok\'' in message  # what it answered, for the user to see
     assert "trl-multiagent vllm-serve --config <your training yaml>" in message and advice() in message
     assert server.seen["/v1/completions"] <= 8  # not retried: one answer each at most, then the rollout stopped
     assert backend._loop.in_flight() == 0  # every other call was cancelled before the error was raised
