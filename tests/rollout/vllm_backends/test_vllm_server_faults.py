@@ -10,8 +10,10 @@ fault in step 2's rollout, when its 64 episodes have 64 calls in flight:
 
 A stopped step trains nothing (no step 2 logged, no checkpoint-2); once the server is back, the run resumed from
 checkpoint-1 trains the same step 2 a clean run did: the same 64 episodes of the same prompts, the same rewards. So
-that the rewards compare exactly, every call is sampled with a seed of its own, drawn from (step, episode, call):
-the resumed run then samples the very tokens the clean run did from the same weights.
+that the rewards compare exactly, the runs decode all but greedily (temperature 1e-4, the trainer's log-probs at the
+same temperature): vLLM's CPU build cannot seed a request (a request with a `seed` kills its engine: "CPU Generator
+does not use offset"), and unseeded sampling differs from run to run. All episodes of a prompt are then alike, so no
+step moves the weights: what is compared is which step's prompts each run trained, and what the server answered.
 
 Needs `vllm` (the CPU build, installed as in .ci/run); skipped where it does not import. One server, shared by the
 module's tests in order; each test that stops it starts it again.
@@ -21,8 +23,6 @@ from __future__ import annotations
 
 import os
 import signal
-import zlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ from transformers import TrainerCallback  # noqa: E402
 pytestmark = pytest.mark.slow
 
 EPISODES = 64  # per step: 8 prompts x 8 episodes, all begun at once (64 calls in flight)
+LOGGED = {"reward": "reward", "samples": "workflow/samples_generated"}
 FAULTS = {"cut": "completes", "garbage": "stops", "api_killed": "stops", "restarted": "stops"}
 
 
@@ -47,28 +48,6 @@ def server(tiny_model_dir, tmp_path_factory):
     yield servers, proxy
     proxy.stop()
     servers.stop_all()
-
-
-class SeededCalls:
-    """The run's backend, each call sent with a seed drawn from (step, episode, call): a resumed run samples the
-    tokens a clean run did at the same step from the same weights."""
-
-    def __init__(self, backend, trainer):
-        self.backend, self.trainer = backend, trainer
-
-    def _seeded(self, request):
-        episode, call = request.session[-1], len(request.messages)  # each call of an episode has more messages
-        seed = zlib.crc32(f"{self.trainer.state.global_step}:{episode}:{call}".encode())
-        return replace(request, generation_kwargs={**request.generation_kwargs, "seed": seed})
-
-    async def agenerate(self, request):
-        return await self.backend.agenerate(self._seeded(request))
-
-    def generate(self, requests):
-        return self.backend.generate([self._seeded(r) for r in requests])
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
 
 
 def fault_run(model_dir, output_dir, url):
@@ -83,8 +62,8 @@ def fault_run(model_dir, output_dir, url):
         per_device_train_batch_size=EPISODES,
         num_generations=8,
         rollout_mode="async",
+        temperature=1e-4,  # all but greedy: the same tokens from the same weights (no seed on vLLM's CPU build)
     )
-    trainer.engine.backend = SeededCalls(trainer.engine.backend, trainer)
     rollouts, run = [], trainer.engine.run
 
     def recording(prompts, on_episode_end=None, **kwargs):
@@ -97,11 +76,10 @@ def fault_run(model_dir, output_dir, url):
     return trainer, rollouts
 
 
-def per_step(trainer) -> dict[int, tuple[float, float]]:
-    """Step -> (reward, samples generated), as logged."""
-    return {
-        h["step"]: (h["reward"], h["workflow/samples_generated"]) for h in trainer.state.log_history if "loss" in h
-    }
+def per_step(trainer, step: int | None = None) -> dict[str, float]:
+    """``"<step> reward"`` and ``"<step> samples"``: each step's (or ``step``'s) mean reward and samples, as logged."""
+    logs = [h for h in trainer.state.log_history if "loss" in h and step in (None, h["step"])]
+    return {f"{h['step']} {key}": h[name] for h in logs for key, name in LOGGED.items()}
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +137,8 @@ def test_a_fault_under_load_completes_the_step_whole_or_stops_and_the_resume_tra
     if FAULTS[fault] == "completes":
         assert stopped is None
         assert [whole for _, _, whole in rollouts] == [EPISODES, EPISODES]
-        assert per_step(trainer) == clean_steps
         assert rollouts == clean_rollouts
+        assert per_step(trainer) == pytest.approx(clean_steps, rel=1e-6)  # float32 means, summed in another order
         return
 
     assert stopped is not None
@@ -168,7 +146,7 @@ def test_a_fault_under_load_completes_the_step_whole_or_stops_and_the_resume_tra
     assert f"vLLM server {proxy.url}" in message, message
     resume = f"The run's newest complete checkpoint is {output_dir}/checkpoint-1: resume from it with"
     assert resume in message and f"--resume_from_checkpoint {output_dir}/checkpoint-1" in message, message
-    assert trainer.state.global_step == 1 and list(per_step(trainer)) == [1]  # step 2 trained on nothing
+    assert trainer.state.global_step == 1 and list(per_step(trainer)) == ["1 reward", "1 samples"]  # no step 2
     assert not (output_dir / "checkpoint-2").exists()
     assert rollouts == clean_rollouts[:1]  # step 2's rollout never came back
 
@@ -179,4 +157,5 @@ def test_a_fault_under_load_completes_the_step_whole_or_stops_and_the_resume_tra
     resumed.train(resume_from_checkpoint=True)
     assert resumed.state.global_step == 2
     assert resumed_rollouts == clean_rollouts[1:]  # step 2's 64 episodes, of the same prompts, all whole
-    assert per_step(resumed)[2] == clean_steps[2]  # the same rewards and samples
+    step_2 = {key: value for key, value in clean_steps.items() if key.startswith("2 ")}
+    assert per_step(resumed, 2) == pytest.approx(step_2, rel=1e-6)  # the same rewards and samples
