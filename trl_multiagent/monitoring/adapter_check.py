@@ -81,8 +81,9 @@ class AdapterMismatch:
         parts = []
         if self.stamped_wrong and (run := other_run(self.served.adapter)) is not None:
             parts.append(
-                f"{head}, but its calls were served by {self.served.adapter!r}, an adapter of another run (tag "
-                f"{run!r}) on the shared vLLM server: the server mixed up the runs' adapters."
+                f"{head}, but its calls were served by {self.served.adapter!r}, an adapter another trainer loaded "
+                f"(run tag {run!r}: another run sharing the vLLM server, or this run before it was resumed): the "
+                "server mixed up the runs' adapters."
             )
         elif self.stamped_wrong:
             actual = f"adapter {self.served.adapter!r} at version {self.served.version} ({self.served.backend})"
