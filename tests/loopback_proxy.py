@@ -20,6 +20,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 GARBAGE = b'{"id": "cmpl-garbage", "choices": [{"tok'
+UPSTREAM_TIMEOUT_S = 120  # far above a completion's time here (64 at once answer within ~30 s on a busy machine)
 
 
 class _Forward(http.server.BaseHTTPRequestHandler):
@@ -39,7 +40,9 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             how = None
         if how == "garbage":
             return self._send(200, GARBAGE)
-        upstream = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=900)
+        # Bounded: a server shutting down (SIGTERM) waits for its open connections to close, and a request of a
+        # client that went away would otherwise hold one open here for as long as the timeout.
+        upstream = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=UPSTREAM_TIMEOUT_S)
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
         try:
             upstream.request(self.command, self.path, body=body, headers=headers)

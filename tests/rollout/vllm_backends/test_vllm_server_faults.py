@@ -127,7 +127,8 @@ def test_a_fault_under_load_completes_the_step_whole_or_stops_and_the_resume_tra
 
     def restarted():
         try:
-            servers.stop(0, signal.SIGTERM)
+            servers.processes[0].send_signal(signal.SIGTERM)  # vLLM waits for open requests to end or time out
+            servers.processes[0].wait(timeout=600)
             servers.start(0)
         finally:
             restart_done.set()
