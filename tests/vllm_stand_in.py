@@ -11,6 +11,13 @@ would; ``load_error``: a load's 500, as when the engine refuses an adapter). ``m
     "stall"   hold the request until the test ends
     "engine"  answer 500 with the body vLLM sends when its EngineCore died
     "drop"    close the connection without an answer, as a process that dies mid-request does
+    "garbage" answer 200 with a body that is not JSON, as a corrupted answer arrives
+    "cut"     send the headers and half the body of one answer, then close the connection (a truncated answer); the
+              mode is "serve" again from then on
+
+``hold`` (a number): completions wait until that many were open at once, so that a client's bound on requests in
+flight is reached if it lets them (after 5 s without, the waiting stops); ``peak`` is the most completions ever open
+at once.
 """
 
 from __future__ import annotations
@@ -74,6 +81,37 @@ class StandInVLLM(http.server.BaseHTTPRequestHandler):
             if server.adapters.pop(body["lora_name"], None) is None:
                 return self._error(404, f"The lora adapter '{body['lora_name']}' cannot be found.")
             return self._reply(200, "Success")
+        with server.lock:
+            server.open += 1
+            server.peak = max(server.peak, server.open)
+        try:
+            return self._complete(server, body)
+        finally:
+            with server.lock:
+                server.open -= 1
+
+    def _complete(self, server, body: dict):
+        if server.hold:
+            waited = 0.0
+            while server.peak < server.hold:
+                if waited >= 5.0:  # never reached: the client holds fewer open; stop waiting for it
+                    server.hold = 0
+                    break
+                server.release.wait(0.01)
+                waited += 0.01
+        if server.mode == "garbage":
+            return self._reply(200, '{"id": "cmpl-1", "choices": [{"tok')
+        if server.mode == "cut":
+            server.mode = "serve"
+            data = json.dumps({"model": body["model"], "choices": [{"index": 0, "token_ids": [7]}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return None
         if server.mode == "stall":
             server.release.wait(60)  # released at teardown; the bound only keeps a broken test from hanging
         if server.mode == "engine":
@@ -99,6 +137,7 @@ def start_stand_in(port: int = 0, mode: str = "serve"):
     server.daemon_threads = True
     server.adapters, server.served, server.posts, server.seen = {}, [], [], Counter()
     server.connections = set()
+    server.lock, server.open, server.peak, server.hold = threading.Lock(), 0, 0, 0
     server.mode, server.release, server.answer_as, server.load_error = mode, threading.Event(), None, None
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"

@@ -31,8 +31,9 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "--sim-cap 64 --sim-generator-median 16 --sim-evaluator-median 4",
     "sampler_gap_noise.py": "float32 --questions 2 --max-tokens 8",
     "lora_weight_precision.py": "",  # a count over one LoRA pair: the full run takes a second
+    "server_load.py": "--levels 2 4 --rounds 1 --max-tokens 4 --max-concurrency 2",
 }
-NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py")
+NEEDS_VLLM = ("vllm_vs_hf.py", "rollout_async.py", "sampler_gap_noise.py", "server_load.py")
 RESULT_LINES = {"executed_flops.py": "RESULT executed_over_model_flops="}  # the name for its figure
 RUN_ELSEWHERE = {"gpu_suite.py": "test_gpu_suite_smoke.py"}  # its smallest run, with checks of its own figures
 
@@ -54,6 +55,9 @@ def test_benchmark_runs_at_its_smallest_setting(script, tmp_path):
     )
     if script == "sampler_gap_noise.py":  # a JSON report of the gaps per role, no target
         assert '"noise"' in done.stdout and '"one_step_stale"' in done.stdout
+    elif script == "server_load.py":  # counts, not a target: every call answered once, the bound held
+        assert done.stdout.strip().splitlines()[-1].startswith("RESULT server_load lost=0 duplicated=0 p99_ms=")
+        assert done.stdout.count("lost 0, duplicated 0, failed 0, wrong adapter 0") == 2  # both levels
     else:
         result = RESULT_LINES.get(script, f"RESULT {script.removesuffix('.py')} value=")
         assert done.stdout.strip().splitlines()[-1].startswith(result)

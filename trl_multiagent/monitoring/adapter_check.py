@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from ..rollout.backends.base import Provenance
+from ..rollout.backends.served_adapters import other_run
 from .role_metrics import role_rows
 
 logger = logging.getLogger(__name__)
@@ -78,7 +79,13 @@ class AdapterMismatch:
         expected = f"adapter {self.adapter!r} at version {self.expected_version}"
         head = f"Adapter mismatch at step {self.step}: role {self.role!r} should be served by {expected}"
         parts = []
-        if self.stamped_wrong:
+        if self.stamped_wrong and (run := other_run(self.served.adapter)) is not None:
+            parts.append(
+                f"{head}, but its calls were served by {self.served.adapter!r}, an adapter another trainer loaded "
+                f"(run tag {run!r}: another run sharing the vLLM server, or this run before it was resumed): the "
+                "server mixed up the runs' adapters."
+            )
+        elif self.stamped_wrong:
             actual = f"adapter {self.served.adapter!r} at version {self.served.version} ({self.served.backend})"
             parts.append(
                 f"{head}, but its calls were served by {actual}: a sync to the backend was missed or its LoRA slots "

@@ -98,6 +98,8 @@ def test_a_run_loads_beside_another_runs_adapters_and_the_server_says_which_vers
     calls = [type("Call", (), {"role": "generator", "provenance": result.provenance})()]
     (found,) = provenance_mismatches(calls, {"generator": "generator"}, version=5, step=5).values()
     assert found.stamped_wrong and "should be served by adapter 'generator' at version 5" in found.message
+    first_run = first.served.run
+    assert f"served by {server.answer_as!r}, an adapter another trainer loaded (run tag {first_run!r}" in found.message
     first.close()
     second.close()
 

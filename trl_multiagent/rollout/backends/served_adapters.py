@@ -64,7 +64,8 @@ class ServedAdapters:
 
     def provenance(self, served: str | None) -> Provenance:
         """What served a call, from the name the server answered with: an unknown name (another run's, or none)
-        stands as it is, with no version, and fails the adapter check."""
+        stands as it is, with no version, and fails the adapter check (which names the run it belongs to,
+        ``other_run``)."""
         adapter, version = self.versions.get(served, (str(served), None))
         return Provenance(adapter, version, BACKEND)
 
@@ -75,3 +76,11 @@ class ServedAdapters:
             if unknown:
                 raise KeyError(f"Adapter(s) {unknown} are not served; the servers serve {sorted(self.adapter_names)}.")
             raise RuntimeError(f"Adapter(s) {missing} were never sent to vLLM: call `sync_adapters(model)` first.")
+
+
+def other_run(served: str) -> str | None:
+    """The run tag of a served name ``<adapter>@<run>.<n>`` that a ``Provenance`` kept as it was (one this run never
+    loaded: another run's on a shared server, or this run's from an earlier life); None for any other name."""
+    adapter, at, rest = served.partition("@")
+    run, dot, serial = rest.rpartition(".")
+    return run if at and adapter and dot and run and serial.isdigit() else None

@@ -1,6 +1,6 @@
 """How a `vllm serve` server fails a trainer, and what the error tells the user to do next.
 
-A server that stops serving mid-run (``ServerLostError``) has one of five causes, each told by what the client saw:
+A server that stops serving mid-run (``ServerLostError``) has one of six causes, each told by what the client saw:
 
     died      the connection was refused or dropped on every retry: its process died or was stopped
     stalled   no answer within ``vllm_request_timeout``
@@ -9,6 +9,8 @@ A server that stops serving mid-run (``ServerLostError``) has one of five causes
     failed    another HTTP 5xx to a completion, or 502-504 on every retry (a 500 loading an adapter is vLLM refusing
               it, e.g. a rank above --max-lora-rank: an error of its own, no lost server)
     restarted HTTP 404 for an adapter this run loaded: the server came back without it
+    garbled   HTTP 200 to a completion, with a body that is not one (not JSON, or no single choice with its token ids
+              and log-probs): something between the client and the server, or the server itself, corrupted it
 
 The message names the server and the cause, and (``with_next_steps``) how to restart it and resume the run.
 """
@@ -26,6 +28,7 @@ CAUSES = {
     "`dmesg`), and the server shuts down with it",
     "failed": "the server failed (see its log)",
     "restarted": "it restarted since this run loaded its adapters, and no longer holds them",
+    "garbled": "its answer was corrupted on the way or by the server (see its log, and any proxy in front of it)",
 }
 
 
@@ -55,6 +58,16 @@ def engine_died(status: int, text: str) -> bool:
     return status == 500 and ("EngineCore" in text or "EngineDead" in text)
 
 
+def is_completion(answer: object) -> bool:
+    """Whether a 200 answer to /v1/completions is one the client can read: one choice with its token ids and log-probs
+    (anything else would fail later with a bare KeyError that names neither the server nor what to do)."""
+    try:
+        (choice,) = answer["choices"]
+        return isinstance(choice["token_ids"], list) and isinstance(choice["logprobs"]["token_logprobs"], list)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def restart_advice(url: str, cause: str) -> str:
     """How to get the server back: restart it (a stalled one if it stays stuck)."""
     port = urlsplit(url).port
@@ -62,4 +75,6 @@ def restart_advice(url: str, cause: str) -> str:
     command = f"`trl-multiagent vllm-serve --config <your training yaml>{flags}`; `--dry-run` prints the command"
     if cause == "stalled":
         return f"Look at its log, and restart it if it stays stuck ({command})"
+    if cause == "garbled":
+        return f"Look at its log, and restart it if it keeps answering so ({command})"
     return f"Restart it ({command})"

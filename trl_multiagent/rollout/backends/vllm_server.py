@@ -21,9 +21,11 @@ Why it is built this way:
   run loaded, or this run in an earlier life, is never touched. (Reloading one name in place would store
   ``load_inplace`` on the server's request, which then reloads the adapter from disk at every engine step.) A call's
   provenance is the adapter the server says served it.
-- A refused connection or a 502/503/504 (a server starting or restarting) is retried with backoff; a timeout is not
-  (the server may still be working on it), nor is a 4xx. A server that fails for good (``server_errors.py``) stops
-  training with an error naming it, the cause, and how to restart it and resume the run (``next_steps``). With
+- A refused connection, one dropped before the whole answer arrived, or a 502/503/504 (a server starting or
+  restarting) is retried with backoff; a timeout is not (the server may still be working on it), nor is a 4xx, nor an
+  answer that arrived whole but is not a completion (``garbled``: a call is never handed half an answer). A server
+  that fails for good (``server_errors.py``) stops training with an error naming it, the cause, and how to restart it
+  and resume the run (``next_steps``). With
   ``failover``, its calls, those in flight and later ones, go to the other servers instead; between steps
   (``sync_adapters``) it is asked for its ``/health``, and once it answers it gets the current adapters and takes
   calls again.
@@ -46,7 +48,7 @@ from ..chat_rendering import ChatRenderer
 from .base import GenerationRequest, GenerationResult
 from .event_loop import BackgroundLoop, LoopCalls
 from .served_adapters import ServedAdapters
-from .server_errors import ServerError, ServerLostError, engine_died, restart_advice
+from .server_errors import ServerError, ServerLostError, engine_died, is_completion, restart_advice
 from .vllm_backend import AdapterFolders, request_result, request_sampling
 
 logger = logging.getLogger(__name__)
@@ -198,9 +200,13 @@ class VLLMServerBackend(LoopCalls):
                 status, text = response.status_code, response.text
                 if status == 200:
                     try:
-                        return response.json()
+                        answer = response.json()
                     except ValueError:  # the adapter routes answer in plain text
-                        return {"text": text}
+                        answer = {"text": text}
+                    if route == "/v1/completions" and not is_completion(answer):
+                        detail = f"answered {route} with a body that is not a completion ({text.strip()[:200]!r})"
+                        raise ServerLostError(url, "garbled", detail)
+                    return answer
                 if status == 404 and missing_ok:
                     return {}
                 if status == 401:
