@@ -271,6 +271,10 @@ class MultiAgentGRPOConfig(GRPOConfig):
         monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
             forward pass of each generation batch.
+        monitor_resources (`bool`, *optional*, defaults to `False`):
+            Log `resources/rss_mb`, `open_fds`, `threads`, `child_processes` and `output_dir_mb` with every log line:
+            what the training process holds and how large `output_dir` has grown, to spot leaks in long runs (a
+            steady climb after the first steps). Costs a walk of `output_dir` per log line.
         drift_alarms (`bool`, *optional*, defaults to `True`):
             Watch every role for the drift signatures of the research (a judge writing code or solver-length outputs,
             length drift, outputs at the length cap, a perplexity or entropy rise before accuracy falls) and log a
@@ -463,6 +467,13 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Log `role/<role>/kl` (KL to the base model) also for roles without a KL penalty, at one "
             "extra no-grad forward per generation batch.",
+        },
+    )
+    monitor_resources: bool = field(
+        default=False,
+        metadata={
+            "help": "Log `resources/*` with every log line: resident memory, open file descriptors, threads, child "
+            "processes and the size of `output_dir`, to spot leaks in long runs.",
         },
     )
     drift_alarms: bool = field(

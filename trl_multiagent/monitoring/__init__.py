@@ -5,6 +5,7 @@ from typing import Any
 
 from .adapter_check import AdapterMismatchError
 from .drift import DriftAlarm, DriftThresholds, RoleDriftCallback
+from .resources import ResourceMonitorCallback
 from .summary import TrainingSummaryCallback, summary_table
 from .summary_plot import judge_roles, plot_summary
 from .workflow_metrics import workflow_metrics
@@ -15,7 +16,7 @@ def monitoring_callbacks(args, formats: Mapping[str, Any], trackers: Sequence = 
     before every other callback, to run after them). The drift alarms and the summary picture know the judges by
     these formats; ``trackers``: the trainer's callback list, whose ``report_to`` integrations get the picture when
     they take images."""
-    first = []
+    first = [ResourceMonitorCallback()] if args.monitor_resources else []
     if args.drift_alarms:
         thresholds = DriftThresholds(**(args.drift_thresholds or {}))
         first.append(RoleDriftCallback(thresholds, formats, stop_on_alarm=args.stop_on_drift))
@@ -28,6 +29,7 @@ __all__ = [
     "AdapterMismatchError",
     "DriftAlarm",
     "DriftThresholds",
+    "ResourceMonitorCallback",
     "RoleDriftCallback",
     "TrainingSummaryCallback",
     "judge_roles",
