@@ -271,6 +271,12 @@ class MultiAgentGRPOConfig(GRPOConfig):
         monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
             forward pass of each generation batch.
+        bad_rows (`str`, *optional*, defaults to `"stop"`):
+            What a malformed training row does, found when the trainer is built: a prompt missing, empty, not text or
+            longer than any model's context (400,000 characters), a column a reward function reads (e.g. `answer`)
+            missing or empty, or a row a reward cannot grade (`CodeReward`: tests that do not parse). `"stop"`
+            refuses the run, naming the rows and why; `"skip"` leaves them out, names them in a warning, and logs
+            their count with every step as `data/skipped_rows`.
         monitor_resources (`bool`, *optional*, defaults to `False`):
             Log `resources/rss_mb`, `open_fds`, `threads`, `child_processes` and `output_dir_mb` with every log line:
             what the training process holds and how large `output_dir` has grown, to spot leaks in long runs (a
@@ -467,6 +473,15 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Log `role/<role>/kl` (KL to the base model) also for roles without a KL penalty, at one "
             "extra no-grad forward per generation batch.",
+        },
+    )
+    bad_rows: str = field(
+        default="stop",
+        metadata={
+            "help": "What a malformed training row does (no prompt, an empty or huge one, a column a reward reads "
+            "missing, tests that do not parse): `'stop'` refuses the run naming the rows; `'skip'` leaves them out "
+            "and logs their count as `data/skipped_rows`.",
+            "choices": ["stop", "skip"],
         },
     )
     monitor_resources: bool = field(

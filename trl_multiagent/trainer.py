@@ -43,6 +43,7 @@ from .run_checks import check_run
 from .seams.accelerate import gradients_synced
 from .seams.deepspeed import clear_zero3_gradients
 from .seams.trl import disable_gradient_checkpointing, score_like_trl
+from .tasks.bad_rows import SkippedRowsCallback
 from .trainer_parts import MonitoringParts, RolloutParts
 from .training.advantages import outcome_advantages, weighted_rewards
 from .training.batch import TrainingBatch
@@ -113,11 +114,13 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             model=model,
             peft_config=peft_config,
             train_dataset=train_dataset,
+            reward_funcs=reward_funcs,
             role_reward_funcs=role_reward_funcs,
             environment_factory=environment_factory,
             unsupported=unsupported,
         )
         args = checked.args
+        train_dataset = checked.train_dataset  # malformed rows left out under `bad_rows="skip"` (tasks/bad_rows.py)
         self.workflow = workflow
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
@@ -148,6 +151,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             score_like_trainer=lambda model: score_like_trl(model, args.temperature),
         )
         self.role_adapters = self.bases.role_adapters  # placed on the bases
+        if checked.skipped_rows:
+            self.add_callback(SkippedRowsCallback(len(checked.skipped_rows)))
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
 

@@ -237,5 +237,14 @@ class CodeReward:
             )
         return rewards
 
+    def check_row(self, row: dict[str, Any]) -> str | None:
+        """Why this reward cannot grade ``row`` (its `tests` are not a test suite), or None; the trainer asks it of
+        every training row before the first step (`bad_rows`)."""
+        try:
+            TestSuite.from_json(row["tests"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # a JSONDecodeError is a ValueError
+            return f"its 'tests' are not a test suite ({type(error).__name__}: {str(error)[:200]})"
+        return None
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pool": None}  # threads don't pickle; each process starts its own pool
