@@ -478,9 +478,8 @@ class MultiAgentGRPOConfig(GRPOConfig):
     bad_rows: str = field(
         default="stop",
         metadata={
-            "help": "What a malformed training row does (no prompt, an empty or huge one, a column a reward reads "
-            "missing, tests that do not parse): `'stop'` refuses the run naming the rows; `'skip'` leaves them out "
-            "and logs their count as `data/skipped_rows`.",
+            "help": "Malformed training rows (named when the trainer is built): `'stop'` refuses the run; `'skip'` "
+            "leaves them out and logs `data/skipped_rows`.",
             "choices": ["stop", "skip"],
         },
     )
