@@ -65,11 +65,11 @@ def dataset_name(script_args: ScriptArguments) -> str:
     return script_args.dataset_name
 
 
-def train_dataset(script_args: ScriptArguments, seed: int):
+def train_dataset(script_args: ScriptArguments, seed: int, bad_rows: str):
     name = dataset_name(script_args)
     for task in TASKS.values():  # a built-in task's dataset or offline generator, whichever --task is
         if task.generator(name) is not None or name == task.dataset_id:
-            return task.train_dataset(name, script_args.dataset_train_split, seed)
+            return task.train_dataset(name, script_args.dataset_train_split, seed, bad_rows)
     if name.endswith((".json", ".jsonl")):
         return load_dataset("json", data_files=name, split="train")
     return load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
@@ -90,7 +90,7 @@ if __name__ == "__main__":
         reward_funcs = get_task(workflow_args.task).make_reward()
     dataset_name(script_args)  # none given: stop now, before --validate says all is well
     parser.validate_if_asked(workflow, get_task(workflow_args.task))  # --validate: the trainer's checks, then exit
-    dataset = train_dataset(script_args, training_args.seed)
+    dataset = train_dataset(script_args, training_args.seed, training_args.bad_rows)
     checker = get_task(workflow_args.task).answer_checker  # per-role regrading against the ground truth
     regrade = checker is not None and get_task(workflow_args.task).ground_truth in dataset.column_names
     trainer = MultiAgentGRPOTrainer(

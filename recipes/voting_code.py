@@ -67,7 +67,9 @@ if __name__ == "__main__":
         parsing=options.parsing,
     )
     parser.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
-    train_dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
+    train_dataset = task.train_dataset(
+        script_args.dataset_name, script_args.dataset_train_split, training_args.seed, training_args.bad_rows
+    )
 
     trainer = MultiAgentGRPOTrainer(
         model=resolve_model_name(model_args.model_name_or_path),

@@ -13,7 +13,8 @@ from tiny import random_answers, tiny_trainer
 from trl_multiagent.tasks.arithmetic import make_arithmetic_dataset
 from trl_multiagent.tasks.bad_rows import check_training_rows, prompt_problem, row_problem
 from trl_multiagent.tasks.code import CodeReward
-from trl_multiagent.tasks.math import math_reward
+from trl_multiagent.tasks.math import _dapo_row, load_dapo_math, math_reward
+from trl_multiagent.tasks.rows import published_rows
 from trl_multiagent.tasks.toy_code import make_toy_code_dataset
 
 HUGE = "12 + 7 = ? " * 80_000  # 880,000 characters: about 200k tokens
@@ -116,3 +117,44 @@ def test_the_trainer_stops_or_skips_as_told(tiny_model_dir, tmp_path):
     clean = trainer(tiny_model_dir, tmp_path, addition_dataset(100), bad_rows="skip")
     clean.train()
     assert not any("data/skipped_rows" in h for h in clean.state.log_history)
+
+
+def dapo_file(path, n: int, bad: dict[int, bytes]) -> None:
+    """``n`` rows in DAPO-Math-17K's published schema, the rows at the keys of ``bad`` replaced by raw lines."""
+    lines = [json.dumps({"prompt": f"What is {i} + 1?", "solution": str(i + 1)}).encode() for i in range(n)]
+    path.write_bytes(b"\n".join(bad.get(i, line) for i, line in enumerate(lines)) + b"\n")
+
+
+DAPO_BAD = {  # 1% of 300 lines: what a file can hold that no Arrow dataset can
+    7: b'{"prompt": "What is caf\xe9 + 1?", "solution": "2"}',  # Latin-1, not UTF-8
+    120: json.dumps({"prompt": 121, "solution": "122"}).encode(),  # a number where text belongs
+    299: json.dumps({"prompt": "What is 299 + 1?"}).encode(),  # no answer
+}
+
+
+def test_a_published_file_with_bad_lines_names_them_all(tmp_path):
+    path = tmp_path / "dapo.jsonl"
+    dapo_file(path, 300, DAPO_BAD)
+    with pytest.raises(ValueError) as refused:
+        load_dapo_math("train", str(path))
+    message = str(refused.value)
+    assert message.startswith(f"3 of 300 rows of {path} are malformed:")
+    assert f"{path}: row 7 is not valid UTF-8 (invalid continuation byte at byte 23)" in message
+    assert f"{path}: row 120 has a 'prompt' of type int; expected text." in message
+    assert f"{path}: row 299 has no 'solution'" in message
+    assert "`--bad_rows skip`" in message
+
+
+def test_skipping_bad_lines_keeps_every_other_row(tmp_path):
+    bad_path, clean_path = tmp_path / "bad.jsonl", tmp_path / "clean.jsonl"
+    dapo_file(bad_path, 300, DAPO_BAD)
+    dapo_file(clean_path, 300, {})
+    rows, _ = published_rows(
+        str(bad_path), hub_id="x", hub_config=None, to_row=_dapo_row, bad_rows="skip", strip_answer_wrapper=False
+    )
+    clean, _ = published_rows(
+        str(clean_path), hub_id="x", hub_config=None, to_row=_dapo_row, strip_answer_wrapper=False
+    )
+    assert rows.to_list() == [row for i, row in enumerate(clean.to_list()) if i not in DAPO_BAD]
+    split = load_dapo_math("train", str(bad_path), bad_rows="skip")
+    assert len(split) + len(load_dapo_math("test", str(bad_path), bad_rows="skip")) == 297

@@ -168,18 +168,25 @@ def load_deepcoder(
     path_or_id: str = DEEPCODER_ID,
     limit: int | None = None,
     problem_layout: str | os.PathLike = "livecodebench",
+    bad_rows: str = "stop",
 ) -> Dataset:
     """DeepCoder PrimeIntellect as TRL rows (``prompt``, ``tests``), split like the paper.
 
     ``test`` = the first ``min(1000, max(1, n // 10))`` rows after a seed-42 shuffle (exactly the paper's 1,000
     on the full data; a tenth of a small local file). The paper also drops tests its grader failed on, using a file
     it did not publish; all tests are kept here. ``problem_layout``: ``"livecodebench"`` (the paper's),
-    ``"instruction"`` or a layout file (module docstring).
+    ``"instruction"`` or a layout file (module docstring). ``bad_rows``: what a row that cannot be read does
+    (``rows.published_rows``): "stop" or "skip".
     """
     check_split(split)
     layout = read_problem_layout(problem_layout)
     rows, _ = published_rows(
-        path_or_id, hub_id=DEEPCODER_ID, hub_config=DEEPCODER_CONFIG, to_row=_deepcoder_row, layout=layout
+        path_or_id,
+        hub_id=DEEPCODER_ID,
+        hub_config=DEEPCODER_CONFIG,
+        to_row=_deepcoder_row,
+        bad_rows=bad_rows,
+        layout=layout,
     )
     rows = rows.select_columns(["prompt", "tests"]).shuffle(seed=SPLIT_SEED)
     n_test = min(TEST_ROWS, max(1, len(rows) // 10))
