@@ -14,7 +14,8 @@ limit counts the program's own time (wall-clock less its waits for a CPU), so th
 Checked after the burst: each program's outcome is the one its kind must get; the victim file is intact, nothing was
 written where the hostile programs wrote, the host's listener got no connection; no sandboxed process is left
 running and no working folder is left behind. Exits 1 if any check fails. The last line is
-``RESULT sandbox_burst programs=<n> hostile=<n> wrong_verdicts=<n> escaped=<n> left_behind=<n> programs_per_s=<x>``.
+``RESULT sandbox_burst value=<programs graded per second> programs=<n> hostile=<n> wrong_verdicts=<n> escaped=<n>
+left_behind=<n>``.
 """
 
 from __future__ import annotations
@@ -206,8 +207,8 @@ def main() -> int:
         print(f"FAILED: left behind: processes {left_running}, working folders {left_files}")
     left = len(left_running) + len(left_files)
     print(
-        f"RESULT sandbox_burst programs={args.programs} hostile={hostile} wrong_verdicts={len(wrong)} "
-        f"escaped={len(harm)} left_behind={left} programs_per_s={args.programs / seconds:.2f}",
+        f"RESULT sandbox_burst value={args.programs / seconds:.2f} programs={args.programs} hostile={hostile} "
+        f"wrong_verdicts={len(wrong)} escaped={len(harm)} left_behind={left}",
         flush=True,
     )
     return 1 if wrong or harm or left else 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -90,7 +91,7 @@ def test_a_100_step_run_stays_flat(tmp_path):
         + ["--output-dir", str(tmp_path), "--per_device_train_batch_size", "8", "--max_completion_length", "16"],
         timeout=3900,
     )
-    result = dict(item.split("=") for item in done.stdout.strip().splitlines()[-1].split()[2:])
+    result = dict(re.findall(r"(\w+)=(\S+)", done.stdout.strip().splitlines()[-1]))
     assert (result["steps"], result["flat"]) == ("100", "yes"), done.stdout[-3000:]
     rows = (tmp_path / "resources.csv").read_text().splitlines()
     assert rows[0] == "step," + ",".join(METRICS) and len(rows) == 101
