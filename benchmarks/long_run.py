@@ -9,7 +9,8 @@ recipes/eval_opt_math.py does, with `monitor_resources=True` (the package's `res
 step), a checkpoint every `--save-steps` steps and `save_total_limit` keeping the last `--save-total-limit`. The run
 stops by itself at `--steps` steps or after `--minutes`, whichever comes first (on a busy machine the time does).
 
-After warm-up (the first `--warmup` fraction of the steps reached, at least 5), each metric's least-squares slope
+After warm-up (the first `--warmup` fraction of the steps reached, at least 5, and until `--save-total-limit`
+checkpoints exist: the folder grows by design until then), each metric's least-squares slope
 against the step is fitted, with a 95% interval from a moving-block bootstrap (blocks of two checkpoint periods, so
 the sawtooth of saving and rotating checkpoints stays within a block). A metric is flat when the interval's upper
 end, extrapolated over 1,000 steps, stays under its bound:
@@ -18,12 +19,17 @@ end, extrapolated over 1,000 steps, stays under its bound:
   log line, a few KB a step, which is growth by design and counted here);
 - open file descriptors, threads, child processes: under 10 per 1,000 steps (one leaked per step, or per checkpoint,
   exceeds it);
-- the output folder: under one checkpoint's size per 1,000 steps (a rotation that stopped deleting adds one per
-  checkpoint).
+- the output folder, less its `trainer_state.json` files: under one checkpoint's size per 1,000 steps (a rotation
+  that stopped deleting adds one per checkpoint). Each kept checkpoint's `trainer_state.json` holds every log line
+  so far (Trainer's `log_history`), a few KB a step: that growth is by design, printed apart as `trainer_state_mb`.
+
+The run's process starts with `MALLOC_MMAP_THRESHOLD_=65536` (the benchmark restarts itself with it), as
+memory_scaling does: glibc then returns freed buffers to the system, so the resident memory follows live memory
+instead of the heap's high-water mark, and a step's transient buffers do not hide a slow climb.
 
 Arguments after the benchmark's own are the recipe's (e.g. `--max_completion_length 16`). The last line is
 ``RESULT long_run value=<x> target<1 steps=<n> flat=<yes|no> rss_mb=<u> open_fds=<u> threads=<u>
-child_processes=<u> output_dir_mb=<u>``: each ``u`` the upper end of a slope's interval per 1,000 steps, ``x`` the
+child_processes=<u> checkpoints_mb=<u>``: each ``u`` the upper end of a slope's interval per 1,000 steps, ``x`` the
 largest of them as a share of its bound (flat: under 1).
 """
 
@@ -36,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # set before the process starts, or glibc ignores it
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -54,13 +62,23 @@ from trl_multiagent.workflows.options import WorkflowOptions  # noqa: E402
 
 TOY = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "toy.yaml"
 PER = 1000  # slopes are quoted per this many steps
-METRICS = {  # metric -> its bound per 1,000 steps (None: one checkpoint's size, measured in the run)
+METRICS = {  # metric -> its bound per 1,000 steps (None: not judged; the folder less its logs is)
     "resources/rss_mb": 64.0,
     "resources/open_fds": 10.0,
     "resources/threads": 10.0,
     "resources/child_processes": 10.0,
     "resources/output_dir_mb": None,
 }
+
+
+class TrainerStateSize(TrainerCallback):
+    """Adds `bench/trainer_state_mb`, the size of the output folder's trainer_state.json files, to each log."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        size = sum(p.stat().st_size for p in Path(args.output_dir).glob("checkpoint-*/trainer_state.json")) / 2**20
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1]["bench/trainer_state_mb"] = size
+        return control
 
 
 class StopAfter(TrainerCallback):
@@ -133,7 +151,7 @@ def train(args, recipe_argv: list[str], output_dir: str) -> MultiAgentGRPOTraine
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
         answer_checker=task.answer_checker,
-        callbacks=[StopAfter(args.minutes * 60)],
+        callbacks=[StopAfter(args.minutes * 60), TrainerStateSize()],
     )
     trainer.train()
     return trainer
@@ -162,36 +180,48 @@ def main() -> None:
         start = time.monotonic()
         trainer = train(args, recipe_argv, output_dir)
         minutes = (time.monotonic() - start) / 60
-        run_dir = Path(output_dir) / "run"
         rows = [log for log in trainer.state.log_history if "resources/rss_mb" in log and "loss" in log]
-        per_checkpoint = checkpoint_mb(run_dir)
-        with open(Path(output_dir) / "resources.csv", "w") as out:
-            out.write("step," + ",".join(m.split("/")[1] for m in METRICS) + "\n")
-            for log in rows:
-                out.write(f"{log['step']}," + ",".join(f"{log[m]:.3f}" for m in METRICS) + "\n")
+        for log in rows:  # the part save_total_limit bounds, and the logs kept in the checkpoints
+            log["checkpoints_mb"] = log["resources/output_dir_mb"] - log["bench/trainer_state_mb"]
+        per_checkpoint = checkpoint_mb(Path(output_dir) / "run")
+        write_csv(Path(output_dir) / "resources.csv", rows)
+    print(f"steps reached {int(rows[-1]['step'])} in {minutes:.1f} min; one checkpoint {per_checkpoint:.2f} MB")
+    analyse(rows, args, per_checkpoint)
 
+
+COLUMNS = (*METRICS, "bench/trainer_state_mb", "checkpoints_mb")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w") as out:
+        out.write("step," + ",".join(c.split("/")[-1] for c in COLUMNS) + "\n")
+        for log in rows:
+            out.write(f"{log['step']}," + ",".join(f"{log[c]:.4f}" for c in COLUMNS) + "\n")
+
+
+def analyse(rows: list[dict], args, per_checkpoint: float) -> None:
     steps = np.array([log["step"] for log in rows], dtype=float)
-    kept = steps >= max(5, args.warmup * steps[-1])
+    warm = max(5, args.warmup * steps[-1], args.save_steps * args.save_total_limit + 1)
+    kept = steps >= warm
     rng = np.random.default_rng(0)
     block = 2 * args.save_steps
-    print(
-        f"steps reached {int(steps[-1])} in {minutes:.1f} min; fitted on steps {int(steps[kept][0])}-"
-        f"{int(steps[-1])} ({int(kept.sum())} samples); one checkpoint {per_checkpoint:.2f} MB"
-    )
+    print(f"fitted on steps {int(steps[kept][0])}-{int(steps[-1])} ({int(kept.sum())} samples)")
     print(f"{'metric':<28}{'first':>10}{'last':>10}{'max':>10}{'slope/1k':>12}{'95% CI /1k steps':>26}{'bound':>10}")
+    bounds = {**METRICS, "resources/output_dir_mb": None, "checkpoints_mb": per_checkpoint}
+    bounds["bench/trainer_state_mb"] = None
     uppers, shares = {}, []
-    for metric, bound in METRICS.items():
-        bound = per_checkpoint if bound is None else bound
+    for metric, bound in bounds.items():
         y = np.array([log[metric] for log in rows])
         slope, low, high = slope_interval(steps[kept], y[kept], block, rng)
-        ok = high * PER < bound
-        shares.append(high * PER / bound)
-        uppers[metric] = high * PER
+        verdict = "(not judged)" if bound is None else ("flat" if high * PER < bound else "GROWS")
+        if bound is not None:
+            shares.append(high * PER / bound)
+            uppers[metric.split("/")[-1]] = high * PER
         print(
             f"{metric:<28}{y[kept][0]:>10.2f}{y[-1]:>10.2f}{y[kept].max():>10.2f}{slope * PER:>12.3f}"
-            f"{f'[{low * PER:.3f}, {high * PER:.3f}]':>26}{bound:>10.2f}  {'flat' if ok else 'GROWS'}"
+            f"{f'[{low * PER:.3f}, {high * PER:.3f}]':>26}{'' if bound is None else f'{bound:.2f}':>10}  {verdict}"
         )
-    figures = " ".join(f"{m.split('/')[1]}={u:.3f}" for m, u in uppers.items())
+    figures = " ".join(f"{name}={u:.3f}" for name, u in uppers.items())
     worst = max(shares)
     flat = "yes" if worst < 1 else "no"
     print(f"RESULT long_run value={worst:.3f} target<1 steps={int(steps[-1])} flat={flat} {figures}", flush=True)

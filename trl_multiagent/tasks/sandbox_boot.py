@@ -213,7 +213,7 @@ def _run_program(cfg: dict, source: str) -> None:
         json.dump(result, out, default=repr)
 
 
-def _cpu_wait_seconds(pid: int) -> float:
+def _cpu_wait_seconds(pid: int | str) -> float:
     """Seconds ``pid`` has spent runnable but waiting for a CPU (the scheduler's run delay); 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/schedstat", "rb") as f:
@@ -225,22 +225,28 @@ def _cpu_wait_seconds(pid: int) -> float:
 def _wait_for(pid: int, started: float, limit: float, max_stretch: float) -> tuple[bool, float]:
     """Wait for the program to exit within ``limit`` seconds of its own time: (whether it ran out, its own time).
 
-    Its own time is the wall-clock time since it started less the time it waited for a CPU, so a program is not
-    failed because others kept the machine busy; sleeping or blocking on input counts. A program whose waits keep
-    stretching its deadline (e.g. a fork bomb whose children crowd out its main process) is stopped at
-    ``max_stretch`` times its limit of real time all the same. A pidfd becomes readable when the program exits (no
-    signal handlers, no `signal` import).
+    Its own time is the wall-clock time since it started less the time it waited for a CPU, and less the time this
+    process waited for one to see it end, so a program is not failed because others kept the machine busy; sleeping
+    or blocking on input counts. A program whose waits keep stretching its deadline (e.g. a fork bomb whose children
+    crowd out its main process) is stopped at ``max_stretch`` times its limit of real time all the same. A pidfd
+    becomes readable when the program exits (no signal handlers, no `signal` import).
     """
+    watcher_waited = _cpu_wait_seconds("self")
+
+    def own_time() -> tuple[float, float]:  # (own, elapsed)
+        elapsed = time.monotonic() - started
+        return elapsed - _cpu_wait_seconds(pid) - (_cpu_wait_seconds("self") - watcher_waited), elapsed
+
     pidfd = os.pidfd_open(pid)
     try:
         while True:
-            elapsed = time.monotonic() - started
-            own = elapsed - _cpu_wait_seconds(pid)
+            own, elapsed = own_time()
             left = min(limit - own, max_stretch * limit - elapsed)
+            # Out of time only if it has not ended meanwhile: this process may have waited long to look.
+            if select.select([pidfd], [], [], max(left, 0))[0]:
+                return False, own_time()[0]
             if left <= 0:
                 return True, own
-            if select.select([pidfd], [], [], left)[0]:
-                return False, time.monotonic() - started - _cpu_wait_seconds(pid)
     finally:
         os.close(pidfd)
 
