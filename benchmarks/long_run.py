@@ -42,8 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # set before the process starts, or glibc ignores it
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -173,6 +171,8 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="A tiny random Qwen3 instead of the toy model.")
     parser.add_argument("--output-dir", help="Where the run's folder and resources.csv go (default: a temporary one).")
     args, recipe_argv = parser.parse_known_args()
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # set before the process starts, or glibc ignores it
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
     torch.set_num_threads(1)
 
     with tempfile.TemporaryDirectory() as scratch:
