@@ -112,10 +112,10 @@ def slope_interval(x: np.ndarray, y: np.ndarray, block: int, rng: np.random.Gene
     return slope, float(low), float(high)
 
 
-def train(args, recipe_argv: list[str], output_dir: str) -> MultiAgentGRPOTrainer:
+def recipe_settings(args, recipe_argv: list[str], output_dir: str, model: str) -> tuple:
+    """The recipe's settings: the toy preset, this benchmark's, then the recipe flags given."""
     parser = RecipeParser((ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions))
-    model = build_tiny_qwen3(os.path.join(output_dir, "tiny-model")) if args.tiny else "toy"
-    script_args, training_args, model_args, options = parser.parse_args_and_config(
+    return parser.parse_args_and_config(
         [
             "--config",
             str(TOY),
@@ -138,6 +138,11 @@ def train(args, recipe_argv: list[str], output_dir: str) -> MultiAgentGRPOTraine
             *recipe_argv,
         ]
     )
+
+
+def train(args, recipe_argv: list[str], output_dir: str) -> MultiAgentGRPOTrainer:
+    model = build_tiny_qwen3(os.path.join(output_dir, "tiny-model")) if args.tiny else "toy"
+    script_args, training_args, model_args, options = recipe_settings(args, recipe_argv, output_dir, model)
     task = get_task("math")
     dataset = task.train_dataset(script_args.dataset_name, script_args.dataset_train_split, training_args.seed)
     workflow = EvalOpt(max_iterations=3, prompts=options.prompts, parsing=options.parsing, history=options.history)
@@ -171,6 +176,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="A tiny random Qwen3 instead of the toy model.")
     parser.add_argument("--output-dir", help="Where the run's folder and resources.csv go (default: a temporary one).")
     args, recipe_argv = parser.parse_known_args()
+    recipe_settings(args, recipe_argv, "unused", "toy")  # a wrong recipe flag stops here, before the restart below
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != "65536":  # set before the process starts, or glibc ignores it
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
     torch.set_num_threads(1)
