@@ -62,11 +62,11 @@ def dataset_name(script_args: ScriptArguments) -> str:
     return script_args.dataset_name
 
 
-def train_dataset(script_args: ScriptArguments, seed: int):
+def train_dataset(script_args: ScriptArguments, seed: int, bad_rows: str):
     name = dataset_name(script_args)
     for task in TASKS.values():  # a built-in task's dataset or offline generator, whichever --task is
         if task.generator(name) is not None or name == task.dataset_id:
-            return task.train_dataset(name, script_args.dataset_train_split, seed)
+            return task.train_dataset(name, script_args.dataset_train_split, seed, bad_rows)
     if name.endswith((".json", ".jsonl")):
         return load_dataset("json", data_files=name, split="train")
     return load_dataset(name, name=script_args.dataset_config, split=script_args.dataset_train_split)
@@ -85,4 +85,9 @@ if __name__ == "__main__":
     dataset_name(run.script_args)  # none given: stop now, before --validate says all is well
     run.validate_if_asked(workflow, task)  # --validate: the trainer's checks, then exit; nothing loaded
     # the task's answer checker regrades each role's outputs where the dataset has the task's ground truth
-    run.train(workflow, task, reward_funcs=reward_funcs, train_dataset=train_dataset(run.script_args, run.args.seed))
+    run.train(
+        workflow,
+        task,
+        reward_funcs=reward_funcs,
+        train_dataset=train_dataset(run.script_args, run.args.seed, run.args.bad_rows),
+    )

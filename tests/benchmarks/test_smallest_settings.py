@@ -24,6 +24,8 @@ SMALLEST = {  # the flags of each benchmark's smallest run
     "sharing_cost.py": "--rounds 1 --steps 1 --warmup 1 --completion-length 8",
     "memory_scaling.py": "--prompts 2 --num-layers 2 --completion-length 8 --budget 512",
     "sandbox_throughput.py": "--programs 8 --tests 3",
+    "sandbox_burst.py": "--programs 10 --hostile 1.0 --workers 4",
+    "long_run.py": "--tiny --steps 6 --save-steps 1 --per_device_train_batch_size 8 --max_completion_length 8",
     "padding_share.py": "--problems 4 --episodes-per-problem 4 --accumulation 2 --mini-batch-prompts 4",
     "executed_flops.py": "--problems 4 --episodes-per-problem 4 --accumulation 2 --mini-batch-prompts 4",
     "vllm_vs_hf.py": "--requests 4 --completion-length 8 --rounds 1",

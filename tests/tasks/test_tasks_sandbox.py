@@ -9,6 +9,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -388,3 +390,39 @@ def test_outcomes_are_explicit():
         "output_limit",
         "sandbox_error",
     }
+
+
+@contextmanager
+def busy_cpu(cpu: int, processes: int):
+    """``processes`` host processes spinning on CPU ``cpu``: a machine kept busy by other work."""
+    spinners = [
+        # Each in a session of its own, as the sandbox's runs are: with the kernel's autogroups a session shares the
+        # CPU with other sessions as one.
+        subprocess.Popen(
+            [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"],
+            start_new_session=True,
+        )
+        for _ in range(processes)
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def test_the_time_limit_is_the_programs_own_not_the_machines():
+    """A program that needs 0.4 s of CPU, on a CPU shared with 7 spinning processes, takes about 3 s of wall-clock
+    time: the limit of 1.5 s counts only its own time (its waits for the CPU left out), so it passes; the wait is
+    stretched at most ``MAX_STRETCH`` times the limit. A sleeping program beside the same spinners is out of time,
+    since sleeping is its own."""
+    pinned = "import os, time\nos.sched_setaffinity(0, {0})\n"
+    busy = pinned + "start = time.process_time()\nwhile time.process_time() - start < 0.4:\n    pass\nprint('done')"
+    sleeper = pinned + "time.sleep(3)\nprint('done')"
+    limits = dataclasses.replace(LIMITS, cpu_seconds=5, wall_seconds=1.5)
+    with busy_cpu(0, processes=7):
+        ran = execute(busy, limits=limits)
+        slept = execute(sleeper, limits=limits)
+    assert (ran.failure, ran.stdout) == (None, "done\n"), ran.detail
+    assert slept.failure is Outcome.TIMEOUT and "time limit of 1.5s exceeded" in slept.detail

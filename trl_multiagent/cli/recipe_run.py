@@ -90,7 +90,9 @@ class RecipeRun:
         self.validate_if_asked(workflow, task)
         if train_dataset is None:
             script = self.script_args
-            train_dataset = task.train_dataset(script.dataset_name, script.dataset_train_split, self.args.seed)
+            train_dataset = task.train_dataset(
+                script.dataset_name, script.dataset_train_split, self.args.seed, self.args.bad_rows
+            )
         regrade = task.answer_checker is not None and task.ground_truth in train_dataset.column_names
         return MultiAgentGRPOTrainer(
             model=resolve_model_name(self.model_args.model_name_or_path),

@@ -289,6 +289,16 @@ class MultiAgentGRPOConfig(GRPOConfig):
         monitor_kl_to_base (`bool`, *optional*, defaults to `False`):
             Log `role/<role>/kl` (KL to the base model) even for roles with no KL penalty; costs one extra no-grad
             forward pass of each generation batch.
+        bad_rows (`str`, *optional*, defaults to `"stop"`):
+            What a malformed training row does, found when the trainer is built: a prompt missing, empty, not text or
+            longer than any model's context (400,000 characters), a column a reward function reads (e.g. `answer`)
+            missing or empty, or a row a reward cannot grade (`CodeReward`: tests that do not parse). `"stop"`
+            refuses the run, naming the rows and why; `"skip"` leaves them out, names them in a warning, and logs
+            their count with every step as `data/skipped_rows`.
+        monitor_resources (`bool`, *optional*, defaults to `False`):
+            Log `resources/rss_mb`, `open_fds`, `threads`, `child_processes` and `output_dir_mb` with every log line:
+            what the training process holds and how large `output_dir` has grown, to spot leaks in long runs (a
+            steady climb after the first steps). Costs a walk of `output_dir` per log line.
         drift_alarms (`bool`, *optional*, defaults to `True`):
             Watch every role for the drift signatures of the research (a judge writing code or solver-length outputs,
             length drift, outputs at the length cap, a perplexity or entropy rise before accuracy falls) and log a
@@ -503,6 +513,21 @@ class MultiAgentGRPOConfig(GRPOConfig):
         metadata={
             "help": "Log `role/<role>/kl` (KL to the base model) also for roles without a KL penalty, at one "
             "extra no-grad forward per generation batch.",
+        },
+    )
+    bad_rows: str = field(
+        default="stop",
+        metadata={
+            "help": "Malformed training rows (named when the trainer is built): `'stop'` refuses the run; `'skip'` "
+            "leaves them out and logs `data/skipped_rows`.",
+            "choices": ["stop", "skip"],
+        },
+    )
+    monitor_resources: bool = field(
+        default=False,
+        metadata={
+            "help": "Log `resources/*` with every log line: resident memory, open file descriptors, threads, child "
+            "processes and the size of `output_dir`, to spot leaks in long runs.",
         },
     )
     drift_alarms: bool = field(

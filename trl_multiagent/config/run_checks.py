@@ -21,6 +21,7 @@ from ..rollout.environments import EMPTY_PROMPT, check_environment_run
 from ..rollout.probe import check_prompt_column, probe_first_row
 from ..rollout.records import Episode
 from ..seams.trl import check_lm_head_cast
+from ..tasks.bad_rows import BadRow, check_training_rows
 from ..training.mini_batches import check_schedule
 from ..workflows.base import Workflow
 from .multiagent_grpo_config import MultiAgentGRPOConfig, check_rollout_ahead, check_trainer_arguments
@@ -53,6 +54,8 @@ class CheckedRun:
     role_adapters: dict[str, str]  # role -> adapter, as resolved on one base
     rollout_ahead: bool  # whether the next batch's rollout runs during this step
     probe: Episode | None  # the workflow walked on the first row with empty outputs (None without rows)
+    train_dataset: Any = None  # the rows to train on: malformed ones left out under `bad_rows="skip"`
+    skipped_rows: tuple[BadRow, ...] = ()  # the rows left out
 
 
 def check_run(
@@ -62,19 +65,23 @@ def check_run(
     model: Any,
     peft_config: Any,
     train_dataset: Any = None,
+    reward_funcs: Any = None,
     role_reward_funcs: Mapping[str, Any] | None = None,
     environment_factory: Any = None,
     unsupported: Mapping[str, Any] | None = None,
 ) -> CheckedRun:
     """Every check of the trainer's settings that needs neither the model's weights nor a device, in the order the
     trainer makes them; the first that fails raises, naming the fix. ``model``: a name or folder (or a loaded model);
-    the other arguments are the trainer's."""
+    the other arguments are the trainer's. Every training row is checked (``tasks/bad_rows.py``)."""
     args = check_trainer_arguments(args, workflow, model, peft_config, role_reward_funcs, unsupported)
     if args.cast_lm_head_to_fp32:
         check_lm_head_cast(cast_lm_head_to_fp32=True, tied_embeddings=ties_embeddings(model, args.model_init_kwargs))
     check_workflow_config(workflow)  # a checkpoint must be able to save and rebuild it: fail now, not at a save
+    skipped = []
     if environment_factory is None:  # with environments a row may leave its prompt to `reset`, as in TRL
         check_prompt_column(train_dataset, "train_dataset")
+        rewards = reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+        train_dataset, skipped = check_training_rows(train_dataset, rewards, args.bad_rows)
     else:
         check_environment_run(workflow.roles, rollout_ahead=args.rollout_ahead)
     role_adapters = resolve_role_adapters(workflow.roles, args.policy_sharing, args.role_to_adapter)
@@ -85,7 +92,7 @@ def check_run(
     launch = Launch.of(args)
     check_schedule(args, deepspeed=launch.deepspeed, deepspeed_config=launch.deepspeed_config)
     ahead = check_rollout_ahead(args, launch.num_processes)
-    return CheckedRun(args, launch, role_adapters, ahead, probe)
+    return CheckedRun(args, launch, role_adapters, ahead, probe, train_dataset, tuple(skipped))
 
 
 def ties_embeddings(model: Any, model_init_kwargs: Mapping[str, Any] | None) -> bool:

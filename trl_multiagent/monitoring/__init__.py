@@ -5,6 +5,7 @@ from typing import Any
 
 from .adapter_check import AdapterMismatchError
 from .drift import DriftAlarm, DriftThresholds, RoleDriftCallback
+from .resources import ResourceMonitorCallback
 from .summary import TrainingSummaryCallback, summary_table
 from .summary_plot import judge_roles, plot_summary
 from .workflow_metrics import workflow_metrics
@@ -21,7 +22,7 @@ def monitoring_callbacks(
     these formats; ``trackers``: the trainer's callback list, whose ``report_to`` integrations get the picture when
     they take images; ``resume(flags)``: how to resume the run with extra flags, printed when a drift alarm stops
     it (``stop_on_drift``)."""
-    first = []
+    first = [ResourceMonitorCallback()] if args.monitor_resources else []
     if args.drift_alarms:
         thresholds = DriftThresholds(**(args.drift_thresholds or {}))
         first.append(RoleDriftCallback(thresholds, formats, stop_on_alarm=args.stop_on_drift, resume=resume))
@@ -34,6 +35,7 @@ __all__ = [
     "AdapterMismatchError",
     "DriftAlarm",
     "DriftThresholds",
+    "ResourceMonitorCallback",
     "RoleDriftCallback",
     "TrainingSummaryCallback",
     "judge_roles",

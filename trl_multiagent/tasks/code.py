@@ -168,18 +168,25 @@ def load_deepcoder(
     path_or_id: str = DEEPCODER_ID,
     limit: int | None = None,
     problem_layout: str | os.PathLike = "livecodebench",
+    bad_rows: str = "stop",
 ) -> Dataset:
     """DeepCoder PrimeIntellect as TRL rows (``prompt``, ``tests``), split like the paper.
 
     ``test`` = the first ``min(1000, max(1, n // 10))`` rows after a seed-42 shuffle (exactly the paper's 1,000
     on the full data; a tenth of a small local file). The paper also drops tests its grader failed on, using a file
     it did not publish; all tests are kept here. ``problem_layout``: ``"livecodebench"`` (the paper's),
-    ``"instruction"`` or a layout file (module docstring).
+    ``"instruction"`` or a layout file (module docstring). ``bad_rows``: what a row that cannot be read does
+    (``rows.published_rows``): "stop" or "skip".
     """
     check_split(split)
     layout = read_problem_layout(problem_layout)
     rows, _ = published_rows(
-        path_or_id, hub_id=DEEPCODER_ID, hub_config=DEEPCODER_CONFIG, to_row=_deepcoder_row, layout=layout
+        path_or_id,
+        hub_id=DEEPCODER_ID,
+        hub_config=DEEPCODER_CONFIG,
+        to_row=_deepcoder_row,
+        bad_rows=bad_rows,
+        layout=layout,
     )
     rows = rows.select_columns(["prompt", "tests"]).shuffle(seed=SPLIT_SEED)
     n_test = min(TEST_ROWS, max(1, len(rows) // 10))
@@ -236,6 +243,15 @@ class CodeReward:
                 report.passed / report.total if self.mode == "fraction" else float(report.passed == report.total)
             )
         return rewards
+
+    def check_row(self, row: dict[str, Any]) -> str | None:
+        """Why this reward cannot grade ``row`` (its `tests` are not a test suite), or None; the trainer asks it of
+        every training row before the first step (`bad_rows`)."""
+        try:
+            TestSuite.from_json(row["tests"])
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # a JSONDecodeError is a ValueError
+            return f"its 'tests' are not a test suite ({type(error).__name__}: {str(error)[:200]})"
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_pool": None}  # threads don't pickle; each process starts its own pool

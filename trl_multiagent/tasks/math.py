@@ -55,7 +55,7 @@ def math_prompt(problem: str) -> list[dict[str, str]]:
 
 
 def _dapo_row(row: dict[str, Any], index: int, source: str, strip_answer_wrapper: bool) -> dict[str, Any]:
-    if "solution" in row:  # open-r1 Processed schema: prompt is the wrapped text, solution the answer
+    if "solution" in row or isinstance(row.get("prompt"), str):  # open-r1 Processed: the wrapped text, the answer
         text, answer = field(row, index, source, "prompt"), field(row, index, source, "solution")
     else:  # original release: prompt is a chat list, the answer sits in reward_model.ground_truth
         messages = field(row, index, source, "prompt")
@@ -74,12 +74,14 @@ def load_dapo_math(
     limit: int | None = None,
     *,
     strip_answer_wrapper: bool = False,
+    bad_rows: str = "stop",
 ) -> Dataset:
     """DAPO-Math-17K as TRL rows (``prompt``, ``answer``), split like the paper (10% test, seed 42).
 
     ``path_or_id``: a Hub id (``load_dataset``; config ``en`` for ``DAPO_MATH_ID``) or a local .jsonl/.parquet file
     in the published schema. ``limit`` keeps the first rows of the split. The problem is the row's prompt text as
     published, as the paper uses it; ``strip_answer_wrapper=True`` drops DAPO's "Answer:" instructions around it.
+    ``bad_rows``: what a row that cannot be read does (``rows.published_rows``): "stop" or "skip".
     """
     check_split(split)
     rows, columns = published_rows(
@@ -87,6 +89,7 @@ def load_dapo_math(
         hub_id=DAPO_MATH_ID,
         hub_config=DAPO_MATH_CONFIG,
         to_row=_dapo_row,
+        bad_rows=bad_rows,
         strip_answer_wrapper=strip_answer_wrapper,
     )
     if "solution" not in columns:  # the original release repeats each problem ~100 times

@@ -53,13 +53,16 @@ class Task:
         """The offline generator called ``name``, else None."""
         return self.generators.get(name) if name is not None else None
 
-    def train_dataset(self, name: str | None = None, split: str = "train", seed: int = 0) -> Dataset:
+    def train_dataset(
+        self, name: str | None = None, split: str = "train", seed: int = 0, bad_rows: str = "stop"
+    ) -> Dataset:
         """The training rows of ``name`` (a Hub id, a local .jsonl/.parquet file, or a generator's name;
-        default: the task's dataset); a generator draws ``GENERATED_TRAIN_SIZE`` rows with ``seed``."""
+        default: the task's dataset); a generator draws ``GENERATED_TRAIN_SIZE`` rows with ``seed``. ``bad_rows``:
+        what a row that cannot be read does, "stop" or "skip" (the run's `bad_rows`)."""
         generate = self.generator(name)
         if generate is not None:
             return generate(n=GENERATED_TRAIN_SIZE, seed=seed)
-        return self.load(split=split, path_or_id=name or self.dataset_id)
+        return self.load(split=split, path_or_id=name or self.dataset_id, bad_rows=bad_rows)
 
     def eval_dataset(self, name: str | None = None, limit: int | None = None) -> Dataset:
         """The test split of ``name`` (as in ``train_dataset``), its first ``limit`` problems."""

@@ -16,8 +16,9 @@ Containment, per run (``sandbox_boot.py`` does the in-namespace part):
 - the host filesystem is read-only in the namespace; ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``,
   ``/root`` and ``/home`` are replaced by empty size-limited tmpfs; the working directory is a fresh
   ``tempfile.mkdtemp`` path (a private tmpfs inside), removed afterwards; the environment is a fixed minimal one;
-- rlimits on CPU time, address space, processes, file size (= stdout size) and open files, plus a wall-clock
-  deadline enforced inside the namespace and, as a backstop, by the host.
+- rlimits on CPU time, address space, processes, file size (= stdout size) and open files, plus a deadline on the
+  program's own time (wall-clock time less its waits for a CPU: a busy machine does not fail a program; at most
+  ``MAX_STRETCH`` times the limit in real time) enforced inside the namespace and, as a backstop, by the host.
 Not hidden: world-readable files outside those directories stay readable (e.g. the trainer's source code).
 
 One run executes one test, so a crash or a patched builtin can't leak into the next test, and the program never
@@ -64,6 +65,10 @@ UID_BASE, UID_COUNT = 3_000_000_000, 4096
 LOCK_DIR = Path(tempfile.gettempdir()) / f"trl_multiagent_sandbox_uids-{os.getuid()}"  # one per invoking user
 _SITE_PACKAGES = [p for p in site.getsitepackages() if os.path.isdir(p)]
 HOST_GRACE_SECONDS = 5.0  # startup allowance on top of the in-sandbox deadline before the host kills the run
+# A run's time limit counts the program's own time: wall-clock time less its waits for a CPU, so that a program is not
+# failed because others kept the machine busy. Those waits stretch its deadline at most this far in real time (a fork
+# bomb's children crowding out its main process would stretch it without end).
+MAX_STRETCH = 10.0
 
 # The names LeetCode-style graders define before a solution runs (rLLM's LiveCodeBench grader, which the paper uses on
 # every DeepCoder source, stdin and function-call alike): a ``class Solution`` method annotated ``List[int]`` or a
@@ -114,7 +119,7 @@ class SandboxLimits:
     """Per-run limits. Defaults follow the paper's grader (a few seconds per test, 4 GiB address space)."""
 
     cpu_seconds: int = 4
-    wall_seconds: float = 6.0
+    wall_seconds: float = 6.0  # the program's own time: wall-clock time less its waits for a CPU
     memory_bytes: int = 4 * 2**30
     max_processes: int = 32  # processes + threads of the program's uid
     max_output_bytes: int = 8 * 2**20  # RLIMIT_FSIZE: caps stdout and any file the program writes
@@ -209,7 +214,7 @@ class Execution:
     detail: str  # why it failed, with the tail of stderr
     cpu_seconds: float
     wall_seconds: float  # the whole run, the sandbox's setup included
-    run_seconds: float = 0.0  # the program's own wall-clock time, from its start to its exit
+    run_seconds: float = 0.0  # the program's own time, from its start to its exit, less its waits for a CPU
 
 
 @dataclass(frozen=True)
@@ -309,7 +314,7 @@ def _classify(status: dict, stdout_size: int, stderr: str, has_result: bool, cal
     if "setup_error" in status:
         return Outcome.SANDBOX_ERROR, f"sandbox setup failed: {status['setup_error']}"
     if status.get("wall_timeout"):
-        return Outcome.TIMEOUT, f"wall-clock limit of {limits.wall_seconds}s exceeded"
+        return Outcome.TIMEOUT, f"time limit of {limits.wall_seconds}s exceeded (wall-clock, waits for a CPU left out)"
     code = status["exit_code"]
     last_line = stderr.splitlines()[-1] if stderr else ""
     # SIGXCPU comes only from RLIMIT_CPU's soft limit; SIGKILL also from its hard limit (soft + 1), if caught.
@@ -346,6 +351,7 @@ def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits, *,
             "status_fd": fstatus.fileno(),
             "result_fd": fresult.fileno(),
             "userns": sandbox_mode() == "userns",
+            "max_stretch": MAX_STRETCH,
             # not root, the program is this user to the kernel: hide the user's files wherever their home is
             "hide": [os.path.realpath(Path.home())] if sandbox_mode() == "userns" else [],
         }
@@ -368,7 +374,7 @@ def _launch(workdir: Path, uid: int, call: str | None, limits: SandboxLimits, *,
         # moment the run ends (Popen.wait(timeout) polls with sleeps of up to 50 ms, a third of a typical run).
         pidfd = os.pidfd_open(proc.pid)
         try:
-            finished = select.select([pidfd], [], [], limits.wall_seconds + HOST_GRACE_SECONDS)[0]
+            finished = select.select([pidfd], [], [], limits.wall_seconds * MAX_STRETCH + HOST_GRACE_SECONDS)[0]
         finally:
             os.close(pidfd)
         if not finished:

@@ -15,8 +15,9 @@ to the host. Steps:
    program holds no capability over the namespaces above) resource limits, drop to the leased unprivileged uid
    (no supplementary groups, no capabilities, no new privileges), cd into the working directory, run the grader's
    import prelude when the tests ask for it, then run the program (or call its function);
-4. wait with a wall-clock deadline and write a status line (a Python dict literal) for the host to classify, with
-   the program's own wall-clock time.
+4. wait with a deadline on the program's own time (wall-clock time less its waits for a CPU, so a busy machine
+   does not fail it; at most ``max_stretch`` times the limit in real time) and write a status line (a Python dict
+   literal) for the host to classify, with the program's own time.
 
 When this process exits, the kernel kills everything left in the PID namespace (daemons, fork-bomb leftovers).
 """
@@ -212,6 +213,44 @@ def _run_program(cfg: dict, source: str) -> None:
         json.dump(result, out, default=repr)
 
 
+def _cpu_wait_seconds(pid: int | str) -> float:
+    """Seconds ``pid`` has spent runnable but waiting for a CPU (the scheduler's run delay); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _wait_for(pid: int, started: float, limit: float, max_stretch: float) -> tuple[bool, float]:
+    """Wait for the program to exit within ``limit`` seconds of its own time: (whether it ran out, its own time).
+
+    Its own time is the wall-clock time since it started less the time it waited for a CPU, and less the time this
+    process waited for one to see it end, so a program is not failed because others kept the machine busy; sleeping
+    or blocking on input counts. A program whose waits keep stretching its deadline (e.g. a fork bomb whose children
+    crowd out its main process) is stopped at ``max_stretch`` times its limit of real time all the same. A pidfd
+    becomes readable when the program exits (no signal handlers, no `signal` import).
+    """
+    watcher_waited = _cpu_wait_seconds("self")
+
+    def own_time() -> tuple[float, float]:  # (own, elapsed)
+        elapsed = time.monotonic() - started
+        return elapsed - _cpu_wait_seconds(pid) - (_cpu_wait_seconds("self") - watcher_waited), elapsed
+
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            own, elapsed = own_time()
+            left = min(limit - own, max_stretch * limit - elapsed)
+            # Out of time only if it has not ended meanwhile: this process may have waited long to look.
+            if select.select([pidfd], [], [], max(left, 0))[0]:
+                return False, own_time()[0]
+            if left <= 0:
+                return True, own
+    finally:
+        os.close(pidfd)
+
+
 def _report(fd: int, **fields) -> None:
     os.write(fd, (repr(fields) + "\n").encode())  # unbuffered: a fork must not duplicate pending output
 
@@ -246,9 +285,7 @@ def main() -> None:
             sys.__excepthook__(type(e), e.with_traceback(tb), tb)  # C printer: `import traceback` doubles a run
             sys.exit(1)
         sys.exit(0)
-    # Wall-clock deadline: a pidfd becomes readable when the child exits (no signal handlers, no `signal` import).
-    pidfd = os.pidfd_open(pid)
-    timed_out = not select.select([pidfd], [], [], cfg["wall_seconds"])[0]
+    timed_out, own = _wait_for(pid, started, cfg["wall_seconds"], cfg["max_stretch"])
     if timed_out:
         os.kill(pid, 9)  # SIGKILL
     _, wait_status, usage = os.wait4(pid, 0)
@@ -256,7 +293,7 @@ def main() -> None:
         status_fd,
         exit_code=os.waitstatus_to_exitcode(wait_status),
         wall_timeout=timed_out,
-        run_seconds=time.monotonic() - started,  # the program's own time, the sandbox's setup left out
+        run_seconds=own,  # the program's own time: no sandbox setup, no waits for a CPU
         cpu_seconds=usage.ru_utime + usage.ru_stime,
         max_rss_kb=usage.ru_maxrss,
     )

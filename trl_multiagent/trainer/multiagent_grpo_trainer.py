@@ -49,6 +49,7 @@ from ..seams.trl import (
     entropy_bonus_like_trl,
     score_like_trl,
 )
+from ..tasks.bad_rows import SkippedRowsCallback
 from ..training.advantages import outcome_advantages, weighted_rewards
 from ..training.batch import TrainingBatch
 from ..training.early_rewards import final_completion_ids, final_completions
@@ -124,12 +125,14 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             model=model,
             peft_config=peft_config,
             train_dataset=train_dataset,
+            reward_funcs=reward_funcs,
             role_reward_funcs=role_reward_funcs,
             environment_factory=environment_factory,
             unsupported=unsupported,
         )
         args = checked.args
         check_quantization(quantization_config or (args.model_init_kwargs or {}).get("quantization_config"))
+        train_dataset = checked.train_dataset  # malformed rows left out under `bad_rows="skip"` (tasks/bad_rows.py)
         self.workflow = workflow
         self.role_adapters = checked.role_adapters
         lora = copy.deepcopy(peft_config)  # for other base models: PEFT resolves "all-linear" into the one it is given
@@ -154,6 +157,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
                 environment_factory=environment_factory,
             )
 
+        if checked.skipped_rows:
+            self.add_callback(SkippedRowsCallback(len(checked.skipped_rows)))
         if self._is_vision_language_model:
             raise ValueError("Vision-language models are not supported: role prompts are text, no image reaches them.")
         # The base models the roles sit on, every role adapter on its base and the parts of its update (parts.py).
