@@ -1,16 +1,18 @@
 """Build docs/data/alarm_corpus.csv, the runs an early-warning alarm is judged on: every logged step of every run.
 
-    python scripts/alarm_corpus.py                                  # from the shipped records' CSVs only
-    python scripts/alarm_corpus.py --collect outputs/alarm-corpus    # and the run folders under it
+    python scripts/alarm_corpus.py                                  # from the shipped CSVs
+    python scripts/alarm_corpus.py --collect outputs/alarm-corpus    # first collect the new runs' folders
 
 Reads the toy records' CSVs (docs/data/toy_amplification.csv: records M1-M3; docs/data/toy_capture.csv: record M4;
-docs/toy-records.md has their commands) and, with `--collect`, each run folder's `log_history` (its
-`trainer_state.json`, or its newest checkpoint's when it stopped early), `multiagent_config.json` and
-`training_args.bin`. The new runs of docs/monitoring.md's table were trained with
+docs/toy-records.md has their commands) and the new runs' (docs/data/alarm_new_runs.csv), which `--collect` writes
+from each run folder's `log_history` (its `trainer_state.json`, or its newest checkpoint's when it stopped early),
+`multiagent_config.json` and `training_args.bin`. The new runs of docs/monitoring.md's table were trained with
 
-    trl-multiagent train voting --config toy --n_voters 3 --update_schedule mini_batches --learning_rate 1e-2 \
-        --per_device_train_batch_size 16 --seed $seed --max_steps 70 --save_steps 5 --save_only_model true \
-        --monitor_update_size true --output_dir outputs/alarm-corpus/voting-n3-mini_batches-lr1e-2-s$seed
+    for seed in 2 3; do
+      trl-multiagent train voting --config toy --n_voters 3 --update_schedule mini_batches --learning_rate 4e-3 \
+        --per_device_train_batch_size 16 --seed $seed --max_steps 60 --save_steps 5 --save_only_model true \
+        --monitor_update_size true --output_dir outputs/alarm-corpus/voting-n3-mini_batches-lr4e-3-s$seed
+    done
 
 One row per (run, step, role, metric): `success` (role empty), per role the update size and the loss's ratio
 (`update_ratio`, `update_chi_square`, `policy_ratio`, `chi_square`), `grad_norm`, `entropy`, `completion_length`,
@@ -32,6 +34,7 @@ from trl_multiagent.report import load_training_args
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
 OUT = DATA / "alarm_corpus.csv"
+NEW_RUNS = DATA / "alarm_new_runs.csv"  # the new runs' rows, collected once from their folders
 COLUMNS = ("run", "source", "workflow", "setting", "seed", "step", "role", "metric", "value")
 # The per-role metrics kept from a run folder's log.
 ROLE_METRICS = (
@@ -144,26 +147,38 @@ def run_folders(root: Path) -> list[Path]:
     return sorted({state.parent if state.parent.parent == root else state.parent.parent for state in states})
 
 
-def build(collect: list[Path], out: Path = OUT) -> Path:
-    rows = amplification_rows(DATA / "toy_amplification.csv") + capture_rows(DATA / "toy_capture.csv")
-    for root in collect:
-        for run_dir in run_folders(root):
-            rows += run_folder_rows(run_dir)
+def write(rows: list[dict], out: Path) -> Path:
     with out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for row in rows:
-            value = row["value"]
-            writer.writerow({**row, "value": f"{float(value):.6g}"})
+            writer.writerow({**row, "value": f"{float(row['value']):.6g}"})
     return out
+
+
+def collect(roots: list[Path], out: Path = NEW_RUNS) -> Path:
+    """Write the new runs' rows, from the run folders under ``roots``, to their own CSV."""
+    return write([row for root in roots for run_dir in run_folders(root) for row in run_folder_rows(run_dir)], out)
+
+
+def build(out: Path = OUT, new_runs: Path = NEW_RUNS) -> Path:
+    """The corpus: the toy records' rows and the new runs' (where their CSV exists)."""
+    rows = amplification_rows(DATA / "toy_amplification.csv") + capture_rows(DATA / "toy_capture.csv")
+    if new_runs.is_file():
+        with new_runs.open() as f:
+            rows += list(csv.DictReader(f))
+    return write(rows, out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--collect", type=Path, nargs="*", default=[], help="roots of new run folders")
+    parser.add_argument("--collect", type=Path, nargs="*", default=None, help="roots of new run folders")
+    parser.add_argument("--new_runs", type=Path, default=NEW_RUNS, help="the new runs' CSV (--collect writes it)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    print(f"wrote {build(args.collect, args.out)}")
+    if args.collect is not None:
+        print(f"wrote {collect(args.collect, args.new_runs)}")
+    print(f"wrote {build(args.out, args.new_runs)}")
 
 
 if __name__ == "__main__":
