@@ -8,11 +8,24 @@ docs/toy-records.md has their commands) and the new runs' (docs/data/alarm_new_r
 from each run folder's `log_history` (its `trainer_state.json`, or its newest checkpoint's when it stopped early),
 `multiagent_config.json` and `training_args.bin`. The new runs of docs/monitoring.md's table were trained with
 
-    for seed in 2 3; do
+    for seed in 2 3; do  # stopped at steps 30 and 35 (killed: fallen to 0 success; the checkpoints hold the logs)
       trl-multiagent train voting --config toy --n_voters 3 --update_schedule mini_batches --learning_rate 4e-3 \
         --per_device_train_batch_size 16 --seed $seed --max_steps 60 --save_steps 5 --save_only_model true \
         --monitor_update_size true --output_dir outputs/alarm-corpus/voting-n3-mini_batches-lr4e-3-s$seed
     done
+    for seed in 2 3; do
+      trl-multiagent train voting --config toy --n_voters 3 --update_schedule mini_batches --learning_rate 2e-3 \
+        --per_device_train_batch_size 16 --seed $seed --max_steps 50 --save_steps 5 --save_only_model true \
+        --monitor_update_size true --output_dir outputs/alarm-corpus/voting-n3-mini_batches-lr2e-3-s$seed
+    done
+    for seed in 1 4; do  # stopped at the session's end (docs/monitoring.md says at which step)
+      trl-multiagent train voting --config toy --n_voters 3 --update_schedule mini_batches --learning_rate 2e-3 \
+        --per_device_train_batch_size 16 --seed $seed --max_steps 100 --save_steps 5 --save_only_model true \
+        --monitor_update_size true --output_dir outputs/alarm-corpus/voting-n3-mini_batches-lr2e-3-s$seed
+    done
+
+(`--learning_rate 1e-2` made both seeds' voters collapse within 4 steps, before any running mean of success exists:
+not a decline any alarm could precede; those runs are not in the corpus.)
 
 One row per (run, step, role, metric): `success` (role empty), per role the update size and the loss's ratio
 (`update_ratio`, `update_chi_square`, `policy_ratio`, `chi_square`), `grad_norm`, `entropy`, `completion_length`,

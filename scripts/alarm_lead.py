@@ -191,7 +191,13 @@ def draw(runs: list[Run], factor: float, out: Path = OUT) -> Path:
         steps = [s for s, _ in run.success]
         ax.plot(steps, running_mean([v for _, v in run.success], WINDOW), color="k", label="success (mean of 10)")
         ax.axvline(run.onset, color="k", linestyle="--", label=f"decline onset ({run.onset})")
-        ax.axvspan(run.onset - HORIZON, run.onset - MIN_LEAD, color="C2", alpha=0.12, label="warning >= 10 ahead")
+        ax.axvspan(
+            max(run.onset - HORIZON, 0),
+            max(run.onset - MIN_LEAD, 0),
+            color="C2",
+            alpha=0.12,
+            label="warning >= 10 ahead",
+        )
         for step in run.logged_alarms():
             ax.axvline(step, color="C1", linestyle=":", linewidth=1)
         ax.plot([], [], color="C1", linestyle=":", label="today's alarms")
