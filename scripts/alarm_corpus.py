@@ -40,9 +40,10 @@ import csv
 import json
 from pathlib import Path
 
+from trl_multiagent.report import load_training_args
+
 from trl_multiagent.evaluation.instability import read_log_history
 from trl_multiagent.evaluation.mechanisms import alarm_steps, step_series
-from trl_multiagent.report import load_training_args
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"

@@ -31,7 +31,11 @@ TRAINING = (ScriptArguments, MultiAgentGRPOConfig, ModelConfig, WorkflowOptions)
 EVALUATION = (EvalSettings,)
 # What layering changed on purpose, (before, after): cpu.yaml set the paper's 64 prompts per mini-batch on its
 # 2-prompt batch; now one generation batch, the reference's ratio (the config's default, None).
-CHANGED = {name: {"mini_batch_prompts": (64, None)} for name in ("cpu", "cpu_code")}
+# And paper_math.yaml gained `activation_memory_gb: 48` (recompute only where an 80 GB card's activations would not
+# fit), which every preset built on it inherits.
+CHANGED = {name: {"activation_memory_gb": (None, 48)} for name in FLAT if name != "paper_eval"}
+for name in ("cpu", "cpu_code"):
+    CHANGED[name]["mini_batch_prompts"] = (64, None)
 
 
 def parser_of(name: str) -> RecipeParser:
