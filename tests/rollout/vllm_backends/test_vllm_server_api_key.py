@@ -40,7 +40,19 @@ class KeyedVLLM(http.server.BaseHTTPRequestHandler):
         if self.headers.get("Authorization") != f"Bearer {KEY}":
             self._reply(401, {"error": "Unauthorized"})
         else:
-            self._reply(200, {"choices": [{"index": 0, "token_ids": [7], "finish_reason": "length"}]})
+            self._reply(
+                200,
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "token_ids": [7],
+                            "logprobs": {"token_logprobs": [-0.5]},
+                            "finish_reason": "length",
+                        }
+                    ]
+                },
+            )
 
     def log_message(self, *args):
         pass
