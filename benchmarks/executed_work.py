@@ -178,6 +178,8 @@ class ExecutedWork:
             input_ids = kwargs["inputs_embeds"][..., 0]
         rows, width = input_ids.shape[:2]
         lengths = sample_lengths(rows, width, mask, positions)
+        if mask is None and lengths == [width] * rows:  # one sample a row, padded after it: the padding is not masked
+            lengths = unpadded_lengths(input_ids, self.config.pad_token_id)
         work.forwards += 1
         work.widths.append((rows, width))
         work.real_tokens += sum(lengths)
@@ -294,6 +296,16 @@ def sample_lengths(rows: int, width: int, mask, positions) -> list[int]:
     if mask is None:
         return [width] * rows
     return mask.sum(dim=-1).tolist()
+
+
+def unpadded_lengths(input_ids: torch.Tensor, pad_token_id: int | None) -> list[int]:
+    """Each row's length without the padding after its sample: rows laid out one sample a row carry no mask (the
+    causal kernel leaves the tail unread), so the padding is told by the pad token, from the row's end."""
+    if pad_token_id is None:
+        return [input_ids.size(1)] * input_ids.size(0)
+    own = (input_ids != pad_token_id).int()
+    last = own.size(1) - own.flip(dims=[1]).argmax(dim=1)  # one past each row's last token that is not padding
+    return torch.where(own.any(dim=1), last, 0).tolist()
 
 
 def attended_pairs(rows: int, width: int, mask, kwargs) -> tuple[str, float]:

@@ -38,7 +38,10 @@ def test_every_section_runs_and_writes_its_figures(tmp_path):
     # Padding, recompute and the log-prob forward before the update are executed, not model, FLOPs.
     assert warm["executed_over_model_flops"] > 1 and warm["hfu_measured_peak"] > warm["mfu_measured_peak"]
     waste = warm["waste_tflop"]
-    assert waste["extra_forwards"] > 0 and waste["recompute"] > 0 and waste["padding_in_linear_layers"] > 0
+    assert waste["extra_forwards"] > 0 and waste["recompute"] > 0
+    # Rows grouped by length, one sample a row: a forward may carry no padding at all (a padded forward's count is
+    # checked exactly in test_executed_work.py).
+    assert waste["padding_in_linear_layers"] >= 0
     loss = warm["phases"]["loss_forward"]
     assert loss["recomputed_layers"] > 0  # gradient checkpointing ran (the paper preset's)
     assert sum(loss["forward_shapes"].values()) == loss["forwards"] > 0
