@@ -36,6 +36,7 @@ from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_ge
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, nanstd
 
 __all__ = [
+    "EpochOrderSampler",
     "GLOBAL_TOKEN_LOSSES",
     "LOSS_TYPES",
     "SEQUENCE_MEAN_LOSSES",
@@ -232,3 +233,40 @@ def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
     low = clip_min if clip_min is not None else -math.inf
     high = clip_max if clip_max is not None else math.inf
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+class EpochOrderSampler(torch.utils.data.Sampler):
+    """TRL's ``RepeatSampler`` (``sampler``), made to give the pass over the data of epoch ``e`` (``set_epoch(e)``)
+    the order an uninterrupted run gives it, whichever passes this process ran before.
+
+    ``RepeatSampler`` (trl/trainer/utils.py, the same from 1.14.2 to 1.16 and on TRL's main) seeds a generator of its
+    own once, in ``__init__``, and draws a new permutation as each pass starts (``__iter__``); it has no
+    ``set_epoch`` and nothing saves its generator. An uninterrupted run's epoch ``e`` gets the generator's
+    ``e+1``-th draw. A run resumed from a checkpoint of epoch ``e >= 1`` builds a fresh sampler, and the Trainer
+    starts its loop at epoch ``e`` without passing over the epochs before (transformers trainer.py,
+    ``_inner_training_loop``: ``for epoch in range(epochs_trained, num_train_epochs)``; ``_run_epoch`` skips batches
+    of the resumed epoch only): that epoch got the first draw, epoch 0's order (all of it after a checkpoint at an
+    epoch's end, its remaining batches after one in mid-epoch). The Trainer calls ``set_epoch(epoch)`` before each
+    epoch's pass (``_run_epoch``, through accelerate's ``DataLoaderShard.set_epoch``); each pass here puts the
+    generator back to its seeded state and draws, then drops, the orders of the epochs before.
+    """
+
+    def __init__(self, sampler: torch.utils.data.Sampler):
+        self.sampler = sampler
+        generator = getattr(sampler, "generator", None)  # only a shuffling RepeatSampler has one
+        self._seeded = generator.get_state() if generator is not None else None  # before its first draw
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        if self._seeded is not None:
+            self.sampler.generator.set_state(self._seeded)
+            for _ in range(self.epoch):
+                next(iter(self.sampler), None)  # a pass draws its whole order as it starts
+        self.epoch += 1  # a next pass without set_epoch draws the next order, as RepeatSampler's own would
+        return iter(self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
