@@ -1,6 +1,6 @@
 """A run resumed from a checkpoint trains the batches an uninterrupted run trains, in the same order, wherever the
 checkpoint lies: at an epoch's end, in the middle of the first epoch or of the second; and with ``rollout_ahead=1``,
-whose trainer reads each next batch one step early.
+whose trainer reads each next batch one step early; and on each of several processes.
 
 Six rows, two prompts a step: three steps an epoch, two epochs. The uninterrupted run's order is TRL's own: its
 ``RepeatSampler``'s first two passes over the rows with the run's seed.
@@ -9,9 +9,13 @@ Six rows, two prompts a step: three steps an epoch, two epochs. The uninterrupte
 from __future__ import annotations
 
 import pytest
+from accelerate.data_loader import prepare_data_loader, skip_first_batches
 from scripted import addition_dataset
 from tiny import half_right_answers, tiny_trainer
+from torch.utils.data import DataLoader
 from trl.trainer.utils import RepeatSampler
+
+from trl_multiagent.seams.trl import EpochOrderSampler
 
 ROWS, PROMPTS_PER_STEP, NUM_GENERATIONS, SEED = 6, 2, 4, 3
 STEPS_PER_EPOCH = ROWS // PROMPTS_PER_STEP
@@ -81,3 +85,25 @@ def test_a_resumed_run_trains_the_uninterrupted_order(tiny_model_dir, tmp_path, 
         checkpoint = tmp_path / "run" / f"checkpoint-{step}"
         resumed[step] = trained_rows(trainer(tiny_model_dir, tmp_path / f"from-{step}", **settings), checkpoint)
     assert resumed == {step: uninterrupted[step:] for step in resumed_at}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_of_two_processes_resumes_mid_epoch_on_its_uninterrupted_order(rank):
+    """The data loaders alone, as the Trainer prepares one process of two and skips the batches a checkpoint in the
+    second epoch trained: there the Trainer's ``set_epoch`` does not reach the sampler, which takes the Trainer's
+    epoch count instead."""
+
+    def sampler():
+        return RepeatSampler(range(ROWS), mini_repeat_count=NUM_GENERATIONS, batch_size=PROMPTS_PER_STEP, seed=SEED)
+
+    def process_loader(sampler) -> DataLoader:
+        loader = DataLoader(range(ROWS), batch_size=PROMPTS_PER_STEP * NUM_GENERATIONS, sampler=sampler)
+        return prepare_data_loader(loader, num_processes=2, process_index=rank, put_on_device=False)
+
+    uninterrupted = process_loader(sampler())
+    epochs = [[batch.tolist() for batch in uninterrupted] for _ in range(2)]
+    assert epochs[0] != epochs[1]
+
+    resumed = skip_first_batches(process_loader(EpochOrderSampler(sampler(), epoch_now=lambda: 1)), 1)
+    resumed.set_epoch(1)  # what the Trainer does; accelerate hands it no further than two batch samplers down
+    assert [batch.tolist() for batch in resumed] == epochs[1][1:]

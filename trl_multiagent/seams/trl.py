@@ -236,8 +236,9 @@ def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
 
 
 class EpochOrderSampler(torch.utils.data.Sampler):
-    """TRL's ``RepeatSampler`` (``sampler``), made to give the pass over the data of epoch ``e`` (``set_epoch(e)``)
-    the order an uninterrupted run gives it, whichever passes this process ran before.
+    """TRL's ``RepeatSampler`` (``sampler``), made to give the pass over the data of epoch ``e`` the order an
+    uninterrupted run gives it, whichever passes this process ran before. The epoch of a pass: the last
+    ``set_epoch(e)``, or ``epoch_now()`` (the Trainer's own count) when none reached this sampler yet.
 
     ``RepeatSampler`` (trl/trainer/utils.py, the same from 1.14.2 to 1.16 and on TRL's main) seeds a generator of its
     own once, in ``__init__``, and draws a new permutation as each pass starts (``__iter__``); it has no
@@ -246,26 +247,32 @@ class EpochOrderSampler(torch.utils.data.Sampler):
     starts its loop at epoch ``e`` without passing over the epochs before (transformers trainer.py,
     ``_inner_training_loop``: ``for epoch in range(epochs_trained, num_train_epochs)``; ``_run_epoch`` skips batches
     of the resumed epoch only): that epoch got the first draw, epoch 0's order (all of it after a checkpoint at an
-    epoch's end, its remaining batches after one in mid-epoch). The Trainer calls ``set_epoch(epoch)`` before each
-    epoch's pass (``_run_epoch``, through accelerate's ``DataLoaderShard.set_epoch``); each pass here puts the
-    generator back to its seeded state and draws, then drops, the orders of the epochs before.
+    epoch's end, its remaining batches after one in mid-epoch). Here each pass puts the generator back to its seeded
+    state and draws, then drops, the orders of the epochs before.
+
+    The Trainer calls ``set_epoch(epoch)`` on its data loader before each epoch's pass (``_run_epoch``), which
+    accelerate's ``DataLoaderShard.set_epoch`` hands on to a sampler at most two batch samplers down. Under several
+    processes, the loader that skips a resumed epoch's first batches holds the sampler three down (``SkipBatchSampler``
+    over ``BatchSamplerShard`` over ``BatchSampler``; accelerate 1.16), and its ``set_epoch`` never arrives: that first
+    pass takes ``epoch_now()``.
     """
 
-    def __init__(self, sampler: torch.utils.data.Sampler):
-        self.sampler = sampler
+    def __init__(self, sampler: torch.utils.data.Sampler, epoch_now: Callable[[], int]):
+        self.sampler, self.epoch_now = sampler, epoch_now
         generator = getattr(sampler, "generator", None)  # only a shuffling RepeatSampler has one
         self._seeded = generator.get_state() if generator is not None else None  # before its first draw
-        self.epoch = 0
+        self.epoch: int | None = None  # the epoch of the next pass, once set_epoch has said it
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[int]:
+        epoch = self.epoch_now() if self.epoch is None else self.epoch
         if self._seeded is not None:
             self.sampler.generator.set_state(self._seeded)
-            for _ in range(self.epoch):
+            for _ in range(epoch):
                 next(iter(self.sampler), None)  # a pass draws its whole order as it starts
-        self.epoch += 1  # a next pass without set_epoch draws the next order, as RepeatSampler's own would
+        self.epoch = epoch + 1  # a next pass without set_epoch draws the next order, as RepeatSampler's own would
         return iter(self.sampler)
 
     def __len__(self) -> int:
