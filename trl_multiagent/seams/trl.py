@@ -36,6 +36,7 @@ from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_ge
 from trl.trainer.utils import create_model_from_path, disable_dropout_in_model, nanstd
 
 __all__ = [
+    "EpochOrderSampler",
     "GLOBAL_TOKEN_LOSSES",
     "LOSS_TYPES",
     "SEQUENCE_MEAN_LOSSES",
@@ -232,3 +233,47 @@ def batch_importance_sampling_ratio(batch, args) -> torch.Tensor:
     low = clip_min if clip_min is not None else -math.inf
     high = clip_max if clip_max is not None else math.inf
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+class EpochOrderSampler(torch.utils.data.Sampler):
+    """TRL's ``RepeatSampler`` (``sampler``), made to give the pass over the data of epoch ``e`` the order an
+    uninterrupted run gives it, whichever passes this process ran before. The epoch of a pass: the last
+    ``set_epoch(e)``, or ``epoch_now()`` (the Trainer's own count) when none reached this sampler yet.
+
+    ``RepeatSampler`` (trl/trainer/utils.py, the same from 1.14.2 to 1.16 and on TRL's main) seeds a generator of its
+    own once, in ``__init__``, and draws a new permutation as each pass starts (``__iter__``); it has no
+    ``set_epoch`` and nothing saves its generator. An uninterrupted run's epoch ``e`` gets the generator's
+    ``e+1``-th draw. A run resumed from a checkpoint of epoch ``e >= 1`` builds a fresh sampler, and the Trainer
+    starts its loop at epoch ``e`` without passing over the epochs before (transformers trainer.py,
+    ``_inner_training_loop``: ``for epoch in range(epochs_trained, num_train_epochs)``; ``_run_epoch`` skips batches
+    of the resumed epoch only): that epoch got the first draw, epoch 0's order (all of it after a checkpoint at an
+    epoch's end, its remaining batches after one in mid-epoch). Here each pass puts the generator back to its seeded
+    state and draws, then drops, the orders of the epochs before.
+
+    The Trainer calls ``set_epoch(epoch)`` on its data loader before each epoch's pass (``_run_epoch``), which
+    accelerate's ``DataLoaderShard.set_epoch`` hands on to a sampler at most two batch samplers down. Under several
+    processes, the loader that skips a resumed epoch's first batches holds the sampler three down (``SkipBatchSampler``
+    over ``BatchSamplerShard`` over ``BatchSampler``; accelerate 1.16), and its ``set_epoch`` never arrives: that first
+    pass takes ``epoch_now()``.
+    """
+
+    def __init__(self, sampler: torch.utils.data.Sampler, epoch_now: Callable[[], int]):
+        self.sampler, self.epoch_now = sampler, epoch_now
+        generator = getattr(sampler, "generator", None)  # only a shuffling RepeatSampler has one
+        self._seeded = generator.get_state() if generator is not None else None  # before its first draw
+        self.epoch: int | None = None  # the epoch of the next pass, once set_epoch has said it
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        epoch = self.epoch_now() if self.epoch is None else self.epoch
+        if self._seeded is not None:
+            self.sampler.generator.set_state(self._seeded)
+            for _ in range(epoch):
+                next(iter(self.sampler), None)  # a pass draws its whole order as it starts
+        self.epoch = epoch + 1  # a next pass without set_epoch draws the next order, as RepeatSampler's own would
+        return iter(self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)

@@ -29,7 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 from ..checkpoints import atomic as atomic_checkpoints
 from ..seams.accelerate import gradients_unsynced
 from ..seams.transformers import rotate_checkpoints
-from ..seams.trl import TRL_VERSION, unwrapped_for_generation
+from ..seams.trl import TRL_VERSION, EpochOrderSampler, unwrapped_for_generation
 
 
 class GRPOSeam(GRPOTrainer):
@@ -80,6 +80,14 @@ class GRPOSeam(GRPOTrainer):
     def _micro_step_inputs(self, generation_batch):
         """What one micro-step of the loop (or one evaluation batch) trains on."""
         return super()._prepare_inputs(generation_batch)
+
+    # TRL GRPOTrainer._get_train_sampler (the Trainer's hook, called with the training set; TRL's RepeatSampler, built
+    # the same in 1.14.2 to 1.16): the order of the training rows. Wrapped so that each epoch gets the order an
+    # uninterrupted run gives it, after a resume too: TRL's own sampler hands the first epoch's order to whichever
+    # epoch a resumed run starts in (seams/trl.py, EpochOrderSampler, names the upstream lines). The Trainer's epoch,
+    # for a pass no `set_epoch` reached: the whole epochs in its state's count (a resumed run's is its checkpoint's).
+    def _get_train_sampler(self, dataset=None):
+        return EpochOrderSampler(super()._get_train_sampler(dataset), epoch_now=lambda: int(self.state.epoch))
 
     # TRL GRPOTrainer._get_per_token_logps_and_entropies (since 0.20; 1.14.2 to 1.16 return (log-probs, entropies,
     # aux loss)): the completions' per-token log-probs (and entropies) in chunks; its loss computes them through here.

@@ -10,11 +10,11 @@ fault in step 2's rollout, when its 64 episodes have 64 calls in flight:
 
 A stopped step trains nothing (no step 2 logged, no checkpoint-2); once the server is back, the run resumed from
 checkpoint-1 trains the same step 2 a clean run did: the same 64 episodes of the same prompts, every one whole. The
-dataset holds two steps' prompts, so step 2 is the second half of an epoch: a run resumed at an epoch's end replays the
-first epoch's order instead of the second's (the sampler's shuffle is not restored), a gap of the resume outside these
-faults. The rewards are printed beside the clean run's, not compared: vLLM's CPU build samples differently from run to
-run (a request with a `seed` kills its engine, "CPU Generator does not use offset", and even near-greedy decoding of
-random LoRA adapters gave step rewards 2-3% apart from the same weights), so equal rewards cannot be asked of it.
+dataset holds two steps' prompts, so step 2 is the second half of the first epoch (the order of later epochs after a
+resume: tests/checkpoints/test_resume_order.py). The rewards are printed beside the clean run's, not compared: vLLM's
+CPU build samples differently from run to run (a request with a `seed` kills its engine, "CPU Generator does not use
+offset", and even near-greedy decoding of random LoRA adapters gave step rewards 2-3% apart from the same weights), so
+equal rewards cannot be asked of it.
 
 Needs `vllm` (the CPU build, installed as in .ci/run); skipped where it does not import. One server, shared by the
 module's tests in order; each test that stops it starts it again.
