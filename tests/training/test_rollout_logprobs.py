@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_forward_padding import assert_same_update, record_gradients, uneven_answers
+from test_forward_padding import record_gradients, uneven_answers
 from test_logps_before_update import record_logp_samples
 from tiny import tiny_config, tiny_trainer
 
 from trl_multiagent import EvalOpt
 from trl_multiagent.adapters.routing import adapter_parameters
 
-TOLERANCE = 1e-5  # nats per token: `generate`'s cached steps against one forward of the whole sequence, in fp32
+# Nats per token: `generate`'s cached steps on left-padded rows against one forward of each whole sequence, in fp32
+# (measured: at most 1.8e-5, 2.5e-6 on average, on log-probs down to -8; another adapter's are ~9 nats off).
+TOLERANCE = 5e-5
 ROLLOUT = dict(old_logprobs="rollout", vllm_importance_sampling_correction=False)
 
 
@@ -95,7 +97,7 @@ def test_the_transformers_backends_log_probs_are_the_trainers_forwards(tiny_mode
     assert set(batch.adapters) == {"generator", "evaluator"} and mask.sum() > 50
     gap = (batch.sampling_per_token_logps - own)[mask].abs().max().item()
     assert gap <= TOLERANCE, gap
-    assert (batch.sampling_per_token_logps - swapped)[mask].abs().mean().item() > 100 * TOLERANCE
+    assert (batch.sampling_per_token_logps - swapped)[mask].abs().mean().item() > 1000 * TOLERANCE
 
 
 @pytest.mark.parametrize("policy", ["isolated", "shared"])
@@ -120,7 +122,15 @@ def test_no_log_prob_forward_before_the_update_and_the_same_update(tiny_model_di
             assert ours.old_per_token_logps is None  # an adapter's first: ratio exactly 1 either way
         else:
             assert torch.equal(ours.old_per_token_logps, ours.sampling_per_token_logps)
-    assert_same_update(*rollout[0:2], *recomputed[0:2])
+    # The adapters' gradients at every optimizer step within 1e-4 of the largest (as test_forward_padding.py compares
+    # updates); the logged loss, a mean of advantage x ratio terms that nearly cancel (the advantages, under 2 here,
+    # sum to zero per group), within what a log-prob gap of TOLERANCE moves it.
+    scale = max(g.abs().max().item() for step in recomputed[0] for g in step.values())
+    assert scale > 0 and len(rollout[0]) == len(recomputed[0]) > 2
+    for ours, theirs in zip(rollout[0], recomputed[0]):
+        assert ours.keys() == theirs.keys()
+        assert max((ours[name] - theirs[name]).abs().max().item() for name in theirs) <= 1e-4 * scale
+    assert rollout[1] == pytest.approx(recomputed[1], abs=2 * TOLERANCE)
 
 
 @pytest.mark.parametrize(
