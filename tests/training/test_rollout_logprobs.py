@@ -179,3 +179,36 @@ def test_a_backend_that_reports_no_log_probs_stops_the_step(tiny_model_dir, tmp_
     )
     with pytest.raises(ValueError, match="ScriptedBackend returned calls without them.*old_logprobs='recompute'"):
         trainer.train()
+
+
+def test_merged_steps_of_one_generation_batch_take_every_samples_rollout_log_probs(tiny_model_dir, tmp_path):
+    """Under `"merged"` with two optimizer steps per generation batch every sample's ratio needs its log-probs from
+    before the update: under the switch they are the rollout's, for every sample, and no log-prob forward runs."""
+    trainer = tiny_trainer(
+        tiny_model_dir,
+        tmp_path,
+        EvalOpt(max_iterations=2),
+        reward_funcs=length_reward,
+        update_schedule="merged",
+        steps_per_generation=2,
+        max_steps=2,
+        learning_rate=0.05,
+        save_strategy="no",
+        seed=0,
+        **ROLLOUT,
+    )
+    forward, score, batches, forwards = trainer._routed_logps, trainer._generate_and_score, [], []
+
+    def counting(batch, adapters, mode):
+        forwards.append(len(batch))
+        return forward(batch, adapters, mode)
+
+    def scoring(inputs):
+        batches.append(score(inputs))
+        return batches[-1]
+
+    trainer._routed_logps, trainer._generate_and_score = counting, scoring
+    trainer.train()
+    assert len(batches) == 1 and trainer.state.global_step == 2 and forwards == []
+    (batch,) = batches
+    assert batch.old_per_token_logps is batch.sampling_per_token_logps is not None
