@@ -355,8 +355,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
         generate_every = self.args.steps_per_generation * self.num_iterations
         recompute = self.args.old_logprobs == "recompute"  # else the rollout's, no forward (config/old_logprobs.py)
-        if not recompute:
-            rollout_logps(batch, backend=type(self.rollout_backend).__name__)  # an error where the backend sent none
+        sampled = None if recompute else rollout_logps(batch, backend=type(self.rollout_backend).__name__)
         correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
         size = self.args.monitor_update_size and mode == "train"  # kept apart: the loss sees what it would without
         # Under mini-batches each adapter's first mini-batch has a policy ratio of exactly one: the others' log-probs
@@ -366,9 +365,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         every_sample = correct_sampling or size or check
         old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling
         old = old or (mini_batches and every_sample)
-        if not recompute:  # under mini-batches, each mini-batch's own (`_mini_batch_update`)
+        if sampled is not None:  # under mini-batches, each mini-batch's own (`_mini_batch_update`)
             if old and not mini_batches:
-                batch.old_per_token_logps = batch.sampling_per_token_logps
+                batch.old_per_token_logps = sampled
             old = False
         reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
         if old or reference or size:  # switching checkpointing off and on walks every module twice: only for a forward
