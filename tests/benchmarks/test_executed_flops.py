@@ -4,14 +4,15 @@ through a one-layer model of a few weights, in each layout the count knows."""
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 from harness import ROOT
 
-from trl_multiagent.testing import batch_of_lengths
+from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from executed_flops import Tally, add_forward, flex_pairs, model_flops  # noqa: E402
+from executed_flops import Tally, add_forward, count_step, flex_pairs, model_flops  # noqa: E402
 from model_flops import DecoderShape  # noqa: E402
 
 # One layer, hidden 2, one head of 2, MLP 2, vocabulary 3: linear weights per layer q 4 + k 4 + v 4 + o 4 + gate 4 +
@@ -72,3 +73,29 @@ def test_flex_counts_every_block_a_sample_touches():
     # 200 tokens then 100: the first covers blocks 0-1 (3 causal block pairs), the second blocks 1-2 (3 pairs), block
     # pair (1, 1) shared by both: 5 blocks computed whole.
     assert flex_pairs([200, 100]) == 5 * 128 * 128
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_rollout_log_probs_drop_the_log_prob_forwards_and_keep_the_loss_forwards(shared):
+    """A step of 4 problems x 4 Eval-Opt episodes in mini-batches of one problem: recomputed, the mini-batches after
+    each adapter's first get a log-prob forward each; from the rollout (`old_logprobs="rollout"`), none, and the loss
+    forwards are the same."""
+    args = SimpleNamespace(
+        batch_size=8,
+        max_tokens=51_200,
+        loss_type="grpo",
+        lora_rank=8,
+        pad_to_multiple_of=None,
+        fit=None,
+        mini_batch_prompts=1,
+        episodes_per_problem=4,
+        accumulation=2,
+        mini_batch_order="episodes",
+        seed=0,
+    )
+    batch = batch_of_lengths(eval_opt_call_lengths(16, seed=0), shared=shared)
+    step = dict(schedule="mini_batches", version="after", attention="sdpa")
+    recomputed_logps, recomputed_loss = count_step(batch, args, **step)
+    rollout_logps, rollout_loss = count_step(batch, args, **step, old_logprobs="rollout")
+    assert recomputed_logps.forwards > 0 and rollout_logps.forwards == 0 and rollout_logps.executed == 0
+    assert (rollout_loss.forwards, rollout_loss.executed) == (recomputed_loss.forwards, recomputed_loss.executed)

@@ -45,6 +45,7 @@ REFERENCE_SETTINGS = [
     ("clip_grad_norm_per_adapter", True, "rllm/trainer/verl/agent_workflow_trainer.py: one update_actor per role"),
     ("chat_rendering", "reference_qwen", "rllm/engine/rollout/verl_engine.py:24,69-70 (rLLM's Qwen parser)"),
     ("vllm_importance_sampling_correction", False, "rllm/trainer/verl/agent_workflow_trainer.py:419-423"),
+    ("old_logprobs", "recompute", "rllm/trainer/verl/agent_workflow_trainer.py:372-410 (compute_log_prob)"),
     ("delta", 3.0, "verl/trainer/config/actor/actor.yaml:69 (clip_ratio_c: the dual clip)"),
     ("advantage_groups", "calls", "rllm/trainer/verl/agent_workflow_trainer.py:473 (uid = step id)"),
     ("role_rewards", None, "dashboard/task_configs.py:46,50,54 (use_final_outcome_reward: the outcome)"),

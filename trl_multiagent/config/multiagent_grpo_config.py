@@ -15,6 +15,7 @@ from ..seams.transformers import add_json_dict_fields, refill_deepspeed_config, 
 from ..seams.trl import check_loss_type
 from ..training.mini_batches import MINI_BATCH_ORDERS
 from .grpo_config_fields import inapplicable, refusals
+from .old_logprobs import OLD_LOGPROBS, old_logprobs_refusals
 
 POLICY_SHARINGS = ("shared", "isolated")
 ROLE_LOSS_BALANCES = ("per_output", "per_role")
@@ -111,6 +112,18 @@ class MultiAgentGRPOConfig(GRPOConfig):
             (so does the scheduler under `lr_scheduler_steps="per_update"`), and every process cuts its contiguous
             share of them into its part of each mini-batch; on one process a role's middle mini-batch holds its
             longest samples. No effect under `"merged"`, where one step takes every sample.
+        old_logprobs (`str`, *optional*, defaults to `"recompute"`):
+            Where the loss's log-probs from before the update come from, for the samples whose policy ratio is not
+            exactly 1 (under `"mini_batches"` every mini-batch after its adapter's first; under `"merged"` every
+            sample, when a generation batch takes several optimizer steps or `num_iterations > 1`). `"recompute"`:
+            a no-grad forward of those samples before the first update (the reference's `compute_log_prob`).
+            `"rollout"`: the rollout backend's log-prob of each sampled token (vLLM's `processed_logprobs`; the
+            transformers backend reads them while it generates), no forward. Refused where they are not the trainer's
+            log-probs or change nothing: with `vllm_importance_sampling_correction` (its ratio would be 1),
+            `rollout_ahead`, `"merged"` with one optimizer step per generation batch, continuous batching, a
+            repetition penalty, a role's own temperature, and on vLLM top-k, top-p or min-p. The adapter check then
+            compares no log-probs (its version stamps still run); a custom backend must report them
+            (`GenerationResult.sampling_logprobs`).
         lr_scheduler_steps (`str`, *optional*, defaults to `"per_training_step"`):
             When the learning-rate scheduler steps. `"per_training_step"`: the Trainer's own, once per optimizer step
             of the Trainer (the schedule spans `max_steps` training steps). `"per_update"`: once per adapter update
@@ -392,6 +405,14 @@ class MultiAgentGRPOConfig(GRPOConfig):
             "help": "Which samples form each mini-batch: `'episodes'`: each adapter's in episode order; "
             "`'reference'`: the batch balanced by length over processes first (verl's order).",
             "choices": list(MINI_BATCH_ORDERS),
+        },
+    )
+    old_logprobs: str = field(
+        default="recompute",
+        metadata={
+            "help": "Log-probs before the update where the ratio needs them: `'recompute'`: a no-grad forward (the "
+            "reference's); `'rollout'`: the rollout backend's sampled-token log-probs, no forward.",
+            "choices": list(OLD_LOGPROBS),
         },
     )
     lr_scheduler_steps: str = field(
@@ -745,6 +766,9 @@ class MultiAgentGRPOConfig(GRPOConfig):
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             raise ValueError(f"`rollout_backend` must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}.")
         self._check_rollout_fields()
+        refused = old_logprobs_refusals(self)
+        if refused:
+            raise ValueError("\n".join(refused))
         self.max_prompt_length = _prompt_limits(self.max_prompt_length)
         check_chat_rendering(self.chat_rendering, self.chat_template_kwargs)
         for name in ROLE_NUMBERS:

@@ -55,7 +55,7 @@ from ..training.batch import TrainingBatch
 from ..training.early_rewards import final_completion_ids, final_completions
 from ..training.entropy_control import EntropyStepCallback, RoleEntropyControl
 from ..training.episode_samples import episode_samples
-from ..training.forwards import Forwards, old_logps_after_first
+from ..training.forwards import Forwards, old_logps_after_first, rollout_logps
 from ..training.loss_weights import LossScale, loss_ready, per_role_kl_loss
 from ..training.mini_batches import micro_steps, mini_batch_plan
 from ..training.recompute import fit_of
@@ -354,14 +354,21 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
     def _add_logps_before_update(self, batch: TrainingBatch, mode: str) -> None:
         """The log-probabilities the loss needs from before the update, each sample through its own adapter."""
         generate_every = self.args.steps_per_generation * self.num_iterations
+        recompute = self.args.old_logprobs == "recompute"  # else the rollout's, no forward (config/old_logprobs.py)
+        sampled = None if recompute else rollout_logps(batch, backend=type(self.rollout_backend).__name__)
         correct_sampling = batch.sampling_per_token_logps is not None and self.vllm_importance_sampling_correction
         size = self.args.monitor_update_size and mode == "train"  # kept apart: the loss sees what it would without
         # Under mini-batches each adapter's first mini-batch has a policy ratio of exactly one: the others' log-probs
         # are computed once the mini-batches are cut (`_mini_batch_update`), unless every sample's are read here.
         mini_batches = self.args.update_schedule == "mini_batches" and mode == "train"
-        every_sample = correct_sampling or size or batch.sampling_per_token_logps is not None  # the adapter check
+        check = batch.sampling_per_token_logps is not None and recompute  # the adapter check compares the two
+        every_sample = correct_sampling or size or check
         old = self.args.gradient_accumulation_steps % generate_every != 0 or correct_sampling
         old = old or (mini_batches and every_sample)
+        if sampled is not None:  # under mini-batches, each mini-batch's own (`_mini_batch_update`)
+            if old and not mini_batches:
+                batch.old_per_token_logps = sampled
+            old = False
         reference = self.args.monitor_kl_to_base or any(self.role_beta.values())  # alike on every process
         if old or reference or size:  # switching checkpointing off and on walks every module twice: only for a forward
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
@@ -391,7 +398,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         """Each role served by its own adapter at the synced version, per the backend's stamps and the gap between
         the sampler's log-probs and the trainer's before the update (monitoring/adapter_check.py)."""
         logps = batch.old_per_token_logps
-        if batch.sampling_per_token_logps is None:
+        if batch.sampling_per_token_logps is None or self.args.old_logprobs == "rollout":  # nothing to compare
             logps = None
         elif logps is None:  # the loss's forward of these weights comes too late for the check
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
@@ -538,7 +545,9 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             gather_object=gather_object,
         )
 
-        if batch.old_per_token_logps is None:  # each adapter's first mini-batch needs none (its ratio is one)
+        if batch.old_per_token_logps is None and self.args.old_logprobs == "rollout":  # the sampler's, no forward
+            plan = old_logps_after_first(plan, lambda part: part.sampling_per_token_logps)
+        elif batch.old_per_token_logps is None:  # each adapter's first mini-batch needs none (its ratio is one)
             with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
                 plan = old_logps_after_first(plan, lambda part: self._routed_logps(part, part.adapters, "train"))
 

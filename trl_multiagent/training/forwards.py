@@ -132,3 +132,24 @@ def old_logps_after_first(
         (adapter, part if first else replace(part, old_per_token_logps=logps(part)))
         for (adapter, part), first in zip(plan, first_of_each_adapter(plan))
     ]
+
+
+def rollout_logps(batch: TrainingBatch, *, backend: str) -> torch.Tensor:
+    """`[N, C]`: the rollout backend's log-probs of ``batch``'s sampled tokens, which `old_logprobs="rollout"` takes
+    as the log-probs before the update in place of a forward; an error naming the fix where ``backend`` (its name)
+    reported none, or none for some completion token (a vLLM server sends -inf as null)."""
+    sampled = batch.sampling_per_token_logps
+    if sampled is None:
+        raise ValueError(
+            f"old_logprobs='rollout' takes the log-probs before the update from the rollout backend, and {backend} "
+            "returned calls without them: use the transformers or vLLM backend, make a custom backend fill "
+            "`GenerationResult.sampling_logprobs` (one per completion token), or set old_logprobs='recompute'."
+        )
+    missing = int((sampled.isnan() & batch.completion_mask.bool()).sum())
+    if missing:
+        raise ValueError(
+            f"old_logprobs='rollout': {backend} sent no log-prob for {missing} sampled token(s) (a vLLM server sends "
+            "-inf as null: a token the sampler gave no probability, under a truncating sampler); set "
+            "old_logprobs='recompute'."
+        )
+    return sampled

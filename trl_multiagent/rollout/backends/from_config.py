@@ -121,6 +121,7 @@ def _backend(args, context: BackendContext, memory_share: float):
         chat_rendering=c.chat_rendering,
         weights_step=c.weights_step,
         continuous_batching=continuous_batching_config(args),
+        report_logprobs=args.old_logprobs == "rollout",  # the log-probs before the update (config/old_logprobs.py)
     )
 
 

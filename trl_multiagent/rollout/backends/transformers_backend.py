@@ -9,11 +9,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
+from transformers import LogitsProcessorList
 
 from ...adapters.routing import BASE_MODEL, AdapterRouter
 from ..chat_rendering import ChatRenderer
 from ..padding import padded
 from .base import GenerationRequest, GenerationResult, Provenance, RendersPrompts, settings_key
+from .sampled_logprobs import SampledTokenLogprobs
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,8 @@ class TransformersBackend(RendersPrompts):
     With ``continuous_batching`` (a ``ContinuousBatchingConfig``: TRL's ``use_transformers_continuous_batching``),
     each adapter's requests of a group go to ``generate_batch`` instead, which packs them without padding and sizes
     its own paged KV cache; one adapter per call, as it flattens the rows that per-sample routing tells apart.
+    With ``report_logprobs`` (the trainer's `old_logprobs="rollout"`), each result carries the sampled tokens'
+    log-probs as TRL scores them (``sampled_logprobs.py``); not with continuous batching or beams.
     """
 
     def __init__(
@@ -69,7 +73,15 @@ class TransformersBackend(RendersPrompts):
         max_batch_tokens: int | None = None,
         weights_step: Callable[[], int] | None = None,
         continuous_batching=None,
+        report_logprobs: bool = False,
     ):
+        if report_logprobs and continuous_batching is not None:
+            raise ValueError(
+                "The transformers backend reports the sampled tokens' log-probs from `generate` only; continuous "
+                "batching (`generate_batch`) returns none. Turn use_transformers_continuous_batching off, or set "
+                "old_logprobs='recompute'."
+            )
+        self.report_logprobs = report_logprobs
         self.continuous_batching = continuous_batching
         self.weights_step = weights_step
         self.unwrapped_model = unwrapped_model
@@ -171,16 +183,24 @@ class TransformersBackend(RendersPrompts):
         stops = list(getattr(config, "stop_strings", None) or [])
         extra = {"tokenizer": self.tokenizer} if stops else {}  # transformers matches stop strings by its tokens
         beams = getattr(config, "num_beams", None) or 1  # generate runs num_beams rows per prompt, side by side
+        scored = None
+        if self.report_logprobs:
+            if beams > 1:  # beam search reorders its rows between steps: a row's tokens are not one sample's
+                raise ValueError("The sampled tokens' log-probs are read per row of `generate`: set num_beams=1.")
+            # greedy calls: the logits as they are (vLLM's processed log-probs of a greedy request, too)
+            scored = SampledTokenLogprobs((config.temperature or 1.0) if config.do_sample else 1.0)
+            extra["logits_processor"] = LogitsProcessorList([scored])
         with self.router.route([adapter for adapter in adapters for _ in range(beams)]):
             output = model.generate(
                 input_ids=input_ids, attention_mask=attention_mask, generation_config=config, **extra
             )
         generated = output[:, width:]
+        logprobs = None if scored is None else scored.of(generated).tolist()
         # Each row's length up to its first EOS (0: none), found on the tensor rather than token by token in Python.
         eos = torch.tensor(sorted(self.eos_token_ids), dtype=generated.dtype, device=generated.device)
         at_eos = torch.isin(generated, eos)
         ends = at_eos.any(dim=1) * (at_eos.int().argmax(dim=1) + 1) if generated.size(1) else at_eos.sum(dim=1)
-        return self._results(prompts, generated.tolist(), ends.tolist(), stops)
+        return self._results(prompts, generated.tolist(), ends.tolist(), stops, logprobs)
 
     @torch.no_grad()
     def _generate_continuous(self, model, prompts: list[list[int]], adapters: list[str], config):
@@ -207,8 +227,11 @@ class TransformersBackend(RendersPrompts):
         ends = [next((j + 1 for j, token in enumerate(row) if token in self.eos_token_ids), 0) for row in rows]
         return self._results(prompts, rows, ends, stops)
 
-    def _results(self, prompts, rows: list[list[int]], ends: list[int], stops: list[str]) -> list[GenerationResult]:
-        """Each generated row up to its first EOS (``ends``: its length there, 0: none) or the end of a stop string."""
+    def _results(
+        self, prompts, rows: list[list[int]], ends: list[int], stops: list[str], logprobs: list | None = None
+    ) -> list[GenerationResult]:
+        """Each generated row up to its first EOS (``ends``: its length there, 0: none) or the end of a stop string,
+        with its tokens' ``logprobs`` (one per generated token) where given."""
         completions, truncated = [], []
         for row, first_eos in zip(rows, ends):
             end = first_eos or None
@@ -217,10 +240,13 @@ class TransformersBackend(RendersPrompts):
             completions.append(row if end is None else row[:end])
             truncated.append(end is None)
         texts = self.renderer.completion_texts(completions)
-        return [
+        results = [
             GenerationResult(prompt_ids=prompt, completion_ids=completion, text=text, truncated=cut)
             for prompt, completion, text, cut in zip(prompts, completions, texts, truncated)
         ]
+        for result, row in zip(results, logprobs or []):
+            result.sampling_logprobs = row[: len(result.completion_ids)]
+        return results
 
     def _stop_end(self, row: list[int], stops: list[str]) -> int | None:
         """The length of the shortest prefix of ``row`` whose text contains a stop string, or ``None``.
