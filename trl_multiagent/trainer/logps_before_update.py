@@ -24,6 +24,7 @@ from ..monitoring.adapter_check import AdapterCheck
 from ..monitoring.update_size import update_size_metrics, update_size_sums
 from ..seams.trl import batch_importance_sampling_ratio, disable_gradient_checkpointing
 from ..training.batch import TrainingBatch
+from ..training.forwards import old_logps_after_first
 
 RoutedLogps = Callable[[TrainingBatch, list[str], str], torch.Tensor]  # (batch, adapters, mode) -> [N, C] log-probs
 
@@ -68,7 +69,7 @@ class LogpsBeforeUpdate:
         correct_sampling = batch.sampling_per_token_logps is not None and args.vllm_importance_sampling_correction
         size = args.monitor_update_size and mode == "train"  # kept apart: the loss sees what it would without
         # Under mini-batches each adapter's first mini-batch has a policy ratio of exactly one: the others' log-probs
-        # are computed once the mini-batches are cut, unless every sample's are read here.
+        # are computed once the mini-batches are cut (`add_to_mini_batches`), unless every sample's are read here.
         mini_batches = args.update_schedule == "mini_batches" and mode == "train"
         every_sample = correct_sampling or size or batch.sampling_per_token_logps is not None  # the adapter check
         old = args.gradient_accumulation_steps % generate_every != 0 or correct_sampling
@@ -86,6 +87,15 @@ class LogpsBeforeUpdate:
         if correct_sampling:  # off under the paper preset: the reference only logs the rollout log-probs
             batch.importance_sampling_ratio = batch_importance_sampling_ratio(batch, args)
         self.check_adapters(batch, episodes, mode)
+
+    def add_to_mini_batches(self, batch: TrainingBatch, plan: list[tuple[str, TrainingBatch]]) -> list:
+        """Under `update_schedule="mini_batches"`, once ``batch`` is cut into the ``plan`` of its mini-batches: the
+        log-probs before the update of every mini-batch but each adapter's first (its policy ratio is exactly one),
+        computed before any of them trains; none where `add` read every sample's."""
+        if batch.old_per_token_logps is not None:
+            return plan
+        with self.no_grad_forwards():
+            return old_logps_after_first(plan, lambda part: self.routed_logps(part, part.adapters, "train"))
 
     def check_adapters(self, batch: TrainingBatch, episodes: Sequence, mode: str) -> None:
         """Each role served by its own adapter at the synced version, per the backend's stamps and the gap between the

@@ -43,7 +43,7 @@ from ..training.batch import TrainingBatch
 from ..training.entropy_control import EntropyStepCallback
 from ..training.episode_rewards import episode_rewards
 from ..training.episode_samples import episode_samples
-from ..training.forwards import Forwards, old_logps_after_first
+from ..training.forwards import Forwards
 from ..training.loss_weights import LossScale, loss_ready
 from ..training.mini_batches import micro_steps, mini_batch_plan
 from ..training.role_loss_terms import RoleLossTerms
@@ -445,10 +445,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             order=self.args.mini_batch_order,
             gather_object=gather_object,
         )
-
-        if batch.old_per_token_logps is None:  # each adapter's first mini-batch needs none (its ratio is one)
-            with without_gradients(self.model, self.args.gradient_checkpointing_kwargs):
-                plan = old_logps_after_first(plan, lambda part: self._routed_logps(part, part.adapters, "train"))
+        plan = self._before_update.add_to_mini_batches(batch, plan)  # each adapter's first mini-batch needs none
 
         def train(part: TrainingBatch) -> torch.Tensor:
             parts = self._micro_batches(loss_ready(part, self.loss_type))
@@ -457,12 +454,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
         losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
         self._earlier_update_norms.extend(norms)
-        steps = {
-            f"adapter/{a}/optimizer_steps": float(sum(b == a for b, _ in plan))
-            for a in self._updates.installed.adapter_names
-        }
-        self._record_metrics("train", steps)
-        self._record_metrics("train", {"workflow/samples_trained": batch.num_samples_in_batch.item()})
+        adapters, samples = self._updates.installed.adapter_names, batch.num_samples_in_batch.item()
+        self._monitoring.step_metrics.mini_batch_updates([a for a, _ in plan], adapters, samples)
         self._micro_step = step + 1
         return sum(losses, torch.zeros((), device=self.accelerator.device))
 
