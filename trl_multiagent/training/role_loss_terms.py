@@ -6,7 +6,7 @@ batch; here each sample's role sets its own, and the KL term is computed here be
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -19,23 +19,19 @@ HighEntropyMask = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
 
 class RoleLossTerms:
-    """The per-role terms of one loss forward, from the run's settings (``args``)."""
+    """The per-role terms of one loss forward, from the run's settings (``args``) for its ``roles``."""
 
     def __init__(
         self,
         args,
-        entropy_control: RoleEntropyControl,
+        roles: Sequence[str],
         *,
         high_entropy_mask: HighEntropyMask,
         record_kl: Callable[[str, TrainingBatch, torch.Tensor], None],
     ):
         """``record_kl(mode, batch, per_token_kl)``: each role's KL of the forward, into the step's metrics."""
-        self.loss_type, self.bias_correction = args.loss_type, args.use_bias_correction_kl
-        self.importance_sampling_level, self.top_entropy_quantile = (
-            args.importance_sampling_level,
-            args.top_entropy_quantile,
-        )
-        self.entropy_control, self.high_entropy_mask, self.record_kl = entropy_control, high_entropy_mask, record_kl
+        self.args, self.high_entropy_mask, self.record_kl = args, high_entropy_mask, record_kl
+        self.entropy = RoleEntropyControl.from_config(args, roles)  # each role's coefficient, its adaptive control
 
     def added(
         self,
