@@ -472,8 +472,8 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         router.set(names)
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
-        scale = self._loss_scale()
-        loss = self._role_terms.added(loss, inputs, per_token_logps, entropies, role_beta=self.role_beta, scale=scale)
+        terms = self._role_terms  # the per-role KL term and entropy bonus (training/role_loss_terms.py)
+        loss = terms.added(loss, inputs, per_token_logps, entropies, role_beta=self.role_beta, scale=self._loss_scale)
         self._monitoring.step_metrics.loss_forward(
             "train" if training else "eval",
             inputs,

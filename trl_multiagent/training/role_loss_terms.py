@@ -41,26 +41,28 @@ class RoleLossTerms:
         entropies: torch.Tensor,
         *,
         role_beta: dict[str, float],
-        scale: LossScale,
+        scale: Callable[[], LossScale],
     ) -> torch.Tensor:
         """TRL's ``loss`` of ``batch`` with the KL term (where the batch has the base model's log-probs) and minus
-        the entropy bonus (where a role has one); ``per_token_logps``, ``entropies``: `[N, C]`, the forward's."""
+        the entropy bonus (where a role has one); ``per_token_logps``, ``entropies``: `[N, C]`, the forward's;
+        ``scale()``: the reduction's scale now, read only where a term applies (it reads the Trainer's training
+        state, which an evaluation before training has not set)."""
         if batch.ref_per_token_logps is not None:
-            beta = torch.tensor([role_beta[r] for r in batch.roles], device=per_token_logps.device)
+            beta, now = torch.tensor([role_beta[r] for r in batch.roles], device=per_token_logps.device), scale()
             kl, per_token_kl = per_role_kl_loss(
                 per_token_logps,
                 batch,
                 beta,
                 loss_type=self.args.loss_type,
-                scale=scale,
+                scale=now,
                 bias_correction=self.args.use_bias_correction_kl,
                 importance_sampling_level=self.args.importance_sampling_level,
             )
-            self.record_kl("train" if scale.training else "eval", batch, per_token_kl)
+            self.record_kl("train" if now.training else "eval", batch, per_token_kl)
             loss = loss + kl
         if self.entropy.active:  # on TRL's high-entropy tokens under `top_entropy_quantile`, as its loss
             kept, quantile = batch.completion_mask, self.args.top_entropy_quantile
             if quantile < 1.0:
                 kept = kept * self.high_entropy_mask(entropies, kept, 1 - quantile)
-            loss = loss - self.entropy.bonus(entropies, batch, kept=kept, scale=scale)
+            loss = loss - self.entropy.bonus(entropies, batch, kept=kept, scale=scale())
         return loss
