@@ -116,12 +116,32 @@ def measure(policy, problems: list[ModSearchProblem]) -> tuple[float, float, flo
     return rate, math.sqrt(rate * (1 - rate) / len(problems)), sum(c for _, c in results) / len(results)
 
 
+def policy_row(build, label: str, problems: list[ModSearchProblem], accuracies: list[float], seed: int) -> str:
+    """The table's line of the policy ``label``, as printed: success % (standard error) and mean calls per episode
+    at each judge accuracy, each measured with its own ``random.Random(seed)``."""
+    cells = []
+    for q in accuracies:
+        rate, se, calls = measure(getattr(Policies(build, q, random.Random(seed)), POLICIES[label]), problems)
+        cells.append(f"{100 * rate:.1f} ({100 * se:.1f}), {calls:.2f}")
+    return f"| {label} | {' | '.join(cells)} |"
+
+
+def k_cell(build, method: str, problems: list[ModSearchProblem], seed: int) -> str:
+    """One cell of the table against k, as printed: success % (standard error) at the teacher's judge accuracy."""
+    rate, se, _ = measure(getattr(Policies(build, build.SEARCH_JUDGE_ACCURACY, random.Random(seed)), method), problems)
+    return f"{100 * rate:.1f} ({100 * se:.1f})"
+
+
+K_METHODS = ("one_pass", "check_and_switch", "best_of_3_judged", "eval_opt")
+PROBLEMS, SEED = 1000, 0  # the command's defaults, which record V1 ran with
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--problems", type=int, default=1000)
+    parser.add_argument("--problems", type=int, default=PROBLEMS)
     parser.add_argument("--accuracies", type=float, nargs="+", default=[0.8, 0.9, 1.0], help="judge accuracies")
     parser.add_argument("--ks", type=int, nargs="+", default=[3, 4, 5, 6], help="candidates per problem, table 2")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args()
     build = load_build()
 
@@ -129,25 +149,15 @@ def main() -> None:
     print(f"mod_search, {args.problems} held-out problems, k = {N_CANDIDATES}; success % (standard error), calls")
     print(f"| policy | {' | '.join(f'judge accuracy {q}' for q in args.accuracies)} |")
     print(f"| --- |{' --- |' * len(args.accuracies)}")
-    for label, method in POLICIES.items():
-        cells = []
-        for q in args.accuracies:
-            rate, se, calls = measure(getattr(Policies(build, q, random.Random(args.seed)), method), problems)
-            cells.append(f"{100 * rate:.1f} ({100 * se:.1f}), {calls:.2f}")
-        print(f"| {label} | {' | '.join(cells)} |")
+    for label in POLICIES:
+        print(policy_row(build, label, problems, args.accuracies, args.seed))
 
-    q = build.SEARCH_JUDGE_ACCURACY
-    print(f"\nagainst k, judge accuracy {q}: success % (standard error)")
-    chosen = ("one_pass", "check_and_switch", "best_of_3_judged", "eval_opt")
-    print(f"| k | {' | '.join(chosen)} |")
-    print(f"| --- |{' --- |' * len(chosen)}")
+    print(f"\nagainst k, judge accuracy {build.SEARCH_JUDGE_ACCURACY}: success % (standard error)")
+    print(f"| k | {' | '.join(K_METHODS)} |")
+    print(f"| --- |{' --- |' * len(K_METHODS)}")
     for k in args.ks:
         problems_k = held_out(args.problems, k)
-        cells = []
-        for method in chosen:
-            rate, se, _ = measure(getattr(Policies(build, q, random.Random(args.seed)), method), problems_k)
-            cells.append(f"{100 * rate:.1f} ({100 * se:.1f})")
-        print(f"| {k} | {' | '.join(cells)} |")
+        print(f"| {k} | {' | '.join(k_cell(build, method, problems_k, args.seed) for method in K_METHODS)} |")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The trainer's checkpoint hooks (saving a checkpoint or the final model, resuming, writing model cards) each call one
 method here; this class gets the run's parts it needs (the workflow, the role adapters, the bases they sit on, the
-update state), never the trainer.
+update state, the entropy control), never the trainer.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ class RunCheckpoints:
         installed: the ``adapters.installed.InstalledAdapters``: each base's adapters and the role shadows.
         update_state: what holds the adapters' update schedule state (``state_dict`` / ``load_state_dict``: the
             gradient accounts' coherence EMA).
+        entropy_control: each role's adaptive entropy coefficient (``state_dict`` / ``load_state_dict``;
+            training/entropy_control.py), saved as ``role_entropy_control.json``; None without `use_adaptive_entropy`.
     """
 
     def __init__(
@@ -38,9 +40,11 @@ class RunCheckpoints:
         bases: Any,
         installed: Any,
         update_state: Any,
+        entropy_control: Any = None,
     ):
         self.workflow, self.role_adapters, self.policy_sharing = workflow, dict(role_adapters), policy_sharing
         self.bases, self.installed, self.update_state = bases, installed, update_state
+        self.entropy_control = entropy_control
 
     def run_config(self, peft_model) -> dict:
         """The content of ``multiagent_config.json`` for a run whose trainer's model is ``peft_model``."""
@@ -48,8 +52,11 @@ class RunCheckpoints:
         return saved_run.run_config(base_model, self.workflow, self.policy_sharing, self.role_adapters, self.bases)
 
     def save_update_state(self, checkpoint: str) -> None:
-        """The update schedule's state into ``checkpoint`` (nothing when the schedule keeps none)."""
+        """The update schedule's state into ``checkpoint`` (nothing when the schedule keeps none), and the entropy
+        control's."""
         saved_run.save_update_state(checkpoint, self.update_state.state_dict())
+        if self.entropy_control is not None:
+            saved_run.save_entropy_control(checkpoint, self.entropy_control.state_dict())
 
     def save_run_files(self, output_dir: str, peft_model, *, should_save: bool, log_history: list, hub_model_id):
         """Beside the model files the Trainer wrote: every other base's adapters (gathered whole under ZeRO-3, on
@@ -77,7 +84,7 @@ class RunCheckpoints:
     def restore(self, checkpoint: str | None, peft_model, *, deepspeed: bool) -> None:
         """After the optimizer and scheduler came back: under DeepSpeed, the other bases' adapters (the engine
         restored the trainer's model's state dict only, which leaves out the other bases it holds); then the update
-        schedule's state."""
+        schedule's state and the entropy control's."""
         if checkpoint is not None and deepspeed and self.bases.extra:
             with self.bases.gathered(modifier_rank=0):
                 for model, names in list(self.installed.by_base(peft_model).values())[1:]:
@@ -86,3 +93,6 @@ class RunCheckpoints:
         state = saved_run.load_update_state(checkpoint)
         if state is not None:
             self.update_state.load_state_dict(state)
+        saved = saved_run.load_entropy_control(checkpoint) if self.entropy_control is not None else None
+        if saved is not None:
+            self.entropy_control.load_state_dict(saved)

@@ -114,6 +114,12 @@ class TrainingMetrics:
         )
         self.record(mode, kl)
 
+    def mini_batch_updates(self, plan: Sequence[str], adapters: Sequence[str], samples: float) -> None:
+        """A training step's mini-batch updates (`update_schedule="mini_batches"`): each adapter's optimizer steps
+        (``plan``: the adapter of each mini-batch, in order) and the samples trained."""
+        steps = {f"adapter/{a}/optimizer_steps": float(sum(b == a for b in plan)) for a in adapters}
+        self.record("train", {**steps, "workflow/samples_trained": samples})
+
     def updates(self, measured: Sequence, role_adapters: Mapping[str, str]) -> None:
         """Each adapter's and role's gradient of an optimizer step, as the adapters measured it."""
         self.record("train", role_metrics.update_metrics(measured, dict(role_adapters)))

@@ -1,7 +1,8 @@
 """The trainer over TRL's ``GRPOTrainer``.
 
 ``MultiAgentGRPOTrainer`` (multiagent_grpo_trainer.py) runs a training step's five numbered steps; parts.py builds
-what it is made of from the config; grpo_seam.py (``GRPOSeam``) is where it reaches TRL's private hooks and state;
+what it is made of from the config; logps_before_update.py adds the log-probs from before an update and what reads
+them; grpo_seam.py (``GRPOSeam``) is where it reaches TRL's private hooks and state;
 renamed_hooks.py keeps the trainer's names of 0.1.0 working, with a warning, until they go.
 """
 

@@ -1,8 +1,9 @@
 """What ``MultiAgentGRPOTrainer`` is assembled from, once TRL's trainer exists.
 
-Assembly only: each builder makes the parts of one folder from the run's config and the handles it is given (a
-tokenizer, a model handle, callables that read the trainer's state when called), never the trainer itself; the
-trainer keeps what they return and calls each part by name in its numbered steps.
+Each builder makes the parts of one folder from the run's config and the handles it is given (a tokenizer, a model
+handle, callables that read the trainer's state when called), never the trainer itself; the trainer keeps what they
+return and calls each part by name in its numbered steps. Before TRL's trainer exists, ``kernels_under_adapters``
+puts Liger's layer kernels into the model it is given.
 
 1. adapters (``AdapterParts``): the base models the roles sit on, every role adapter on its base and the parts of
    their update, the optimizer steps over them, the check that each role is served by its own adapter, and what a
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather
+from peft import PeftModel
 
 from ..adapters.bases import Bases
 from ..adapters.clip_and_step import AdapterSteps
@@ -43,8 +45,30 @@ from ..rollout.backends.adapter_sync import AdapterSync
 from ..rollout.engine import RolloutEngine
 from ..rollout.environments import Environments
 from ..rollout.tool_loop import RoleTools, build_role_tools
+from ..seams.peft import skip_input_casts_autocast_undoes
+from ..seams.trl import before_peft_wraps, score_like_trl
 from ..training.early_rewards import EarlyRewards
+from ..training.entropy_control import RoleEntropyControl
+from ..training.episode_rewards import EpisodeRewards
 from ..workflows.base import Workflow
+
+
+def kernels_under_adapters(kernels: Callable[[torch.nn.Module], None] | None, model) -> AbstractContextManager:
+    """Liger's layer kernels (``kernels``: `use_liger_kernel`'s, or None) go into a base model before adapters wrap
+    its layers: into a ready PeftModel's base now, into a model TRL loads while the returned context lasts."""
+    if kernels is None:
+        return nullcontext()
+    if isinstance(model, PeftModel):
+        kernels(model.get_base_model())  # under the adapters it came with
+    return before_peft_wraps(kernels)
+
+
+def prepare_role_base(model: torch.nn.Module, *, kernels, temperature: float) -> None:
+    """A base model of `role_models`, loaded, before PEFT wraps it: Liger's layer kernels (``kernels``, None without
+    `use_liger_kernel`) as on the trainer's model, and TRL's scoring of completions."""
+    if kernels is not None:
+        kernels(model)
+    score_like_trl(model, temperature)
 
 
 @dataclass(frozen=True)
@@ -71,10 +95,12 @@ class AdapterParts:
         decay_parameter_names: Callable,
         deepspeed: bool,
         prepare_role_base: Callable[[torch.nn.Module], None],
+        entropy_control: RoleEntropyControl,
     ) -> AdapterParts:
         """The parts over ``model``, the PEFT model TRL built (``peft_config``: a copy of the configuration it was
         given, for the other bases: PEFT resolves "all-linear" into the model it is given); under ``deepspeed`` the
-        engine steps and clips, and holds every base (``Bases.hold_in``)."""
+        engine steps and clips, and holds every base (``Bases.hold_in``). A checkpoint saves ``entropy_control``'s
+        state beside the adapters' under adaptive control."""
         bases = Bases.from_config(
             args,
             peft_model=model,
@@ -92,6 +118,8 @@ class AdapterParts:
             accelerator=accelerator,
             decay_parameter_names=decay_parameter_names,
         )
+        for base in updates.installed.models.values():  # fp32 LoRA on a bf16 base: no cast autocast undoes
+            skip_input_casts_autocast_undoes(base)
         steps = AdapterSteps(updates, args, engine_steps=deepspeed, clip_grad_norm=accelerator.clip_grad_norm_)
         if deepspeed:
             bases.hold_in(model)
@@ -103,6 +131,7 @@ class AdapterParts:
             bases=bases,
             installed=updates.installed,
             update_state=updates.accounts,
+            entropy_control=entropy_control if entropy_control.adaptive else None,
         )
         return cls(bases=bases, updates=updates, steps=steps, check=check, checkpoints=checkpoints)
 
@@ -128,15 +157,16 @@ def role_tools_for(
     return build_role_tools(workflow, args, tokenizer_for_role, tools=tools, role_tools=role_tools)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RolloutParts:
-    """Everything step 1 (the episodes) runs on."""
+    """Everything step 1 (the episodes) runs on, and how it runs them."""
 
     role_tools: dict[str, RoleTools]  # the roles with tools -> their tools
     environment_runs: Environments | None  # one environment per episode (`environment_factory`), or None
     engine: RolloutEngine  # episodes of the workflow, every call routed to its role's (base, adapter)
     early_rewards: EarlyRewards  # reward funcs that `scores_each_episode`, started as episodes end
-    rollouts: RolloutsAhead  # each generation batch's episodes, run ahead during the step before if asked
+    rollouts: RolloutsAhead = field(init=False)  # each generation batch's episodes, run ahead during the step before
+    episode_tools: list[dict[str, RoleTools]] | None = None  # each episode's tools from its environment, this batch
 
     @classmethod
     def build(
@@ -156,15 +186,12 @@ class RolloutParts:
         accelerator: Accelerator,
         unwrapped_model: Callable[[], AbstractContextManager[torch.nn.Module]],
         trainer_state: Callable[[], Any],
-        run_episodes: Callable[[list[dict]], list],
-        more_steps: Callable[[], bool],
         ahead: bool,
     ) -> RolloutParts:
         """The parts over ``backend`` (built already: it may be the caller's own). ``environments``: the
         ``environment_factory`` (a callable, or ``{name: callable}``), ``environment_instances`` the instances TRL
-        made of it; ``trainer_state()``: the Trainer's `state` now; ``run_episodes(rows)`` and ``more_steps()``: what
-        the rollouts run ahead call (the trainer's, over ``engine`` and ``early_rewards``); ``ahead``: whether the
-        next batch's episodes run during this step, as `check_run` found."""
+        made of it; ``trainer_state()``: the Trainer's `state` now; ``ahead``: whether the next batch's episodes run
+        during this step, as `check_run` found."""
 
         def tools_for(tools):
             return role_tools_for(workflow, args, bases=bases, tokenizer=tokenizer, tools=tools, role_tools=role_tools)
@@ -199,14 +226,36 @@ class RolloutParts:
             is_main_process=accelerator.is_main_process,
             wait_for_everyone=accelerator.wait_for_everyone,
         )
-        rollouts = RolloutsAhead(run_episodes, sync, more_steps, ahead=ahead)
-        return cls(
-            role_tools=routed_tools,
-            environment_runs=environment_runs,
-            engine=engine,
-            early_rewards=early_rewards,
-            rollouts=rollouts,
+        parts = cls(
+            role_tools=routed_tools, environment_runs=environment_runs, engine=engine, early_rewards=early_rewards
         )
+
+        def more_steps() -> bool:  # whether another training step follows this one
+            return trainer_state().global_step + 1 < trainer_state().max_steps
+
+        parts.rollouts = RolloutsAhead(parts.run_episodes, sync, more_steps, ahead=ahead)
+        return parts
+
+    def start_environments(self, rows: list[dict]) -> tuple[list[dict], list]:
+        """One environment per episode, reset with its row: the rows with their first observations and the
+        environments (TRL's reward functions get them); each episode's tools are its environment's methods."""
+        started = self.environment_runs.start(rows)
+        self.episode_tools = started.episode_tools
+        return started.rows, started.environments
+
+    def run_episodes(self, rows: list[dict]) -> list:
+        """The episodes of ``rows`` over the engine, each with its environment's tools, rewards that take work
+        started as each ends."""
+        run = self.engine.run
+        if self.episode_tools is not None:
+            run = functools.partial(run, episode_tools=self.episode_tools)
+        return self.early_rewards.run(rows, run)
+
+    def tool_roles(self, roles: Sequence[str]) -> list[str] | None:
+        """The roles whose tool calls are logged; None when no role has tools in this run."""
+        if not self.role_tools and self.environment_runs is None:
+            return None
+        return [r for r in roles if r in self.role_tools or self.episode_tools]
 
 
 @dataclass(frozen=True)
@@ -215,6 +264,8 @@ class MonitoringParts:
 
     step_metrics: TrainingMetrics  # per-role and per-workflow metrics, summed over processes, into TRL's store
     learning_signal: LearningSignalCheck  # a warning when most groups are flat while a role fails its format
+    record: Callable[[str, dict[str, float]], None]  # TRL's metric store
+    record_completions: Callable[..., None]  # TRL's completions table: (mode, prompts, answers, rewards, advantages)
 
     @classmethod
     def build(
@@ -226,14 +277,16 @@ class MonitoringParts:
         accelerator: Accelerator,
         record: Callable[[str, dict[str, float]], None],
         record_column: Callable[[str, list], None],
+        record_completions: Callable[..., None],
         reward_names: list[str],
         answer_checker: Callable[[str, Any], bool] | None,
         log_update_size: Callable[[], None],
     ) -> MonitoringParts:
         """The parts, and the run's callbacks added to ``callback_handler`` (the Trainer's): the alarms first in
         line, so the report_to integrations that log after them see the alarm metrics, and the console compacted.
-        ``record(mode, values)`` and ``record_column(column, values)`` write TRL's metric store and completions
-        table; ``log_update_size()`` records the step's update size after its updates (``monitor_update_size``)."""
+        ``record(mode, values)``, ``record_column(column, values)`` and ``record_completions`` write TRL's metric
+        store and completions table; ``log_update_size()`` records the step's update size after its updates
+        (``monitor_update_size``)."""
         step_metrics = TrainingMetrics(
             workflow,
             record=record,
@@ -255,4 +308,29 @@ class MonitoringParts:
         if args.monitor_update_size:
             callback_handler.add_callback(UpdateSizeCallback(log_update_size))
         compact_console(callback_handler.callbacks)  # one line per step; every metric still goes to report_to
-        return cls(step_metrics=step_metrics, learning_signal=learning_signal)
+        return cls(step_metrics, learning_signal, record=record, record_completions=record_completions)
+
+    def rollout(
+        self,
+        mode: str,
+        episodes,
+        rows: list[dict],
+        batch,
+        rewards: EpisodeRewards,
+        *,
+        group_size: int,
+        tool_roles: list[str] | None,
+    ) -> int:
+        """A generation batch's metrics and completions table, as TRL logs its own, and in training the
+        learning-signal warning (``group_size``: the episodes of a prompt; ``tool_roles``: the roles whose tool calls
+        are logged); returns the input tokens it holds, which the Trainer counts."""
+        tokens = self.step_metrics.rollout_batch(
+            mode, episodes, batch, rewards=rewards.logged, rewards_per_func=rewards.per_func, tool_roles=tool_roles
+        )
+        prompts, answers = [row["prompt"] for row in rows], [e.final_answer for e in episodes]
+        self.record_completions(mode, prompts, answers, rewards.per_func, rewards.advantages)
+        values = self.step_metrics.workflow_batch(mode, episodes, rows, rewards=rewards.local(rewards.logged))
+        if mode == "train":  # a warning when most groups are flat while a role fails its format
+            groups = rewards.logged.view(-1, group_size).tolist()
+            self.record(mode, self.learning_signal.observe(groups, values))
+        return tokens

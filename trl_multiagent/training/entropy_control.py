@@ -18,6 +18,10 @@ from dataclasses import dataclass
 import torch
 from transformers import TrainerCallback
 
+from ..seams.trl import entropy_bonus_like_trl
+from .batch import TrainingBatch
+from .loss_weights import LossScale
+
 
 @dataclass
 class RoleEntropy:
@@ -93,6 +97,17 @@ class RoleEntropyControl:
             stats = torch.stack([summed[rows].sum(), counted[rows].sum()])
             self.window[role] = stats if self.window[role] is None else self.window[role] + stats
 
+    def bonus(self, entropies: torch.Tensor, batch: TrainingBatch, *, kept: torch.Tensor, scale: LossScale):
+        """The bonus TRL's loss subtracts, each sample at its role's coefficient, over the ``kept`` tokens (TRL's
+        high-entropy tokens under ``top_entropy_quantile``, else every completion token); a training forward's
+        entropies go into the step's measurement first."""
+        if scale.training:
+            self.observe(batch.roles, entropies, kept)
+        coefficients, mask = self.coefficients(batch.roles, entropies.device), batch.completion_mask
+        return entropy_bonus_like_trl(
+            entropies, mask, kept, coefficients, scale=scale, num_items_in_batch=batch.num_items_in_batch
+        )
+
     def end_step(self, sum_over_processes: Callable[[torch.Tensor], torch.Tensor], device: torch.device) -> None:
         """At the end of an optimizer step: each role's entropy over every process's tokens of the step, and its
         coefficient moved by TRL's rule. A role with no token in the step keeps its state (no measurement)."""
@@ -128,10 +143,14 @@ class RoleEntropyControl:
 
 
 class EntropyStepCallback(TrainerCallback):
-    """Calls ``end_step`` at the end of every training step, after its optimizer updates and before its log."""
+    """At the end of every training step, after its optimizer updates and before its log: each role's coefficient
+    moved by the step's entropy over every process (``accelerator``'s sum), and recorded (``record(mode, values)``,
+    the trainer's metric store)."""
 
-    def __init__(self, end_step: Callable[[], None]) -> None:
-        self.end_step = end_step
+    def __init__(self, control: RoleEntropyControl, accelerator, *, record: Callable[[str, dict[str, float]], None]):
+        self.control, self.accelerator, self.record = control, accelerator, record
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.end_step()
+        sum_over_processes = lambda t: self.accelerator.reduce(t, reduction="sum")  # noqa: E731
+        self.control.end_step(sum_over_processes, self.accelerator.device)
+        self.record("train", self.control.metrics())

@@ -18,7 +18,7 @@ import torch
 from .batch import TrainingBatch
 from .even_forwards import MostOverProcesses, even_forwards
 from .mini_batches import bounded_logps, padded_tokens, split_for_memory
-from .recompute import recompute_off, recomputes
+from .recompute import fit_of, recompute_off, recomputes
 
 Forward = Callable[[TrainingBatch, list[str]], torch.Tensor]  # (samples, their adapters) -> [n, C] log-probs
 
@@ -35,6 +35,20 @@ class Forwards:
     alignment: object  # adapters/process_alignment.py's `ProcessAlignment`
     most_over_processes: MostOverProcesses | None  # None with one process
     fit: int | None = None  # the most tokens a forward with backward holds without recompute (`activation_memory_gb`)
+
+    @classmethod
+    def for_run(cls, args, *, mode: str, backward: bool, model, **fields) -> Forwards:
+        """The forwards of a run in ``mode`` ("train" or "eval"), bounded by its settings (``args``): at most
+        `per_device_*_batch_size` samples and `max_tokens_per_micro_batch` tokens, and those with a ``backward`` the
+        tokens whose activations fit `activation_memory_gb` on ``model``, where set; ``fields``: the others (layout,
+        loss type, padding token, alignment, most over processes)."""
+        size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
+        max_tokens, fit = args.max_tokens_per_micro_batch, None
+        if backward:
+            fit = fit_of(model, args.activation_memory_gb, low_precision=args.bf16 or args.fp16)
+        if fit is not None:
+            max_tokens = fit if max_tokens is None else min(max_tokens, fit)
+        return cls(max_samples=size, max_tokens=max_tokens, fit=fit, **fields)
 
     @property
     def packed(self) -> bool:

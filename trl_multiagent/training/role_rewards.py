@@ -44,6 +44,34 @@ Scorer = Callable[[list[str], list[dict]], list[float]]  # (texts, their rows) -
 ROLE_REWARD_VARIANTS = ("reference", "own_answers", "balanced")
 
 
+class RequestedRoleRewards:
+    """The per-role rewards a run asks for: the user's ``role_reward_funcs`` if any, else the built-in ``variant``
+    (``role_rewards``; each answering role's text graded by ``reward_funcs`` at ``reward_weights``, as the outcome
+    reward grades a final answer), else none."""
+
+    def __init__(
+        self, workflow, *, variant: str | None, reward_funcs: Sequence[Callable], reward_weights: Sequence[float]
+    ):
+        self.workflow, self.variant = workflow, variant
+        self.score = None if variant is None else outcome_scorer(reward_funcs, reward_weights)
+
+    def __call__(
+        self,
+        episodes: Sequence,
+        rows: Sequence[dict],
+        outcome: Sequence[float],
+        *,
+        funcs: Mapping[str, Callable] | None,
+    ) -> list[list[float | None]] | None:
+        """The reward of every call of every episode (``outcome``: each episode's outcome reward; ``funcs``: the
+        user's functions by role, read at every step); None when the run asks for none."""
+        if funcs:
+            return custom_role_rewards(funcs, self.workflow.formats, episodes, rows)
+        if self.variant is not None:
+            return builtin_role_rewards(self.variant, self.workflow, episodes, rows, outcome, self.score)
+        return None
+
+
 def builtin_role_rewards(
     variant: str, workflow, episodes: Sequence, rows: Sequence[dict], outcome: Sequence[float], score: Scorer
 ) -> list[list[float | None]]:
