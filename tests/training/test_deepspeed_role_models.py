@@ -64,7 +64,9 @@ def zero_config(stage: int, folder) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage, checkpointing", [(2, "plain"), (3, "checkpointing")])
+# ZeRO-2 without checkpointing passes too (2026-12-07, 273 s at load average 10): ZeRO-3 alone here, for CI's time;
+# ZeRO-2 with both bases trains in test_two_zero_processes_train_both_bases_as_ddp[2].
+@pytest.mark.parametrize("stage, checkpointing", [(3, "checkpointing")])
 def test_zero_trains_both_bases_as_without_deepspeed(
     tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, without_deepspeed, stage, checkpointing
 ):

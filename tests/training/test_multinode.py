@@ -172,7 +172,9 @@ def assert_close_to(weights: dict, reference: dict, atol: float) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stage", [2, 3])
+# ZeRO-2 passes too (2026-12-07, 108 s at load average 10): ZeRO-3 alone here, for CI's time; two ZeRO-2 processes
+# train as DDP in tests/training/test_ddp.py::test_uneven_ranks_under_zero_train_as_under_ddp[2].
+@pytest.mark.parametrize("stage", [3])
 def test_multi_node_config_under_zero_trains_like_ddp(tiny_model_dir, tmp_path, extensions_dir, one_machine, stage):
     """The shipped two-node DeepSpeed config, scaled to one CPU process per machine (DeepSpeed's CPU accelerator):
     one engine optimizer step per optimizer update (per trainer step, or per mini-batch under the paper preset's
