@@ -16,7 +16,8 @@ the sawtooth of saving and rotating checkpoints stays within a block). A metric 
 end, extrapolated over 1,000 steps, stays under its bound:
 
 - resident memory: under 64 MB per 1,000 steps (a few % of the process; Trainer's `log_history` alone keeps every
-  log line, a few KB a step, which is growth by design and counted here);
+  log line, about 6 KB a step in memory, which is growth by design and counted here; it is measured each step and
+  printed apart, as `bench/log_history_mb` and `rss_less_log_history_mb`);
 - open file descriptors, threads, child processes: under 10 per 1,000 steps (one leaked per step, or per checkpoint,
   exceeds it);
 - the output folder, less its `trainer_state.json` files: under one checkpoint's size per 1,000 steps (a rotation
