@@ -16,7 +16,8 @@ the sawtooth of saving and rotating checkpoints stays within a block). A metric 
 end, extrapolated over 1,000 steps, stays under its bound:
 
 - resident memory: under 64 MB per 1,000 steps (a few % of the process; Trainer's `log_history` alone keeps every
-  log line, a few KB a step, which is growth by design and counted here);
+  log line, about 6 KB a step in memory, which is growth by design and counted here; it is measured each step and
+  printed apart, as `bench/log_history_mb` and `rss_less_log_history_mb`);
 - open file descriptors, threads, child processes: under 10 per 1,000 steps (one leaked per step, or per checkpoint,
   exceeds it);
 - the output folder, less its `trainer_state.json` files: under one checkpoint's size per 1,000 steps (a rotation
@@ -76,6 +77,29 @@ class TrainerStateSize(TrainerCallback):
         size = sum(p.stat().st_size for p in Path(args.output_dir).glob("checkpoint-*/trainer_state.json")) / 2**20
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1]["bench/trainer_state_mb"] = size
+        return control
+
+
+def python_size(obj, seen: set[int]) -> int:
+    """Bytes of ``obj`` and of the dicts, lists, keys and values it holds (``sys.getsizeof``), each object once."""
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(python_size(key, seen) + python_size(value, seen) for key, value in obj.items())
+    elif isinstance(obj, list | tuple):
+        size += sum(python_size(item, seen) for item in obj)
+    return size
+
+
+class LogHistorySize(TrainerCallback):
+    """Adds `bench/log_history_mb`, what Trainer's `log_history` (every log line so far) holds in memory, to each
+    log: growth by design, linear in steps, printed apart from the rest of the resident memory."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1]["bench/log_history_mb"] = python_size(state.log_history, set()) / 2**20
         return control
 
 
@@ -154,7 +178,7 @@ def train(args, recipe_argv: list[str], output_dir: str) -> MultiAgentGRPOTraine
         train_dataset=dataset,
         peft_config=get_peft_config(model_args),
         answer_checker=task.answer_checker,
-        callbacks=[StopAfter(args.minutes * 60), TrainerStateSize()],
+        callbacks=[StopAfter(args.minutes * 60), TrainerStateSize(), LogHistorySize()],
     )
     trainer.train()
     return trainer
@@ -189,13 +213,14 @@ def main() -> None:
         rows = [log for log in trainer.state.log_history if "resources/rss_mb" in log and "loss" in log]
         for log in rows:  # the part save_total_limit bounds, and the logs kept in the checkpoints
             log["checkpoints_mb"] = log["resources/output_dir_mb"] - log["bench/trainer_state_mb"]
+            log["rss_less_log_history_mb"] = log["resources/rss_mb"] - log["bench/log_history_mb"]
         per_checkpoint = checkpoint_mb(Path(output_dir) / "run")
         write_csv(Path(output_dir) / "resources.csv", rows)
     print(f"steps reached {int(rows[-1]['step'])} in {minutes:.1f} min; one checkpoint {per_checkpoint:.2f} MB")
     analyse(rows, args, per_checkpoint)
 
 
-COLUMNS = (*METRICS, "bench/trainer_state_mb", "checkpoints_mb")
+COLUMNS = (*METRICS, "bench/trainer_state_mb", "checkpoints_mb", "bench/log_history_mb", "rss_less_log_history_mb")
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -215,6 +240,7 @@ def analyse(rows: list[dict], args, per_checkpoint: float) -> None:
     print(f"{'metric':<28}{'first':>10}{'last':>10}{'max':>10}{'slope/1k':>12}{'95% CI /1k steps':>26}{'bound':>10}")
     bounds = {**METRICS, "resources/output_dir_mb": None, "checkpoints_mb": per_checkpoint}
     bounds["bench/trainer_state_mb"] = None
+    bounds["bench/log_history_mb"] = bounds["rss_less_log_history_mb"] = None
     uppers, shares = {}, []
     for metric, bound in bounds.items():
         y = np.array([log[metric] for log in rows])

@@ -94,6 +94,8 @@ def test_a_100_step_run_stays_flat(tmp_path):
     result = dict(re.findall(r"(\w+)=(\S+)", done.stdout.strip().splitlines()[-1]))
     assert (result["steps"], result["flat"]) == ("100", "yes"), done.stdout[-3000:]
     rows = (tmp_path / "resources.csv").read_text().splitlines()
-    assert rows[0] == "step," + ",".join(METRICS) + ",trainer_state_mb,checkpoints_mb" and len(rows) == 101
+    extra = ("trainer_state_mb", "checkpoints_mb", "log_history_mb", "rss_less_log_history_mb")
+    header = ",".join(("step", *METRICS, *extra))
+    assert rows[0] == header and len(rows) == 101
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-100", "checkpoint-90"]
     json.loads((tmp_path / "run" / "checkpoint-100" / "trainer_state.json").read_text())  # a whole checkpoint
