@@ -14,7 +14,7 @@ from tiny import random_answers, tiny_trainer
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-import trl_multiagent.trainer.multiagent_grpo_trainer
+import trl_multiagent.trainer.parts
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.seams.peft import lora_layers, skip_input_casts_autocast_undoes
 
@@ -111,9 +111,7 @@ def test_a_bf16_training_step_updates_as_with_peft_casts(tiny_model_dir, tmp_pat
         return trainer, before
 
     ours, before = one_step(tmp_path / "ours")
-    monkeypatch.setattr(
-        trl_multiagent.trainer.multiagent_grpo_trainer, "skip_input_casts_autocast_undoes", lambda model: None
-    )
+    monkeypatch.setattr(trl_multiagent.trainer.parts, "skip_input_casts_autocast_undoes", lambda model: None)
     peft_casts, _ = one_step(tmp_path / "peft")
     assert ours.model.get_base_model().dtype == torch.bfloat16
     assert {p.dtype for n, p in ours.model.named_parameters() if "lora_" in n} == {torch.float32}

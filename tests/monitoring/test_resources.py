@@ -88,7 +88,8 @@ def test_a_100_step_run_stays_flat(tmp_path):
     benchmark's docstring), at the upper end of a bootstrap 95% interval of the slope."""
     done = run_offline(
         [sys.executable, str(ROOT / "benchmarks" / "long_run.py"), "--tiny", "--steps", "100", "--minutes", "60"]
-        + ["--output-dir", str(tmp_path), "--per_device_train_batch_size", "8", "--max_completion_length", "16"],
+        + ["--output-dir", str(tmp_path), "--per_device_train_batch_size", "4", "--num_generations", "4"]
+        + ["--max_completion_length", "8"],
         timeout=3900,
     )
     result = dict(re.findall(r"(\w+)=(\S+)", done.stdout.strip().splitlines()[-1]))
