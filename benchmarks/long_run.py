@@ -3,8 +3,8 @@
     OMP_NUM_THREADS=1 python benchmarks/long_run.py                 # 1,000 steps or 60 minutes, whichever first
     OMP_NUM_THREADS=1 python benchmarks/long_run.py --steps 100 --minutes 15
     OMP_NUM_THREADS=1 python benchmarks/long_run.py --tiny --steps 100    # a tiny model
-    OMP_NUM_THREADS=1 python benchmarks/long_run.py --tiny --steps 100 --per_device_train_batch_size 4 \
-        --num_generations 4 --max_completion_length 8                      # the slow test's form
+
+The slow test adds `--per_device_train_batch_size 4 --num_generations 4 --max_completion_length 8` to the last form.
 
 The toy preset (recipes/configs/toy.yaml) trains Eval-Opt on the offline arithmetic task, as
 recipes/eval_opt_math.py does, with `monitor_resources=True` (the package's `resources/*` metrics, logged every
