@@ -38,6 +38,18 @@ PAPER_UPDATE = (
     "epsilon_high",
     "delta",
 )
+# One step of plain SGD at a large rate, nothing clipped, saved or drawn: the update that tests compare gradient by
+# gradient across two ways of computing it.
+ONE_SGD_STEP = dict(
+    max_steps=1,
+    logging_steps=1,
+    learning_rate=0.05,
+    optim="sgd",
+    max_grad_norm=0.0,
+    save_strategy="no",
+    training_summary=False,
+    seed=0,
+)
 # The tiny runs' model calls hold 81 to 266 tokens: one to three of them per forward.
 TINY_TOKEN_BOUND = 300
 

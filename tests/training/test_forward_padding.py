@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 import torch
-from tiny import tiny_trainer
+from tiny import ONE_SGD_STEP, tiny_trainer
 
 from trl_multiagent import EvalOpt
 from trl_multiagent.adapters.routing import adapter_parameters
@@ -215,15 +215,8 @@ def train_one_step(model_dir, output_dir, monkeypatch, *, padded_reference=False
             respond=uneven_answers,
             mini_batch_prompts=1,
             max_tokens_per_micro_batch=800,
-            training_summary=False,
             gradient_accumulation_steps=2,
-            max_steps=1,
-            logging_steps=1,
-            learning_rate=0.05,
-            optim="sgd",
-            max_grad_norm=0.0,
-            save_strategy="no",
-            seed=0,
+            **ONE_SGD_STEP,
             **config,
         )
         if padded_reference:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scripted import ScriptedBackend
 from test_forward_padding import assert_same_update, record_gradients, uneven_answers
-from tiny import tiny_trainer
+from tiny import ONE_SGD_STEP, tiny_trainer
 from transformers import AutoTokenizer
 
 from trl_multiagent import EvalOpt
@@ -53,14 +53,7 @@ def train(model_dir, output_dir, policy: str, *, backend=None, **config):
         update_schedule="mini_batches",
         mini_batch_prompts=1,
         gradient_accumulation_steps=2,
-        max_steps=1,
-        logging_steps=1,
-        learning_rate=0.05,
-        optim="sgd",
-        max_grad_norm=0.0,
-        save_strategy="no",
-        training_summary=False,
-        seed=0,
+        **ONE_SGD_STEP,
         **config,
     )
     gradients = record_gradients(trainer)

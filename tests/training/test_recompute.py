@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_forward_padding import assert_same_update, record_gradients, uneven_answers
-from tiny import tiny_trainer
+from tiny import ONE_SGD_STEP, tiny_trainer
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig
 from trl_multiagent.training.recompute import GB, ActivationShape, activation_bytes_per_token, recomputes
@@ -37,14 +37,7 @@ def train(model_dir, output_dir, **config):
         update_schedule="mini_batches",
         mini_batch_prompts=1,
         gradient_accumulation_steps=2,
-        max_steps=1,
-        logging_steps=1,
-        learning_rate=0.05,
-        optim="sgd",
-        max_grad_norm=0.0,
-        save_strategy="no",
-        training_summary=False,
-        seed=0,
+        **ONE_SGD_STEP,
         **config,
     )
     gradients, forwards = record_gradients(trainer), record_checkpointing(trainer)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_forward_padding import record_gradients, uneven_answers
 from test_logps_before_update import record_logp_samples
-from tiny import tiny_config, tiny_trainer
+from tiny import ONE_SGD_STEP, tiny_config, tiny_trainer
 
 from trl_multiagent import EvalOpt
 from trl_multiagent.adapters.routing import adapter_parameters
@@ -62,14 +62,7 @@ def generating_trainer(model_dir, output_dir, policy: str, **config):
         mini_batch_prompts=1,
         gradient_accumulation_steps=2,
         temperature=0.7,
-        max_steps=1,
-        logging_steps=1,
-        learning_rate=0.05,
-        optim="sgd",
-        max_grad_norm=0.0,
-        save_strategy="no",
-        training_summary=False,
-        seed=0,
+        **ONE_SGD_STEP,
         **config,
     )
 
