@@ -38,8 +38,8 @@ PAPER_UPDATE = (
     "epsilon_high",
     "delta",
 )
-# One step of plain SGD at a large rate, nothing clipped, saved or drawn: the update that tests compare gradient by
-# gradient across two ways of computing it.
+# One step of plain SGD at a large rate, with no gradient clipping, no checkpoint and no summary picture: the update
+# that tests compare gradient by gradient across two ways of computing it.
 ONE_SGD_STEP = dict(
     max_steps=1,
     logging_steps=1,
