@@ -14,7 +14,7 @@ sequence (``followed``) without loading anything, so every process can send requ
 
 from __future__ import annotations
 
-import itertools
+from array import array
 from collections.abc import Callable, Sequence
 
 from ...adapters.routing import BASE_MODEL
@@ -34,8 +34,13 @@ class ServedAdapters:
         self.run = run
         self.weights_step = weights_step
         self.current: dict[str, str] = {}  # adapter -> the served name of its newest version
-        self.versions: dict[str, tuple[str, int | None]] = {}  # every served name this run used -> (adapter, step)
-        self._serials = itertools.count()
+        # Every version this run loaded, by its serial ``n``: which adapter (an index into ``_adapters``) at which
+        # optimizer step (-1: none). A run loads a version per adapter at each weight sync, so over a day of short
+        # steps these are tens of thousands: kept as two flat arrays (10 bytes a version) rather than a dict of
+        # names, which held about 250 bytes each.
+        self._adapters = [*self.adapter_names, BASE_MODEL]
+        self._adapter_of = array("h")
+        self._step_of = array("q")
 
     def to_sync(self, adapter_names: Sequence[str] | None) -> list[str]:
         """The adapters a sync loads: the given ones (default: all), plus the zero adapter the first time."""
@@ -44,15 +49,30 @@ class ServedAdapters:
 
     def next_name(self, adapter: str) -> str:
         """The name the next version of ``adapter`` is loaded under."""
-        return f"{adapter}@{self.run}.{next(self._serials)}"
+        return f"{adapter}@{self.run}.{len(self._step_of)}"
 
     def loaded(self, adapter: str, name: str) -> str | None:
-        """Every server now holds ``name`` for ``adapter``: requests name it from now on. Returns the name it
-        replaces (to unload), if any."""
+        """Every server now holds ``name`` (from ``next_name``) for ``adapter``: requests name it from now on.
+        Returns the name it replaces (to unload), if any."""
+        if name != self.next_name(adapter):
+            raise ValueError(f"{name!r} is not the next version name of {adapter!r} ({self.next_name(adapter)!r}).")
         trained = adapter != BASE_MODEL and self.weights_step is not None  # the zero adapter stands for the base
-        self.versions[name] = (adapter, self.weights_step() if trained else None)
+        self._adapter_of.append(self._adapters.index(adapter))
+        self._step_of.append(self.weights_step() if trained else -1)
         previous, self.current[adapter] = self.current.get(adapter), name
         return previous
+
+    def version_of(self, served: str | None) -> tuple[str, int | None] | None:
+        """(adapter, optimizer step or None) of a name this run loaded; None for any other name."""
+        adapter, at, rest = (served or "").partition("@")
+        run, dot, serial = rest.rpartition(".")
+        if not (at and dot and run == self.run and serial.isdigit()) or int(serial) >= len(self._step_of):
+            return None
+        n = int(serial)
+        if self._adapters[self._adapter_of[n]] != adapter:
+            return None
+        step = self._step_of[n]
+        return adapter, (None if step < 0 else step)
 
     def followed(self, adapter_names: Sequence[str] | None) -> None:
         """Another process loaded the next versions of ``adapter_names``: take the same names."""
@@ -66,7 +86,7 @@ class ServedAdapters:
         """What served a call, from the name the server answered with: an unknown name (another run's, or none)
         stands as it is, with no version, and fails the adapter check (which names the run it belongs to,
         ``other_run``)."""
-        adapter, version = self.versions.get(served, (str(served), None))
+        adapter, version = self.version_of(served) or (str(served), None)
         return Provenance(adapter, version, BACKEND)
 
     def check_synced(self, adapters: Sequence[str]) -> None:

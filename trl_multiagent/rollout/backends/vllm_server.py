@@ -219,7 +219,7 @@ class VLLMServerBackend(LoopCalls):
                             "training's environment."
                         )
                     )
-                if status == 404 and body.get("model") in self.served.versions:
+                if status == 404 and self.served.version_of(body.get("model")) is not None:
                     raise ServerLostError(url, "restarted", f"answered {route} with 404 ({text.strip()})")
                 gave_up = status >= 500 and (status not in (502, 503, 504) or delay is None)
                 if gave_up and (engine_died(status, text) or route == "/v1/completions" or delay is None):
