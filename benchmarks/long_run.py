@@ -53,10 +53,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import ModelConfig, ScriptArguments, get_peft_config  # noqa: E402
-from trl_multiagent.model_names import resolve_model_name  # noqa: E402
-from trl_multiagent.recipe_parser import RecipeParser  # noqa: E402
 
 from trl_multiagent import EvalOpt, MultiAgentGRPOConfig, MultiAgentGRPOTrainer  # noqa: E402
+from trl_multiagent.cli.recipe_parser import RecipeParser  # noqa: E402
+from trl_multiagent.common.model_names import resolve_model_name  # noqa: E402
 from trl_multiagent.tasks import get_task  # noqa: E402
 from trl_multiagent.testing import build_tiny_qwen3  # noqa: E402
 from trl_multiagent.workflows.options import WorkflowOptions  # noqa: E402

@@ -40,8 +40,7 @@ import csv
 import json
 from pathlib import Path
 
-from trl_multiagent.report import load_training_args
-
+from trl_multiagent.cli.report import load_training_args
 from trl_multiagent.evaluation.instability import read_log_history
 from trl_multiagent.evaluation.mechanisms import alarm_steps, step_series
 
