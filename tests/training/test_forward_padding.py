@@ -15,7 +15,7 @@ from trl_multiagent import EvalOpt
 from trl_multiagent.adapters.routing import adapter_parameters
 from trl_multiagent.rollout.padding import padded
 from trl_multiagent.testing import batch_of_lengths, eval_opt_call_lengths
-from trl_multiagent.trainer import multiagent_grpo_trainer as trainer_module
+from trl_multiagent.trainer import step_forwards as step_forwards_module
 from trl_multiagent.trainer.grpo_seam import GRPOSeam
 from trl_multiagent.training import forwards as forwards_module
 from trl_multiagent.training import mini_batches
@@ -59,7 +59,7 @@ def test_laid_out_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path, monke
         policy_sharing="shared",
         pad_to_multiple_of=multiple,
     )
-    monkeypatch.setattr(trainer, "_forward_layout", lambda: layout)
+    monkeypatch.setattr(trainer._step_forwards, "forward_layout", lambda: layout)
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (3, 17, 9, 30, 12)]
     completions = [torch.randint(5, 300, (n,), generator=generator).tolist() for n in (25, 2, 11, 7, 1)]
@@ -76,7 +76,7 @@ def test_laid_out_rows_score_as_trls_padded_rows(tiny_model_dir, tmp_path, monke
         trls = GRPOSeam._logps_and_entropies(
             trainer, trainer.model, input_ids, attention_mask, width, compute_entropy=True
         )
-        trainer._routed_samples = (trainer.router, ["shared"] * 5)
+        trainer._step_forwards.routed_samples = (trainer.router, ["shared"] * 5)
         ours = trainer._logps_and_entropies(
             model_calls(trainer.model, seen), input_ids, attention_mask, width, compute_entropy=True
         )
@@ -102,7 +102,7 @@ def test_laid_out_rows_narrower_than_the_completions(tiny_model_dir, tmp_path, m
     columns: the laid-out forward scores as TRL's (a voting run under mini-batches once failed here with an index
     error)."""
     trainer = tiny_trainer(tiny_model_dir, tmp_path, EvalOpt(), respond=uneven_answers, policy_sharing="shared")
-    monkeypatch.setattr(trainer, "_forward_layout", lambda: layout)
+    monkeypatch.setattr(trainer._step_forwards, "forward_layout", lambda: layout)
     prompt_ids, prompt_mask = padded([[7, 8, 9], [10, 11]], 0, side="left")
     completion_ids, completion_mask = padded([list(range(20, 30)), [31, 32, 33, 34]], 0, side="right")
     completion_mask[0] = 0  # the 10-token completion, masked whole: the rows hold 3 and 6 tokens
@@ -114,7 +114,7 @@ def test_laid_out_rows_narrower_than_the_completions(tiny_model_dir, tmp_path, m
     trainer.router.set(None)
     with trainer.router.route(["shared"] * 2):
         trls = GRPOSeam._logps_and_entropies(trainer, trainer.model, input_ids, attention_mask, 10)[0]
-        trainer._routed_samples = (trainer.router, ["shared"] * 2)
+        trainer._step_forwards.routed_samples = (trainer.router, ["shared"] * 2)
         ours = trainer._logps_and_entropies(trainer.model, input_ids, attention_mask, 10)[0]
     mask = completion_mask.bool()
     assert ours.shape == trls.shape == (2, 10)
@@ -158,7 +158,7 @@ def one_padded_forward(trainer, monkeypatch) -> None:
     """``trainer`` as commit d531c8e trained without a memory bound: TRL's layout (left-padded prompts, right-padded
     completions), micro-steps cut in the shuffled order, each micro-step one forward per adapter."""
     monkeypatch.setattr(
-        trainer_module, "micro_steps", lambda batch, accumulation, **cut: generation_chunks(batch, **cut)
+        step_forwards_module, "micro_steps", lambda batch, accumulation, **cut: generation_chunks(batch, **cut)
     )
     monkeypatch.setattr(trainer, "_logps_and_entropies", functools.partial(GRPOSeam._logps_and_entropies, trainer))
     for name in ("split_for_memory", "bounded_logps"):
@@ -222,7 +222,7 @@ def train_one_step(model_dir, output_dir, monkeypatch, *, padded_reference=False
         if padded_reference:
             one_padded_forward(trainer, patch)
         if layout is not None:
-            patch.setattr(trainer, "_forward_layout", lambda: layout)
+            patch.setattr(trainer._step_forwards, "forward_layout", lambda: layout)
         gradients, forwards = record_gradients(trainer), record_forwards(trainer)
         trainer.train()
         return gradients, trainer.state.log_history[0]["loss"], forwards, trainer._text_tokenizer.pad_token_id

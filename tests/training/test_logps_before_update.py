@@ -20,14 +20,14 @@ from trl_multiagent.training.forwards import first_of_each_adapter, old_logps_af
 def record_logp_samples(trainer, optimizer_steps: list) -> list[int]:
     """The samples of every log-prob forward of the adapters before the step's first optimizer step (while
     ``optimizer_steps``, `record_gradients`'s, is empty)."""
-    seen, forward = [], trainer._routed_logps
+    seen, forward = [], trainer._step_forwards.routed_logps
 
     def recording(batch, adapters, mode):
         if not optimizer_steps:
             seen.append(len(batch))
         return forward(batch, adapters, mode)
 
-    trainer._routed_logps = recording
+    trainer._step_forwards.routed_logps = recording
     return seen
 
 

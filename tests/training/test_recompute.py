@@ -51,7 +51,7 @@ def test_forwards_that_fit_skip_checkpointing_and_train_the_same(tiny_model_dir,
     shape = ActivationShape.of(trainer.model.config, lora_rank=4, compute_bytes=4, lora_bytes=4)
     memory_gb = (FIT + 0.5) * activation_bytes_per_token(shape) / GB  # tiny_lora's rank 4, float32
     trainer, *ours, chosen = train(tiny_model_dir, tmp_path / "memory", activation_memory_gb=memory_gb)
-    assert trainer._forwards("train", backward=True).fit == FIT
+    assert trainer._step_forwards.forwards("train", backward=True).fit == FIT
     assert_same_update(*ours, *reference)
     assert all(on == (tokens > FIT) for tokens, on in chosen)  # one sample a row: tokens held, padding included
     assert any(on for _, on in chosen) and not all(on for _, on in chosen)

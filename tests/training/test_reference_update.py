@@ -163,14 +163,14 @@ def test_isolated_adapters_take_one_clipped_update_call_each(tiny_model_dir, tmp
         seed=0,
     )
     batches = record_batches(trainer)
-    adapters_per_forward, micro_batches = [], trainer._micro_batches
+    adapters_per_forward, micro_batches = [], trainer._step_forwards.micro_batches
 
     def recording(batch):
         parts = micro_batches(batch)
         adapters_per_forward.extend(len(set(part.adapters)) for part in parts)
         return parts
 
-    trainer._micro_batches = recording
+    trainer._step_forwards.micro_batches = recording
     names = ("generator", "aggregator")
     before = {a: snapshot(trainer.model, a) for a in names}
     trainer.train()

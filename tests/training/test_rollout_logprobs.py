@@ -78,9 +78,9 @@ def test_the_transformers_backends_log_probs_are_the_trainers_forwards(tiny_mode
     def scoring(inputs):
         batch = score(inputs)
         with torch.no_grad():  # before the step's first update: the weights that sampled
-            own = trainer._routed_logps(batch, batch.adapters, "train")
+            own = trainer._step_forwards.routed_logps(batch, batch.adapters, "train")
             other = {"generator": "evaluator", "evaluator": "generator"}
-            swapped = trainer._routed_logps(batch, [other[a] for a in batch.adapters], "train")
+            swapped = trainer._step_forwards.routed_logps(batch, [other[a] for a in batch.adapters], "train")
         seen.append((batch, own, swapped))
         return batch
 
@@ -190,7 +190,7 @@ def test_merged_steps_of_one_generation_batch_take_every_samples_rollout_log_pro
         seed=0,
         **ROLLOUT,
     )
-    forward, score, batches, forwards = trainer._routed_logps, trainer._generate_and_score, [], []
+    forward, score, batches, forwards = trainer._step_forwards.routed_logps, trainer._generate_and_score, [], []
 
     def counting(batch, adapters, mode):
         forwards.append(len(batch))
@@ -200,7 +200,7 @@ def test_merged_steps_of_one_generation_batch_take_every_samples_rollout_log_pro
         batches.append(score(inputs))
         return batches[-1]
 
-    trainer._routed_logps, trainer._generate_and_score = counting, scoring
+    trainer._step_forwards.routed_logps, trainer._generate_and_score = counting, scoring
     trainer.train()
     assert len(batches) == 1 and trainer.state.global_step == 2 and forwards == []
     (batch,) = batches

@@ -53,7 +53,7 @@ def record_batches(trainer) -> list:
         old = batch.old_per_token_logps
         if old is None:
             with torch.no_grad():
-                old = trainer._routed_logps(batch, batch.adapters, "train")
+                old = trainer._step_forwards.routed_logps(batch, batch.adapters, "train")
         batches.append(replace(batch, old_per_token_logps=old))
         return batch
 
@@ -232,14 +232,14 @@ def test_one_forward_per_adapter_and_one_mixed_forward_train_alike(tiny_model_di
             mix_adapters_in_forward=mixed,
             gradient_accumulation_steps=1,
         )
-        seen, micro_batches = [], trainer._micro_batches
+        seen, micro_batches = [], trainer._step_forwards.micro_batches
 
         def recording(batch, micro_batches=micro_batches, seen=seen):
             parts = micro_batches(batch)
             seen.extend(len(set(part.adapters)) for part in parts)
             return parts
 
-        trainer._micro_batches = recording
+        trainer._step_forwards.micro_batches = recording
         before = {a: snapshot(trainer.model, a) for a in ("generator", "evaluator")}
         trainer.train()
         adapters_per_forward[mixed] = seen

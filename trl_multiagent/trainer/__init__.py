@@ -2,8 +2,9 @@
 
 ``MultiAgentGRPOTrainer`` (multiagent_grpo_trainer.py) runs a training step's five numbered steps; parts.py builds
 what it is made of from the config; logps_before_update.py adds the log-probs from before an update and what reads
-them; grpo_seam.py (``GRPOSeam``) is where it reaches TRL's private hooks and state;
-renamed_hooks.py keeps the trainer's names of 0.1.0 working, with a warning, until they go.
+them; step_forwards.py runs the step's forwards over routed samples and the updates they make; grpo_seam.py
+(``GRPOSeam``) is where it reaches TRL's private hooks and state; renamed_hooks.py keeps the trainer's names of 0.1.0
+working, with a warning, until they go.
 """
 
 from __future__ import annotations

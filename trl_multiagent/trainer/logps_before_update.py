@@ -5,7 +5,8 @@ importance-sampling ratio on vLLM rollouts), the update size measured once the s
 synced version (monitoring/adapter_check.py).
 
 Which forwards a step needs is decided once per generation batch from the settings, alike on every process. The
-forwards themselves are the trainer's (``routed_logps``: every sample through the adapter given, in bounded forwards);
+forwards themselves are step_forwards.py's (``routed_logps``: every sample through the adapter given, in bounded
+forwards);
 they run inside ``no_grad_forwards()``, once for all a step needs: switching gradient checkpointing off and on walks
 every module twice.
 """

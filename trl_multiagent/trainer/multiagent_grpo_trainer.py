@@ -13,15 +13,15 @@ One training step, in order (mirrored by the numbered comments below):
 
 Each step calls into the package's other folders with what it needs (training/, rollout/, adapters/, monitoring/); what
 the trainer is made of is built in parts.py by the `_build_*` steps of `__init__`, the log-probs read before an update
-are logps_before_update.py's, the optimizer steps over the adapters are adapters/clip_and_step.py's, and what a
-checkpoint holds is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
+are logps_before_update.py's, a step's forwards over routed samples and the updates they make (steps 4 and 5) are
+step_forwards.py's, the optimizer steps over the adapters are adapters/clip_and_step.py's, and what a checkpoint holds
+is checkpoints/run.py's. The TRL hooks for those delegate here in a few lines.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from contextlib import nullcontext
 
 import torch
 from accelerate.utils import gather, gather_object
@@ -34,26 +34,21 @@ from ..config import MultiAgentGRPOConfig
 from ..config.model_flags import check_quantization
 from ..config.run_checks import check_run
 from ..rollout.backends.from_config import BackendContext, backend_metrics, build_backend
-from ..seams.accelerate import gradients_synced
-from ..seams.deepspeed import clear_zero3_gradients
 from ..seams.liger import layer_kernels
-from ..seams.transformers import attention_implementation
 from ..tasks.bad_rows import SkippedRowsCallback
 from ..training.batch import TrainingBatch
 from ..training.entropy_control import EntropyStepCallback
 from ..training.episode_rewards import episode_rewards
 from ..training.episode_samples import episode_samples
-from ..training.forwards import Forwards
-from ..training.loss_weights import LossScale, loss_ready
-from ..training.mini_batches import micro_steps, mini_batch_plan
+from ..training.loss_weights import LossScale
 from ..training.role_loss_terms import RoleLossTerms
 from ..training.role_rewards import RequestedRoleRewards
-from ..training.row_layout import LaidOut, layout_for, rows_by_adapter
 from ..workflows.base import Workflow
 from .grpo_seam import GRPOSeam
 from .logps_before_update import LogpsBeforeUpdate, without_gradients
 from .parts import AdapterParts, MonitoringParts, RolloutParts, kernels_under_adapters, prepare_role_base
 from .renamed_hooks import RenamedTrainerNames
+from .step_forwards import StepForwards
 
 
 class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
@@ -149,6 +144,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self._build_rollouts(args, rollout_backend, tools, role_tools, environment_factory, checked.rollout_ahead)
         self._answer_checker, self.role_reward_funcs = answer_checker, role_reward_funcs
         self._build_monitoring(args)
+        self._build_step_forwards(args)
 
     def _build_adapters(self, args: MultiAgentGRPOConfig, lora, quantization_config, kernels) -> None:
         """The base models the roles sit on, every role adapter on its base and the parts of its update (parts.py)."""
@@ -218,7 +214,7 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self._before_update = LogpsBeforeUpdate(
             args,
             roles=self.workflow.roles,
-            routed_logps=lambda batch, adapters, mode: self._routed_logps(batch, adapters, mode),
+            routed_logps=lambda batch, adapters, mode: self._step_forwards.routed_logps(batch, adapters, mode),
             no_grad_forwards=lambda: without_gradients(self.model, self.args.gradient_checkpointing_kwargs),
             adapter_check=self._adapter_check,
             record=self._record_metrics,
@@ -241,6 +237,28 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
             reward_names=self.reward_func_names,
             answer_checker=self._answer_checker,
             log_update_size=self._before_update.log_update_size,
+        )
+
+    def _build_step_forwards(self, args: MultiAgentGRPOConfig) -> None:
+        """A step's forwards over routed samples and the updates they make (step_forwards.py), over the parts above."""
+        self._step_forwards = StepForwards(
+            args,
+            model=lambda: self.model,
+            accelerator=self.accelerator,
+            updates=self._updates,
+            adapter_steps=self._adapter_steps,
+            before_update=self._before_update,
+            step_metrics=self._monitoring.step_metrics,
+            loss_type=self.loss_type,
+            num_generations=self.num_generations,
+            pad_token_id=self._text_tokenizer.pad_token_id,
+            router_loss=getattr(self, "aux_loss_enabled", False),  # TRL's MoE router loss, set in its __init__
+            deepspeed=self.is_deepspeed_enabled,
+            logps_and_entropies=lambda *inputs, **kwargs: self._logps_and_entropies(*inputs, **kwargs),
+            trl_training_step=super().training_step,
+            accumulating=self._accumulating,
+            clip=self._clip_gradients,
+            record=self._record_metrics,
         )
 
     def _backend_context(self) -> BackendContext:
@@ -319,42 +337,6 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         self._before_update.add(batch, episodes, mode, role_beta=self.role_beta)  # old, reference, checks
         return batch
 
-    def _routed_logps(self, batch: TrainingBatch, adapters: list[str], mode: str) -> torch.Tensor:
-        """`[N, C]` log-probs of every sample through ``adapters``, in memory-bounded forwards."""
-
-        def forward(part: TrainingBatch, names: list[str]) -> torch.Tensor:
-            model, router = self._updates.routing.forward_target(part.adapters, self.model)
-            with router.route(names):
-                self._routed_samples = (router, names)
-                return self._logps_and_entropies(model, *part.model_inputs())[0]
-
-        keys = self._updates.routing.forward_keys(batch.adapters)
-        return self._forwards(mode).routed_logps(batch, adapters, keys=keys, forward=forward)
-
-    def _forwards(self, mode: str, *, backward: bool = False) -> Forwards:
-        """How this run's forwards are bounded and laid out (training/forwards.py), as the trainer is now."""
-        several = self.accelerator.num_processes > 1
-        return Forwards.for_run(
-            self.args,
-            mode=mode,
-            backward=backward,
-            model=self.model,
-            layout=self._forward_layout(),
-            loss_type=self.loss_type,
-            pad_token_id=self._text_tokenizer.pad_token_id,
-            alignment=self._updates.alignment,
-            most_over_processes=(lambda t: gather(t[None]).max(dim=0).values) if several else None,
-        )
-
-    _routed_samples: tuple | None = None  # (router, adapter of each sample) of the forward about to run
-
-    def _forward_layout(self) -> str:
-        """Packed where the attention reads packed samples without a dense mask; one sample a row elsewhere, and
-        always for a MoE router loss, which needs the padding mask (training/row_layout.py)."""
-        if getattr(self, "aux_loss_enabled", False):
-            return "rows"
-        return layout_for(attention_implementation(self.model.config))
-
     def get_batch_samples(self, epoch_iterator, num_batches, device):  # rollout_ahead reads the next batch early
         take = super().get_batch_samples
         return self._rollout.rollouts.around(epoch_iterator, lambda batches: take(batches, num_batches, device))
@@ -368,20 +350,11 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         if isinstance(generation_batch, TrainingBatch):  # a micro-batch `training_step` prepared already
             return generation_batch
         if not self.model.training:  # an evaluation batch: its loss forwards (`compute_loss` adds them up)
-            return self._evaluation_forwards(loss_ready(self._generate_and_score(generation_batch), self.loss_type))
+            return self._step_forwards.evaluation_forwards(self._generate_and_score(generation_batch))
         steps = self.args.steps_per_generation
         if self._micro_step % (steps * self.num_iterations) == 0 or self._buffered_micro_batches is None:
-            batch = self._generate_and_score(generation_batch).shuffled()
-            chunks = micro_steps(
-                batch,
-                steps=steps,
-                accumulation=self.args.gradient_accumulation_steps,
-                loss_type=self.loss_type,
-                num_processes=self.accelerator.num_processes,
-            )
-            self._buffered_micro_batches = [loss_ready(chunk, self.loss_type) for chunk in chunks]
-            trained = gather(torch.tensor([sum(map(len, chunks))], device=self.accelerator.device)).sum()
-            self._record_metrics("train", {"workflow/samples_trained": float(trained)})
+            batch = self._generate_and_score(generation_batch)
+            self._buffered_micro_batches = self._step_forwards.micro_steps_of(batch)
         return self._buffered_micro_batches[self._micro_step % steps]
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -392,85 +365,31 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
         # already training skips this walk over every module (~1 ms a step on a tiny model).
         if not (model.training and self.model.training):
             model.train()
+        step, forwards = self._micro_step, self._step_forwards  # the micro-step's forwards (step_forwards.py)
         if self.args.update_schedule == "mini_batches":
-            return self._mini_batch_update(model, inputs, num_items_in_batch)
-        step = self._micro_step
-        parts = self._micro_batches(self._micro_step_inputs(inputs))
-        loss = self._accumulate(model, parts, num_items_in_batch)
-        self._micro_step = step + 1  # TRL's training_step counted each part
+            # On the last micro-step of the generation (outside the Trainer's no_sync), every mini-batch's update.
+            self._micro_step = step + 1
+            if self._micro_step % self.args.steps_per_generation:
+                return torch.zeros((), device=self.accelerator.device)
+            batch, accumulation = self._generate_and_score(inputs), self.current_gradient_accumulation_steps
+            loss, norms = forwards.mini_batch_update(
+                model, batch, num_items_in_batch, optimizer=self.optimizer, accumulation_steps=accumulation
+            )
+            self._earlier_update_norms.extend(norms)
+        else:
+            parts = forwards.micro_batches(self._micro_step_inputs(inputs))
+            loss = forwards.accumulate(model, parts, num_items_in_batch)
+        self._micro_step = step + 1  # TRL's training_step counted each forward
         return loss
-
-    def _micro_batches(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        """One micro-step's memory-bounded loss forwards, alike on every process (training/forwards.py)."""
-        forwards = self._forwards("train", backward=True)
-        return forwards.loss_forwards(batch, self._updates.routing.forward_keys(batch.adapters))
-
-    def _evaluation_forwards(self, batch: TrainingBatch) -> list[TrainingBatch]:
-        return self._forwards("eval").evaluation_forwards(batch, self._updates.routing.forward_keys(batch.adapters))
-
-    def _accumulate(self, model, parts: list[TrainingBatch], num_items_in_batch, engine_steps=False) -> torch.Tensor:
-        """Forward and backward each part; only the last one synchronises gradients across processes (and, under
-        DeepSpeed, is followed by the engine's optimizer step: one per micro-step, as without DeepSpeed, or, with
-        ``engine_steps``, one after these parts, as a mini-batch's step)."""
-        loss = torch.zeros((), device=self.accelerator.device)
-        forwards, bases = self._forwards("train", backward=True), list(self._updates.installed.models.values())
-        for i, part in enumerate(parts):
-            if i < len(parts) - 1:
-                context = self._accumulating(model)
-            else:
-                context = gradients_synced(self.accelerator) if engine_steps else nullcontext()
-            checkpointing = self.args.gradient_checkpointing_kwargs  # off where this forward fits the memory
-            with context, forwards.recompute(part, models=bases, gradient_checkpointing_kwargs=checkpointing):
-                loss = loss + super().training_step(model, part, num_items_in_batch)
-        if engine_steps or (self.is_deepspeed_enabled and self.accelerator.sync_gradients):  # the engine stepped
-            clear_zero3_gradients(model)
-        return loss
-
-    def _mini_batch_update(self, model, inputs, num_items_in_batch) -> torch.Tensor:
-        # Runs on the last micro-step of the generation (outside the Trainer's no_sync): every mini-batch but the
-        # last takes its optimizer step here (adapters/clip_and_step.py), the last one takes the Trainer's own step.
-        step = self._micro_step
-        self._micro_step = step + 1
-        if self._micro_step % self.args.steps_per_generation:
-            return torch.zeros((), device=self.accelerator.device)
-        batch = self._generate_and_score(inputs)
-        prompts = self.args.mini_batch_prompts or self.args.generation_batch_size // self.num_generations
-        plan = mini_batch_plan(
-            batch,
-            self._updates.installed.adapter_names,
-            mini_batch_size=prompts * self.num_generations,
-            num_processes=self.accelerator.num_processes,
-            sum_over_processes=lambda t: self.accelerator.reduce(t, reduction="sum"),
-            loss_type=self.loss_type,
-            accumulation_steps=self.current_gradient_accumulation_steps,
-            order=self.args.mini_batch_order,
-            gather_object=gather_object,
-        )
-        plan = self._before_update.add_to_mini_batches(batch, plan)  # each adapter's first mini-batch needs none
-
-        def train(part: TrainingBatch) -> torch.Tensor:
-            parts = self._micro_batches(loss_ready(part, self.loss_type))
-            return self._accumulate(model, parts, num_items_in_batch, engine_steps=self.is_deepspeed_enabled)
-
-        clip = functools.partial(self._clip_gradients, model)  # under DeepSpeed: the engine's norm of its step
-        losses, norms = self._adapter_steps.mini_batch_updates(plan, train=train, optimizer=self.optimizer, clip=clip)
-        self._earlier_update_norms.extend(norms)
-        adapters, samples = self._updates.installed.adapter_names, batch.num_samples_in_batch.item()
-        self._monitoring.step_metrics.mini_batch_updates([a for a, _ in plan], adapters, samples)
-        self._micro_step = step + 1
-        return sum(losses, torch.zeros((), device=self.accelerator.device))
 
     # ------------------------------------------------------------------------------------------------------ 5 loss
     def compute_loss(self, model, inputs: TrainingBatch, return_outputs=False, num_items_in_batch=None):
-        if isinstance(inputs, list):  # an evaluation batch in its forwards (`_evaluation_forwards`)
+        if isinstance(inputs, list):  # an evaluation batch in its forwards (`StepForwards.evaluation_forwards`)
             return sum(self.compute_loss(model, part) for part in inputs)
         # 5. Route every sample to its adapter; the routing stays set through backward, so checkpointed layers
         # recompute with the same adapters. TRL's loss, then the per-role KL term on the log-probs it computed.
         training = self.model.training
-        model, router = self._updates.routing.forward_target(inputs.adapters, model)  # the base these samples sit on
-        names = self._updates.routing.names(inputs.adapters, inputs.roles, training)
-        self._routed_samples = (router, names)
-        router.set(names)
+        model = self._step_forwards.route(inputs, model, training=training)  # the base these samples sit on
         trl_inputs = inputs.to_trl_inputs()
         loss, per_token_logps, entropies = self._trl_loss(model, trl_inputs, return_outputs, num_items_in_batch)
         terms = self._role_terms  # the per-role KL term and entropy bonus (training/role_loss_terms.py)
@@ -487,26 +406,10 @@ class MultiAgentGRPOTrainer(GRPOSeam, RenamedTrainerNames):
 
     def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         # Every forward of the loss and of the log-probs before the update runs without an attention mask: one sample
-        # a row, or packed, a row per adapter (training/row_layout.py); TRL's log-prob computation runs on those rows
-        # unchanged. Packed rows are routed row by row, as long as the forward lasts (its backward included).
-        layout, row_of = self._forward_layout(), None
-        router, names = self._routed_samples or (None, None)
-        self._routed_samples = None  # said for this forward only
-        if layout == "packed" and (names is None or len(names) != len(input_ids)):
-            layout = "rows"  # a forward whose routing is not known here: its rows as they are routed
-        if layout == "packed":
-            row_names, row_of = rows_by_adapter(names)
-            router.set(row_names)
-        rows = LaidOut.of(
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            layout=layout,
-            pad_to_multiple_of=self.args.pad_to_multiple_of,
-            padding_mask=bool(kwargs.get("compute_aux_loss")),
-            pad_token_id=self._text_tokenizer.pad_token_id,
-            row_of=row_of,
-        )
+        # a row, or packed, a row per adapter (step_forwards.py); TRL's log-prob computation runs on those rows
+        # unchanged.
+        padding_mask = bool(kwargs.get("compute_aux_loss"))
+        rows = self._step_forwards.laid_out(input_ids, attention_mask, logits_to_keep, padding_mask=padding_mask)
         logps, entropies, aux_loss = super()._logps_and_entropies(
             rows.model(model), rows.input_ids, rows.scored, rows.logits_to_keep, *args, **kwargs
         )

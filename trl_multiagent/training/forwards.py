@@ -1,10 +1,11 @@
 """The training forwards of a step: which samples go in each forward, as many forwards on every process, and the
 log-probs before an update, every sample through its adapter.
 
-The trainer hands these functions what they need (`Forwards`: the bounds, the layout, the loss type, the padding
-token, the processes' alignment); each forward's rows are then laid out without a mask by the trainer's log-prob hook
-(row_layout.py). Every cut keeps the update what one pass over the samples would give: the weights are corrected by
-each forward's share (mini_batches.split_for_memory), stand-in rows and forwards train nothing (even_forwards.py).
+The trainer's step hands these functions what they need (`Forwards`: the bounds, the layout, the loss type, the
+padding token, the processes' alignment; trainer/step_forwards.py); each forward's rows are then laid out without a
+mask for the trainer's log-prob hook (row_layout.py). Every cut keeps the update what one pass over the samples
+would give: the weights are corrected by each forward's share (mini_batches.split_for_memory), stand-in rows and
+forwards train nothing (even_forwards.py).
 """
 
 from __future__ import annotations

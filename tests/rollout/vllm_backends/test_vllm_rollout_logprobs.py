@@ -36,7 +36,7 @@ def test_vllms_log_probs_are_the_trainers_and_replace_the_forward(tiny_model_dir
         old_logprobs="rollout",
         vllm_importance_sampling_correction=False,
     )
-    forward, score, plan = trainer._routed_logps, trainer._generate_and_score, []
+    forward, score, plan = trainer._step_forwards.routed_logps, trainer._generate_and_score, []
     gaps, forwards = [], []
 
     def scoring(inputs):
@@ -56,7 +56,7 @@ def test_vllms_log_probs_are_the_trainers_and_replace_the_forward(tiny_model_dir
         plan.extend(steps)
         return updates(steps, **kwargs)
 
-    trainer._generate_and_score, trainer._routed_logps = scoring, counting
+    trainer._generate_and_score, trainer._step_forwards.routed_logps = scoring, counting
     trainer._adapter_steps.mini_batch_updates = recording
     trainer.train()
     assert len(gaps) == 2 and max(gaps) <= TOLERANCE, gaps
