@@ -47,7 +47,8 @@ from trl_multiagent.evaluation.mechanisms import alarm_steps, step_series
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
 OUT = DATA / "alarm_corpus.csv"
-NEW_RUNS = DATA / "alarm_new_runs.csv"  # the new runs' rows, collected once from their folders
+# The new runs' rows, collected once from their folders: the runs made to decline, and benchmarks/long_run.py's hour.
+NEW_RUNS = (DATA / "alarm_new_runs.csv", DATA / "alarm_long_run.csv")
 COLUMNS = ("run", "source", "workflow", "setting", "seed", "step", "role", "metric", "value")
 # The per-role metrics kept from a run folder's log.
 ROLE_METRICS = (
@@ -169,30 +170,33 @@ def write(rows: list[dict], out: Path) -> Path:
     return out
 
 
-def collect(roots: list[Path], out: Path = NEW_RUNS) -> Path:
+def collect(roots: list[Path], out: Path = NEW_RUNS[0]) -> Path:
     """Write the new runs' rows, from the run folders under ``roots``, to their own CSV."""
     return write([row for root in roots for run_dir in run_folders(root) for row in run_folder_rows(run_dir)], out)
 
 
-def build(out: Path = OUT, new_runs: Path = NEW_RUNS) -> Path:
-    """The corpus: the toy records' rows and the new runs' (where their CSV exists)."""
+def build(out: Path = OUT, new_runs: tuple[Path, ...] = NEW_RUNS) -> Path:
+    """The corpus: the toy records' rows and the new runs' (each of their CSVs that exists)."""
     # Records M1 and M2 (4-8 steps a run) are too short to decline (scripts/alarm_lead.py's MIN_STEPS): left out.
     rows = [row for row in amplification_rows(DATA / "toy_amplification.csv") if row["source"] == "M3"]
     rows += capture_rows(DATA / "toy_capture.csv")
-    if new_runs.is_file():
-        with new_runs.open() as f:
-            rows += list(csv.DictReader(f))
+    for path in new_runs:
+        if path.is_file():
+            with path.open() as f:
+                rows += list(csv.DictReader(f))
     return write(rows, out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--collect", type=Path, nargs="*", default=None, help="roots of new run folders")
-    parser.add_argument("--new_runs", type=Path, default=NEW_RUNS, help="the new runs' CSV (--collect writes it)")
+    parser.add_argument(
+        "--new_runs", type=Path, nargs="+", default=NEW_RUNS, help="the new runs' CSVs (--collect writes the first)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.collect is not None:
-        print(f"wrote {collect(args.collect, args.new_runs)}")
+        print(f"wrote {collect(args.collect, args.new_runs[0])}")
     print(f"wrote {build(args.out, args.new_runs)}")
 
 
