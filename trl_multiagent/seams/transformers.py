@@ -59,6 +59,37 @@ def rename_checkpointing(args) -> None:
             setattr(args, old, None)
 
 
+def checkpointing_on(model) -> bool:
+    """Whether ``model`` recomputes its activations in the backward (``PreTrainedModel.is_activation_checkpointing``).
+
+    transformers 5.25 renamed the checkpointing names ``activation_checkpointing``; the old ones
+    (``is_gradient_checkpointing``, ``gradient_checkpointing_enable`` / ``_disable``) stay as aliases that warn at
+    each use, a FutureWarning at each training forward that reads them. 5.3 to 5.24 have only the old names.
+    """
+    try:
+        return model.is_activation_checkpointing  # a PEFT model forwards the read to its base model
+    except AttributeError:
+        return model.is_gradient_checkpointing
+
+
+@contextmanager
+def checkpointing_off(model, checkpointing_kwargs: dict | None = None) -> Iterator[None]:
+    """Activation checkpointing off on ``model`` while it lasts, back on after with ``checkpointing_kwargs`` where it
+    was on: what TRL's ``disable_gradient_checkpointing`` does (trl/models/utils.py:397, TRL 1.16), under the names
+    the installed transformers reads without a warning (TRL 1.16 reads the old ones, three warnings a use)."""
+    was_on = checkpointing_on(model)
+    renamed = hasattr(model, "activation_checkpointing_disable")
+    if was_on:
+        model.activation_checkpointing_disable() if renamed else model.gradient_checkpointing_disable()
+    try:
+        yield
+    finally:
+        if was_on and renamed:
+            model.activation_checkpointing_enable(checkpointing_kwargs)
+        elif was_on:
+            model.gradient_checkpointing_enable(checkpointing_kwargs)
+
+
 def refill_deepspeed_config(args) -> None:
     """Fill the DeepSpeed config's ``"auto"`` values again from ``args`` (after a config changed its batch sizes).
 

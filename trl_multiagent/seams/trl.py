@@ -21,12 +21,10 @@ from packaging.version import Version
 # (`tools=`) to type the arguments; 1.14.2 does not.
 from trl.chat_template_utils import parse_response
 
-# TRL's `models.utils.disable_gradient_checkpointing` (since 0.26): turns the model's gradient checkpointing off for
-# no-grad forwards (the log-probs before an update) and back on with the same kwargs.
 # `models.utils.unwrap_model_for_generation` (since 0.8.2): the model out of its DDP / DeepSpeed wrapper for
 # generation, ZeRO-3's parameters gathered while it lasts; since 1.15 it also turns gradient checkpointing off for the
 # generation and back on after it, with the `gradient_checkpointing_kwargs` it is given (`unwrapped_for_generation`).
-from trl.models.utils import disable_gradient_checkpointing, unwrap_model_for_generation
+from trl.models.utils import unwrap_model_for_generation
 
 # TRL's `trainer.utils.nanstd` (since 0.17): the std of the non-NaN values, with Bessel's correction, as GRPOTrainer
 # scales its advantages and logs `reward_std`. `create_model_from_path` (since 0.24): a model id or folder -> the
@@ -51,7 +49,6 @@ __all__ = [
     "create_model_from_path",
     "disable_dropout_in_model",
     "entropy_bonus_like_trl",
-    "disable_gradient_checkpointing",
     "nanstd",
     "parse_response",
     "score_like_trl",

@@ -23,7 +23,8 @@ from ..adapters.routing import BASE_MODEL
 from ..config import MultiAgentGRPOConfig
 from ..monitoring.adapter_check import AdapterCheck
 from ..monitoring.update_size import update_size_metrics, update_size_sums
-from ..seams.trl import batch_importance_sampling_ratio, disable_gradient_checkpointing
+from ..seams.transformers import checkpointing_off
+from ..seams.trl import batch_importance_sampling_ratio
 from ..training.batch import TrainingBatch
 from ..training.forwards import old_logps_after_first, rollout_logps
 
@@ -33,7 +34,7 @@ RoutedLogps = Callable[[TrainingBatch, list[str], str], torch.Tensor]  # (batch,
 @contextmanager
 def without_gradients(model: torch.nn.Module, gradient_checkpointing_kwargs: dict | None) -> Iterator[None]:
     """Forwards that train nothing: no gradients, and no gradient checkpointing to recompute them."""
-    with torch.no_grad(), disable_gradient_checkpointing(model, gradient_checkpointing_kwargs):
+    with torch.no_grad(), checkpointing_off(model, gradient_checkpointing_kwargs):
         yield
 
 

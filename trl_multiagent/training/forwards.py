@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..seams.transformers import checkpointing_on
 from .batch import TrainingBatch
 from .even_forwards import MostOverProcesses, even_forwards
 from .mini_batches import bounded_logps, padded_tokens, split_for_memory
@@ -74,7 +75,7 @@ class Forwards:
         activations fit (training/recompute.py); as set (TRL's) without a ``fit``."""
         if self.fit is None:
             return nullcontext()
-        on = models[0].is_gradient_checkpointing
+        on = checkpointing_on(models[0])
         if recomputes(padded_tokens(part, packed=self.packed), fit=self.fit, gradient_checkpointing=on):
             return nullcontext()
         return recompute_off(models, gradient_checkpointing_kwargs)

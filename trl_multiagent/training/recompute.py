@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from ..seams.trl import disable_gradient_checkpointing
+from ..seams.transformers import checkpointing_off
 
 GB = 1024**3
 
@@ -101,5 +101,5 @@ def recompute_off(models: Iterable, gradient_checkpointing_kwargs: dict | None) 
     back on after with the run's kwargs (TRL's switch, as around its no-grad forwards)."""
     with ExitStack() as stack:
         for model in models:
-            stack.enter_context(disable_gradient_checkpointing(model, gradient_checkpointing_kwargs))
+            stack.enter_context(checkpointing_off(model, gradient_checkpointing_kwargs))
         yield
