@@ -82,7 +82,9 @@ def test_runs_train_on_a_server_that_holds_a_killed_runs_adapters(servers, tiny_
     for folder in set(Path("/dev/shm").glob("trl_multiagent_vllm_*")) - folders_before:
         shutil.rmtree(folder)  # what a killed trainer leaves (docs/rollouts.md); the server keeps what it loaded
     left = {name for name in models_held(url) if "@" in name}
-    assert sorted(name.split("@")[0] for name in left) == sorted(["__base__", *ROLES])  # the dead run's adapters
+    # The dead run's adapters: a role's name twice where the kill landed in a sync, between loading the new name and
+    # unloading the one it replaces (seen once, 2026-12-08)
+    assert {name.split("@")[0] for name in left} == {"__base__", *ROLES}
 
     resumed = server_trainer(tiny_model_dir, killed, url, max_steps=4, save_steps=1)
     stamps = record_stamps(resumed)
