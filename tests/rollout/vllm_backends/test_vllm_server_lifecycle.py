@@ -146,7 +146,7 @@ def test_failover_carries_on_without_a_killed_server_and_takes_it_back_restarted
     with caplog.at_level(logging.WARNING, logger=vllm_server.__name__):
         trainer.train()
     assert [step for step, _ in stamps] == [0, 1, 2]
-    assert answered[0][urls[1]] > 0 and answered[1][urls[1]] == 0 and answered[2][urls[1]] > 0
+    assert all(answered[0].values()) and answered[1][urls[1]] == 0 and answered[2][urls[1]] > 0  # both, then one
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["rollout/servers_down"] for h in logs] == [0.0, 1.0, 0.0]
     assert logs[1]["rollout/calls_failed_over"] > 0 and logs[2]["rollout/calls_failed_over"] == 0
