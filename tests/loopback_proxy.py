@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -40,12 +41,14 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             how = None
         if how == "garbage":
             return self._send(200, GARBAGE)
-        # Bounded: a server shutting down (SIGTERM) waits for its open connections to close, and a request of a
-        # client that went away would otherwise hold one open here for as long as the timeout.
+        # Bounded: a server shutting down (SIGTERM) waits for its open connections to close.
         upstream = http.client.HTTPConnection(proxy.target.hostname, proxy.target.port, timeout=UPSTREAM_TIMEOUT_S)
         headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
         try:
             upstream.request(self.command, self.path, body=body, headers=headers)
+            if not self._client_still_waits(upstream.sock):  # a cancelled call: the server's request goes with it
+                self.close_connection = True
+                return None
             answer = upstream.getresponse()
             data = answer.read()
         except (OSError, http.client.HTTPException):  # the server refused or dropped it: so does the proxy
@@ -63,6 +66,20 @@ class _Forward(http.server.BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return None
         return self._send(answer.status, data)
+
+    def _client_still_waits(self, upstream: socket.socket) -> bool:
+        """Wait for the server's answer to begin; False if the client closes its connection first. A client's own
+        connection to the server would close then, and a server shutting down (SIGTERM) waits for it to close."""
+        watched = [upstream, self.connection]
+        while True:
+            ready, _, _ = select.select(watched, [], [], UPSTREAM_TIMEOUT_S)
+            if not ready:
+                raise TimeoutError(f"no answer within {UPSTREAM_TIMEOUT_S} s")
+            if upstream in ready:
+                return True
+            if not self.connection.recv(1, socket.MSG_PEEK):
+                return False
+            watched = [upstream]  # the client sent more before its answer: only the server is watched from now on
 
     def _send(self, status: int, data: bytes) -> None:
         self.send_response(status)

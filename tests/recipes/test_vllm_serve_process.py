@@ -124,3 +124,22 @@ def test_stopping_or_killing_vllm_serve_stops_the_server_and_its_engine(tmp_path
         assert code == (-how if how == signal.SIGKILL else 128 + how)  # the server's own end on the signal passed on
     finally:
         cleanup([server_pid, engine_pid], [shm])
+
+
+def test_a_signal_while_vllm_serve_starts_its_server_is_passed_on(tmp_path):
+    # vllm-serve is signalled as soon as its server exists, before it may have started the watchdog: the signal still
+    # reaches the server and nothing is left running (the SIGINT case above once waited in vain for a server left so).
+    out, shm = tmp_path / "pids", f"/dev/shm/trl-ma-test-{uuid.uuid4().hex}"
+    server = [sys.executable, "-c", STAND_IN, str(out), "0", shm]
+    code = f"import sys, trl_multiagent.cli.serve_process as p; sys.exit(p.run_server({server!r}, {{}}))"
+    supervisor = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
+    children = Path(f"/proc/{supervisor.pid}/task/{supervisor.pid}/children")
+    while not children.read_text().split():  # no pause: the signal must come within the server's first milliseconds
+        assert supervisor.poll() is None, "vllm-serve ended before starting its server"
+    (server_pid,) = map(int, children.read_text().split()[:1])
+    try:
+        supervisor.send_signal(signal.SIGINT)
+        supervisor.wait(timeout=60)
+        wait_for(lambda: group_members(server_pid) == [], "the server and its engine to go")
+    finally:
+        cleanup(group_members(server_pid), [shm])

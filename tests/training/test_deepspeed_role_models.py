@@ -54,6 +54,35 @@ def without_deepspeed(tiny_model_dir, tiny_judge_dir, tmp_path_factory):
     return run
 
 
+@pytest.fixture(scope="module")
+def one_zero_process(tiny_model_dir, tiny_judge_dir, tmp_path_factory, extensions_dir):
+    """The run under DeepSpeed in one process, per ZeRO stage and gradient checkpointing setting: 2 steps, a
+    checkpoint after each (the resume test resumes from the first)."""
+    runs = {}
+
+    def run(stage: int, checkpointing: str):
+        if (stage, checkpointing) not in runs:
+            output_dir = tmp_path_factory.mktemp(f"zero{stage}-{checkpointing}")
+            command = [*deepspeed_worker(tiny_model_dir, tiny_judge_dir, "29533"), str(output_dir)]
+            command += [zero_config(stage, output_dir), checkpointing]
+            run_offline(command, cwd=output_dir, env=deepspeed_env(extensions_dir), timeout=900)
+            runs[stage, checkpointing] = output_dir
+        return runs[stage, checkpointing]
+
+    return run
+
+
+def deepspeed_worker(model_dir: str, judge_dir: str, port: str) -> list[str]:
+    """The worker under `deepspeed --num_gpus 1`, up to its output folder."""
+    launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
+    worker = str(TESTS / "workers" / "deepspeed_role_models_worker.py")
+    return [launcher, "--num_gpus", "1", "--master_port", port, worker, model_dir, judge_dir]
+
+
+def deepspeed_env(extensions_dir: str) -> dict[str, str]:
+    return {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
+
+
 def zero_config(stage: int, folder) -> str:
     config = json.loads((TESTS / "fixtures" / f"zero{stage}.json").read_text())
     if stage == 3:  # every parameter partitioned, none kept whole as small: each base's forward gathers its own
@@ -68,31 +97,16 @@ def zero_config(stage: int, folder) -> str:
 # ZeRO-2 with both bases trains in test_two_zero_processes_train_both_bases_as_ddp[2].
 @pytest.mark.parametrize("stage, checkpointing", [(3, "checkpointing")])
 def test_zero_trains_both_bases_as_without_deepspeed(
-    tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, without_deepspeed, stage, checkpointing
+    tiny_judge_dir, one_zero_process, without_deepspeed, stage, checkpointing
 ):
-    launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
-    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
-    command = [
-        launcher,
-        "--num_gpus",
-        "1",
-        "--master_port",
-        "29533",
-        str(TESTS / "workers" / "deepspeed_role_models_worker.py"),
-        tiny_model_dir,
-        tiny_judge_dir,
-        str(tmp_path),
-        zero_config(stage, tmp_path),
-        checkpointing,
-    ]
-    run_offline(command, cwd=tmp_path, env=env, timeout=900)
-    outcome = json.loads((tmp_path / "rank0.json").read_text())
+    run_dir = one_zero_process(stage, checkpointing)
+    outcome = json.loads((run_dir / "rank0.json").read_text())
     assert outcome["engine"] == "DeepSpeedEngine" and outcome["zero_stage"] == stage
     assert outcome["steps"] == 2 and all(math.isfinite(x) for x in outcome["losses"])
     # the trainer's model holds the judge for the engine, but its state dict (what PEFT saves and syncs) does not
     assert not any("multiagent_role_bases" in k for k in outcome["main_state_keys"])
 
-    before, after = load_file(tmp_path / "rank0-before.safetensors"), load_file(tmp_path / "rank0-after.safetensors")
+    before, after = load_file(run_dir / "rank0-before.safetensors"), load_file(run_dir / "rank0-after.safetensors")
     for adapter in ("generator", "evaluator"):  # every LoRA tensor of both bases moved
         keys = [k for k in before if k.startswith(f"{adapter}/")]
         assert keys and all(not torch.equal(before[k], after[k]) for k in keys), adapter
@@ -106,7 +120,7 @@ def test_zero_trains_both_bases_as_without_deepspeed(
     assert outcome["losses"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
 
     # The checkpoint rebuilds each role on its own base, with the weights the engine trained.
-    loaded = load_trained_workflow(tmp_path / "checkpoint-2")
+    loaded = load_trained_workflow(run_dir / "checkpoint-2")
     assert loaded.role_bases == {"evaluator": tiny_judge_dir}
     judge = loaded.bases[tiny_judge_dir].model
     assert list(loaded.model.peft_config) == ["generator"] and list(judge.peft_config) == ["evaluator"]
@@ -136,24 +150,19 @@ def two_processes(worker_args: list[str], folder, env: dict | None = None, port:
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [3])  # ZeRO-2 passes too (2026-12-01, 2.3 min): ZeRO-3 alone here, for CI's time
 def test_zero_run_with_two_bases_resumes_where_it_stopped(
-    tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, stage
+    tiny_model_dir, tiny_judge_dir, tmp_path, extensions_dir, one_zero_process, stage
 ):
     """One process: a run resumed from its step-1 checkpoint (the engine's state, both bases' adapters, the
     optimizer state of both) ends step 2 with the adapters and loss of the run that did not stop. Before the other
     bases' adapters were loaded from their folders, the engine left them at their initial weights for step 2's
-    rollouts and loss: 0.043 off."""
-    launcher = shutil.which("deepspeed", path=os.path.dirname(sys.executable))
-    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
-    worker = str(TESTS / "workers" / "deepspeed_role_models_worker.py")
-    config = zero_config(stage, tmp_path)
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    straight.mkdir(), resumed.mkdir()
-    base = [launcher, "--num_gpus", "1", "--master_port", "29537", worker, tiny_model_dir, tiny_judge_dir]
-    run_offline([*base, str(straight), config, "plain"], cwd=straight, env=env, timeout=900)
+    rollouts and loss: 0.043 off. The run that did not stop is the one the test above checks (with gradient
+    checkpointing, as the resumed run)."""
+    straight, resumed = one_zero_process(stage, "checkpointing"), tmp_path / "resumed"
+    resumed.mkdir()
     shutil.copytree(straight / "checkpoint-1", resumed / "checkpoint-1")
-    run_offline(
-        [*base, str(resumed), config, "plain", str(resumed / "checkpoint-1")], cwd=resumed, env=env, timeout=900
-    )
+    command = [*deepspeed_worker(tiny_model_dir, tiny_judge_dir, "29537"), str(resumed), zero_config(stage, resumed)]
+    command += ["checkpointing", str(resumed / "checkpoint-1")]
+    run_offline(command, cwd=resumed, env=deepspeed_env(extensions_dir), timeout=900)
     assert json.loads((resumed / "rank0.json").read_text())["steps"] == 2
     expected, after = load_file(straight / "rank0-after.safetensors"), load_file(resumed / "rank0-after.safetensors")
     assert after.keys() == expected.keys() and any(k.startswith("evaluator/") for k in after)
@@ -183,7 +192,7 @@ def test_two_zero_processes_train_both_bases_as_ddp(
     before training)."""
     zero_dir = tmp_path / f"zero{stage}"
     zero_dir.mkdir()
-    env = {"DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": extensions_dir}
+    env = deepspeed_env(extensions_dir)
     config = zero_config(stage, zero_dir)
     if stage == 2:
         ranks = two_processes([tiny_model_dir, tiny_judge_dir, str(zero_dir), config, "plain"], zero_dir, env, "29535")

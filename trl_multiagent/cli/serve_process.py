@@ -32,17 +32,24 @@ _SHM = "/dev/shm"
 def run_server(argv: Sequence[str], env: dict[str, str]) -> int:
     """Run ``argv`` (the `vllm serve` command) in its own process group until it exits; return its exit code (128 +
     the signal's number when a signal ended it)."""
-    server = subprocess.Popen(list(argv), env=env, start_new_session=True)
-    read, write = os.pipe()  # neither end is inherited by the server, started before
-    watchdog = subprocess.Popen([sys.executable, "-I", __file__, str(server.pid)], stdin=read, start_new_session=True)
-    os.close(read)
+    # The handlers come first: a signal that arrived while the server or the watchdog was starting would otherwise
+    # end this process the default way and leave the server running with no watchdog yet (Ctrl-C at once).
+    server, early = None, []
 
     def pass_on(signum, frame) -> None:
-        if server.poll() is None:
+        if server is None:
+            early.append(signum)
+        elif server.poll() is None:
             server.send_signal(signum)
 
     for name in ("SIGTERM", "SIGINT", "SIGHUP"):
         signal.signal(getattr(signal, name), pass_on)
+    server = subprocess.Popen(list(argv), env=env, start_new_session=True)
+    read, write = os.pipe()  # neither end is inherited by the server, started before
+    watchdog = subprocess.Popen([sys.executable, "-I", __file__, str(server.pid)], stdin=read, start_new_session=True)
+    os.close(read)
+    for signum in early:
+        pass_on(signum, None)
     code = server.wait()
     stop_group(server.pid, GRACE_S)  # the engine and workers of a server that died on its own
     os.write(write, _DONE)

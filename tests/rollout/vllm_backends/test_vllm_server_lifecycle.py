@@ -82,7 +82,9 @@ def test_runs_train_on_a_server_that_holds_a_killed_runs_adapters(servers, tiny_
     for folder in set(Path("/dev/shm").glob("trl_multiagent_vllm_*")) - folders_before:
         shutil.rmtree(folder)  # what a killed trainer leaves (docs/rollouts.md); the server keeps what it loaded
     left = {name for name in models_held(url) if "@" in name}
-    assert sorted(name.split("@")[0] for name in left) == sorted(["__base__", *ROLES])  # the dead run's adapters
+    # The dead run's adapters: a role's name twice where the kill landed in a sync, between loading the new name and
+    # unloading the one it replaces (seen once, 2026-12-08)
+    assert {name.split("@")[0] for name in left} == {"__base__", *ROLES}
 
     resumed = server_trainer(tiny_model_dir, killed, url, max_steps=4, save_steps=1)
     stamps = record_stamps(resumed)
@@ -144,7 +146,7 @@ def test_failover_carries_on_without_a_killed_server_and_takes_it_back_restarted
     with caplog.at_level(logging.WARNING, logger=vllm_server.__name__):
         trainer.train()
     assert [step for step, _ in stamps] == [0, 1, 2]
-    assert answered[0][urls[1]] > 0 and answered[1][urls[1]] == 0 and answered[2][urls[1]] > 0
+    assert all(answered[0].values()) and answered[1][urls[1]] == 0 and answered[2][urls[1]] > 0  # both, then one
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert [h["rollout/servers_down"] for h in logs] == [0.0, 1.0, 0.0]
     assert logs[1]["rollout/calls_failed_over"] > 0 and logs[2]["rollout/calls_failed_over"] == 0
