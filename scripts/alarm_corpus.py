@@ -47,8 +47,9 @@ from trl_multiagent.evaluation.mechanisms import alarm_steps, step_series
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "docs" / "data"
 OUT = DATA / "alarm_corpus.csv"
-# The new runs' rows, collected once from their folders: the runs made to decline, and benchmarks/long_run.py's hour.
-NEW_RUNS = (DATA / "alarm_new_runs.csv", DATA / "alarm_long_run.csv")
+# The new runs' rows, collected once from their folders: the runs made to decline (2026-12-07, then the slower ones of
+# 2026-12-08), and benchmarks/long_run.py's hour.
+NEW_RUNS = (DATA / "alarm_new_runs.csv", DATA / "alarm_slow_declines.csv", DATA / "alarm_long_run.csv")
 COLUMNS = ("run", "source", "workflow", "setting", "seed", "step", "role", "metric", "value")
 # The per-role metrics kept from a run folder's log.
 ROLE_METRICS = (
@@ -136,8 +137,11 @@ def run_folder_rows(run_dir: Path) -> list[dict]:
         "run": f"new-{run_dir.name}",
         "source": "new",
         "workflow": workflow,
-        "setting": f"{config.get('policy_sharing', 'isolated')}, {instances} instances, {args.update_schedule}, "
-        f"lr {args.learning_rate:g}",
+        "setting": ", ".join(
+            [config.get("policy_sharing", "isolated")]
+            + ([f"{instances} instances"] if instances else [])
+            + [args.update_schedule, f"lr {args.learning_rate:g}"]
+        ),
         "seed": args.seed,
     }
     rows = [
