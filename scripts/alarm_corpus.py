@@ -27,6 +27,10 @@ from each run folder's `log_history` (its `trainer_state.json`, or its newest ch
 (`--learning_rate 1e-2` made both seeds' voters collapse within 4 steps, before any running mean of success exists:
 not a decline any alarm could precede; those runs are not in the corpus.)
 
+The slower declines (lr 1.5e-3, seeds 5-9, `docs/data/alarm_slow_declines.csv`) and the hour of
+`benchmarks/long_run.py` (`docs/data/alarm_long_run.csv`) were added on 2026-12-08; docs/monitoring.md gives their
+commands, each collected with ``--collect <its folder> --new_runs <its CSV> <the other two CSVs>``.
+
 One row per (run, step, role, metric): `success` (role empty), per role the update size and the loss's ratio
 (`update_ratio`, `update_chi_square`, `policy_ratio`, `chi_square`), `grad_norm`, `entropy`, `completion_length`,
 shares of a shared adapter's gradient (`gradient_share`), the judges' accuracies, and each drift alarm the run logged

@@ -7,7 +7,7 @@
 1. Runs of at least `MIN_STEPS` steps (a shorter run cannot show a fall that its running mean would resolve).
 2. Each run's decline and onset (`decline_onset`: the running mean of 10 steps of success 0.15 below its best so far
    for 10 steps).
-3. The split, by seed: seed 1's runs tune, seeds 2 and 3's are held out.
+3. The split, by seed: seed 1's runs tune, every other seed's are held out.
 4. The new alarm, `entropy_rebound` (any role's running mean of 10 steps of entropy above `factor` times its lowest so
    far), has one parameter: on the tuning runs, the factors that warn the most declines at least `MIN_LEAD` steps
    ahead with at most one false alarm per 1,000 steps; the median of those is kept.
