@@ -17,32 +17,6 @@ import torch  # noqa: E402
 torch.set_num_threads(1)  # a tiny GRPO step is ~10x faster with one thread than with two on these machines
 
 
-def pytest_addoption(parser):
-    parser.addoption(
-        "--files-first",
-        metavar="LIST",
-        help="a file naming test files, one a line (# comments): their tests run first, in that order",
-    )
-
-
-def pytest_collection_modifyitems(config, items):
-    """With ``--files-first LIST``, the tests of the files LIST names first, in its order, the rest after as collected.
-    CI names its slow stage's heaviest files: pytest-xdist's ``--dist loadfile`` (with ``--no-loadscope-reorder``)
-    hands files out in this order, so the longest start first and the two workers end close together, where its own
-    order (files with the most tests first) left the longest one-test files to the end, one worker idle beside them."""
-    listed = config.getoption("--files-first")
-    if not listed:
-        return
-    root = Path(config.rootpath)
-    order = [line.split("#")[0].strip() for line in Path(listed).read_text().splitlines()]
-    order = [path for path in order if path]
-    missing = [path for path in order if not (root / path).is_file()]
-    if missing:
-        raise pytest.UsageError(f"--files-first {listed} names files that do not exist: {missing}; update the list.")
-    rank = {path: i for i, path in enumerate(order)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
-
-
 @pytest.fixture(autouse=True)
 def no_deepspeed_config_left_behind():
     """A ZeRO-3 ``TrainingArguments`` built in this process (``--validate`` under a DeepSpeed launch, say) makes
