@@ -41,10 +41,26 @@ def test_a_name_this_run_never_loaded_stays_as_it_is_and_names_its_run():
     assert other_run(f"generator@r2.{serial}") == "r2"
 
 
-def test_a_version_is_loaded_under_the_name_next_name_gave():
-    served = ServedAdapters(["generator"], run="r1")
-    with pytest.raises(ValueError, match="not the next version name"):
+def test_a_version_is_loaded_under_a_name_next_name_gave_it_once():
+    served = ServedAdapters(["generator", "evaluator"], run="r1")
+    with pytest.raises(ValueError, match="not a name that next_name gave"):
         served.loaded("generator", "generator@r1.5")
+    name = served.next_name("generator")
+    with pytest.raises(ValueError, match="not a name that next_name gave"):
+        served.loaded("evaluator", name)
+    served.loaded("generator", name)
+    with pytest.raises(ValueError, match="not a name that next_name gave"):
+        served.loaded("generator", name)
+
+
+def test_a_load_that_failed_part_way_is_retried_under_a_new_name():
+    served = ServedAdapters(["generator"], run="r1", weights_step=lambda: 4)
+    failed = served.next_name("generator")  # some servers may hold it: the load raised before `loaded`
+    retried = served.next_name("generator")
+    assert retried != failed
+    served.loaded("generator", retried)
+    assert served.version_of(failed) is None  # never loaded everywhere: not this run's version
+    assert served.version_of(retried) == ("generator", 4)
 
 
 def test_a_day_of_weight_syncs_keeps_a_few_bytes_a_version():

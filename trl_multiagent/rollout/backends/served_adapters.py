@@ -21,6 +21,7 @@ from ...adapters.routing import BASE_MODEL
 from .base import Provenance
 
 BACKEND = "vllm-server"
+NO_STEP, NOT_LOADED = -1, -2  # a version of the zero adapter (or with no clock); a name given, not loaded yet
 
 
 class ServedAdapters:
@@ -34,10 +35,10 @@ class ServedAdapters:
         self.run = run
         self.weights_step = weights_step
         self.current: dict[str, str] = {}  # adapter -> the served name of its newest version
-        # Every version this run loaded, by its serial ``n``: which adapter (an index into ``_adapters``) at which
-        # optimizer step (-1: none). A run loads a version per adapter at each weight sync, so over a day of short
-        # steps these are tens of thousands: kept as two flat arrays (10 bytes a version) rather than a dict of
-        # names, which held about 250 bytes each.
+        # Every name this run gave, by its serial ``n``: which adapter (an index into ``_adapters``) at which
+        # optimizer step (or NO_STEP, or NOT_LOADED). A run loads a version per adapter at each weight sync, so over
+        # a day of short steps these are tens of thousands: kept as two flat arrays (10 bytes a version) rather than
+        # a dict of names, which held about 250 bytes each.
         self._adapters = [*self.adapter_names, BASE_MODEL]
         self._adapter_of = array("h")
         self._step_of = array("q")
@@ -48,31 +49,40 @@ class ServedAdapters:
         return names if BASE_MODEL in self.current else [*names, BASE_MODEL]
 
     def next_name(self, adapter: str) -> str:
-        """The name the next version of ``adapter`` is loaded under."""
-        return f"{adapter}@{self.run}.{len(self._step_of)}"
+        """The name the next version of ``adapter`` is loaded under. Each call takes a serial of its own, so a load
+        that failed part-way (on some servers only) is retried under a new name, never one a server may hold."""
+        self._adapter_of.append(self._adapters.index(adapter))
+        self._step_of.append(NOT_LOADED)
+        return f"{adapter}@{self.run}.{len(self._step_of) - 1}"
 
     def loaded(self, adapter: str, name: str) -> str | None:
         """Every server now holds ``name`` (from ``next_name``) for ``adapter``: requests name it from now on.
         Returns the name it replaces (to unload), if any."""
-        if name != self.next_name(adapter):
-            raise ValueError(f"{name!r} is not the next version name of {adapter!r} ({self.next_name(adapter)!r}).")
+        serial = self._serial_of(name, adapter)
+        if serial is None or self._step_of[serial] != NOT_LOADED:
+            raise ValueError(f"{name!r} is not a name that next_name gave {adapter!r} and that is not loaded yet.")
         trained = adapter != BASE_MODEL and self.weights_step is not None  # the zero adapter stands for the base
-        self._adapter_of.append(self._adapters.index(adapter))
-        self._step_of.append(self.weights_step() if trained else -1)
+        self._step_of[serial] = self.weights_step() if trained else NO_STEP
         previous, self.current[adapter] = self.current.get(adapter), name
         return previous
 
-    def version_of(self, served: str | None) -> tuple[str, int | None] | None:
-        """(adapter, optimizer step or None) of a name this run loaded; None for any other name."""
-        adapter, at, rest = (served or "").partition("@")
+    def _serial_of(self, served: str | None, adapter: str | None = None) -> int | None:
+        """The serial ``n`` of ``<adapter>@<run>.<n>``, where this run gave that name to that adapter; else None."""
+        name, at, rest = (served or "").partition("@")
         run, dot, serial = rest.rpartition(".")
         if not (at and dot and run == self.run and serial.isdigit()) or int(serial) >= len(self._step_of):
             return None
         n = int(serial)
-        if self._adapters[self._adapter_of[n]] != adapter:
+        given_to = self._adapters[self._adapter_of[n]]
+        return n if given_to == name and (adapter is None or adapter == name) else None
+
+    def version_of(self, served: str | None) -> tuple[str, int | None] | None:
+        """(adapter, optimizer step or None) of a name this run loaded; None for any other name."""
+        serial = self._serial_of(served)
+        if serial is None or self._step_of[serial] == NOT_LOADED:
             return None
-        step = self._step_of[n]
-        return adapter, (None if step < 0 else step)
+        step = self._step_of[serial]
+        return self._adapters[self._adapter_of[serial]], (None if step == NO_STEP else step)
 
     def followed(self, adapter_names: Sequence[str] | None) -> None:
         """Another process loaded the next versions of ``adapter_names``: take the same names."""
